@@ -1,0 +1,32 @@
+// Lint: the recommended JavaScript and TypeScript rules, type-aware where it catches real bugs
+// (floating promises in routes and actors), nothing stylistic.
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['dist/**', 'node_modules/**', '.tap/**', 'coverage/**'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    files: ['**/*.ts'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: false }],
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/consistent-type-imports': 'error',
+    },
+  },
+  {
+    files: ['machines/**/*.ts'],
+    rules: {
+      // STYLE.md: machines decide, adapters act. Nothing under machines/ touches the outside world.
+      'no-restricted-imports': ['error', { patterns: ['fastify*', 'pino*', 'node:*', 'fs', 'child_process', 'execa'] }],
+      'no-restricted-globals': ['error', 'process'],
+    },
+  },
+  {
+    files: ['bin/*.js', 'scripts/*.js'],
+    languageOptions: { globals: { process: 'readonly', console: 'readonly' } },
+  },
+);

@@ -1,0 +1,9 @@
+// systemIds and tags shared by the machines and the adapters that look actors up.
+export const SYSTEM_IDS = {
+  listener: 'listener',
+} as const;
+
+export const TAGS = {
+  /** The inference listener takes new requests only in a state with this tag. */
+  accepting: 'accepting',
+} as const;

@@ -1,0 +1,252 @@
+// Spec 3.1, the inference listener:
+//
+// | State              | Trigger                          | Condition                  | Next    |
+// | stopped            | POST /api/v1/endpoint/start      | admin session              | running | start is remembered across restarts
+// | running            | POST /api/v1/endpoint/stop       | admin session              | stopped | no new requests accepted; waiting requests are discarded; running answers and generations finish; then workers are unloaded
+// | stopped            | POST /api/v1/endpoint/config     | only while stopped         | stopped | port saved
+// | running or stopped | regular restart of the service   | remembered state is running| running | only the listener starts; no model is loaded
+//
+// The admin session is checked by the route before an event reaches this machine. `starting` and
+// `stopping` are the spans the table's arrows take: binding the port, and the ordered stop. Replies
+// to the routes are emitted as `endpoint.reply` events carrying the request's id.
+import { assign, enqueueActions, setup } from 'xstate';
+import { TAGS } from '../ids.js';
+import { listenerActors } from './listener.actors.js';
+import type { ListenerContext, ListenerEmitted, ListenerError, ListenerEvent, ListenerInput, ListenerOutcome } from './listener.types.js';
+
+const reply = (requestId: string, outcome: ListenerOutcome): ListenerEmitted => ({ type: 'endpoint.reply', requestId, outcome });
+
+const OK: ListenerOutcome = { ok: true };
+
+const conflict = (code: ListenerError['code'], message: string): ListenerOutcome => ({ ok: false, code, message });
+
+export const listenerMachine = setup({
+  types: {
+    context: {} as ListenerContext,
+    events: {} as ListenerEvent,
+    input: {} as ListenerInput,
+    emitted: {} as ListenerEmitted,
+  },
+  actors: listenerActors,
+  guards: {
+    rememberedRunning: ({ context }) => context.remembered.running,
+    portInAllowedRange: ({ context, event }) => {
+      if (event.type !== 'endpoint.config' || event.port === undefined) return true;
+      return event.port >= context.portRange.first && event.port <= context.portRange.last;
+    },
+    stopRequestedWhileStarting: ({ context }) => context.stopAfterStart,
+    shuttingDown: ({ context }) => context.shuttingDown,
+  },
+  delays: {
+    drainLimit: ({ context }) => context.drainLimitMs,
+  },
+  actions: {
+    addStartWaiter: assign({
+      startWaiters: ({ context, event }) =>
+        event.type === 'endpoint.start' && event.requestId ? [...context.startWaiters, event.requestId] : context.startWaiters,
+      error: null,
+    }),
+    addStopWaiter: assign({
+      stopWaiters: ({ context, event }) =>
+        event.type === 'endpoint.stop' && event.requestId ? [...context.stopWaiters, event.requestId] : context.stopWaiters,
+    }),
+    deferStop: assign({ stopAfterStart: true }),
+    markShuttingDown: assign({ shuttingDown: true }),
+    rememberRunning: assign({ remembered: ({ context }) => ({ ...context.address, running: true }) }),
+    rememberStopped: assign({ remembered: ({ context }) => ({ ...context.remembered, running: false }) }),
+    saveAddress: assign(({ context, event }) => {
+      if (event.type !== 'endpoint.config') return {};
+      const address = { host: event.host ?? context.address.host, port: event.port ?? context.address.port };
+      return { address, remembered: { ...context.remembered, ...address } };
+    }),
+    assignStartError: assign({
+      error: ({ context, event }) => ({
+        code: 'listen_failed' as const,
+        message: `cannot listen on ${context.address.host}:${context.address.port}: ${(event as { error?: Error }).error?.message ?? 'unknown error'}`,
+      }),
+    }),
+    assignStopError: assign({
+      error: ({ event }) => ({
+        code: 'endpoint_stopping' as const,
+        message: `stopping did not finish cleanly: ${(event as { error?: Error }).error?.message ?? 'unknown error'}`,
+      }),
+    }),
+    replyStartWaitersOk: enqueueActions(({ context, enqueue }) => {
+      for (const requestId of context.startWaiters) enqueue.emit(reply(requestId, OK));
+    }),
+    replyStartWaitersFailed: enqueueActions(({ context, enqueue }) => {
+      const outcome: ListenerOutcome = context.error ? { ok: false, ...context.error } : OK;
+      for (const requestId of context.startWaiters) enqueue.emit(reply(requestId, outcome));
+    }),
+    replyStopWaitersOk: enqueueActions(({ context, enqueue }) => {
+      for (const requestId of context.stopWaiters) enqueue.emit(reply(requestId, OK));
+    }),
+    clearStartWaiters: assign({ startWaiters: [] }),
+    clearStopWaiters: assign({ stopWaiters: [], stopAfterStart: false }),
+    replyOk: enqueueActions(({ event, enqueue }) => {
+      if ('requestId' in event && event.requestId) enqueue.emit(reply(event.requestId, OK));
+    }),
+    replyPortOutOfRange: enqueueActions(({ context, event, enqueue }) => {
+      if ('requestId' in event && event.requestId) {
+        enqueue.emit(reply(event.requestId, conflict('port_out_of_range', `port must be within ${context.portRange.first}-${context.portRange.last}`)));
+      }
+    }),
+    replyConfigOnlyWhileStopped: enqueueActions(({ event, enqueue }) => {
+      if ('requestId' in event && event.requestId) {
+        enqueue.emit(
+          reply(event.requestId, conflict('endpoint_running', 'the address can only be changed while the endpoint is stopped; stop it first')),
+        );
+      }
+    }),
+    replyStopping: enqueueActions(({ event, enqueue }) => {
+      if ('requestId' in event && event.requestId) {
+        enqueue.emit(reply(event.requestId, conflict('endpoint_stopping', 'the endpoint is stopping; start it again once it has stopped')));
+      }
+    }),
+  },
+}).createMachine({
+  id: 'listener',
+  context: ({ input }) => ({
+    address: input.address,
+    portRange: input.portRange,
+    remembered: { ...input.address, running: input.rememberedRunning },
+    drainLimitMs: input.drainLimitMs,
+    error: null,
+    startWaiters: [],
+    stopWaiters: [],
+    stopAfterStart: false,
+    shuttingDown: false,
+  }),
+  initial: 'restoring',
+  states: {
+    restoring: {
+      description: 'regular restart of the service: the remembered started/stopped flag decides',
+      always: [
+        {
+          guard: 'rememberedRunning',
+          target: 'starting',
+          description: 'running or stopped | regular restart of the service | remembered state is running | running: only the listener starts; no model is loaded',
+        },
+        { target: 'stopped', description: 'remembered state is stopped: the listener stays stopped' },
+      ],
+    },
+    stopped: {
+      on: {
+        'endpoint.start': {
+          target: 'starting',
+          actions: 'addStartWaiter',
+          description: 'stopped | POST /api/v1/endpoint/start | admin session | running: start is remembered across restarts',
+        },
+        'endpoint.config': [
+          {
+            guard: 'portInAllowedRange',
+            actions: ['saveAddress', 'replyOk'],
+            description: 'stopped | POST /api/v1/endpoint/config with port | only while stopped | stopped: port saved',
+          },
+          { actions: 'replyPortOutOfRange', description: 'a port outside the allowed range is refused' },
+        ],
+        'endpoint.stop': { actions: 'replyOk', description: 'already stopped: nothing to do' },
+        'service.shutdown': { target: 'off', description: 'the service ends while the listener is stopped' },
+      },
+    },
+    starting: {
+      invoke: {
+        src: 'openListener',
+        input: ({ context }) => context.address,
+        onDone: [
+          {
+            guard: 'stopRequestedWhileStarting',
+            target: 'stopping',
+            actions: ['rememberStopped', 'replyStartWaitersOk', 'clearStartWaiters'],
+            description: 'a stop arrived while the port was being bound: stop right after',
+          },
+          {
+            target: 'running',
+            actions: ['rememberRunning', 'replyStartWaitersOk', 'clearStartWaiters'],
+            description: 'the port is bound: the endpoint runs and that is remembered',
+          },
+        ],
+        onError: {
+          target: 'stopped',
+          actions: ['assignStartError', 'replyStartWaitersFailed', 'clearStartWaiters'],
+          description: 'the port cannot be bound: the endpoint stays stopped and says why',
+        },
+      },
+      on: {
+        'endpoint.start': { actions: 'addStartWaiter' },
+        'endpoint.stop': { actions: ['addStopWaiter', 'deferStop'] },
+        'endpoint.config': { actions: 'replyConfigOnlyWhileStopped' },
+        'service.shutdown': { actions: ['markShuttingDown', 'deferStop'] },
+      },
+    },
+    running: {
+      tags: [TAGS.accepting],
+      on: {
+        'endpoint.stop': {
+          target: 'stopping',
+          actions: ['addStopWaiter', 'rememberStopped'],
+          description: 'running | POST /api/v1/endpoint/stop | admin session | stopped: stop is remembered',
+        },
+        'endpoint.start': { actions: 'replyOk', description: 'already running: nothing to do' },
+        'endpoint.config': {
+          actions: 'replyConfigOnlyWhileStopped',
+          description: 'config port change while running: not permitted',
+        },
+        'service.shutdown': {
+          target: 'stopping',
+          actions: 'markShuttingDown',
+          description: 'SIGTERM/SIGINT: stop as on an admin stop, but remember that the endpoint was running',
+        },
+      },
+    },
+    stopping: {
+      description: 'no new requests accepted; waiting requests are discarded; running answers finish; then workers are unloaded',
+      initial: 'discarding',
+      states: {
+        discarding: {
+          invoke: {
+            src: 'discardWaiting',
+            onDone: { target: 'draining', description: 'waiting requests are discarded' },
+            onError: { target: 'draining', actions: 'assignStopError' },
+          },
+        },
+        draining: {
+          invoke: {
+            src: 'closeListener',
+            onDone: { target: 'unloading', description: 'running answers and generations have finished' },
+            onError: { target: 'unloading', actions: 'assignStopError' },
+          },
+          after: {
+            drainLimit: { target: 'forcing', description: 'answers still running after the drain limit are ended' },
+          },
+        },
+        forcing: {
+          invoke: {
+            src: 'forceClose',
+            onDone: { target: 'unloading' },
+            onError: { target: 'unloading', actions: 'assignStopError' },
+          },
+        },
+        unloading: {
+          invoke: {
+            src: 'unloadWorkers',
+            onDone: { target: 'done', description: 'own workers received SIGTERM; TTS and STT workers are unloaded' },
+            onError: { target: 'done', actions: 'assignStopError' },
+          },
+        },
+        done: { type: 'final' },
+      },
+      onDone: [
+        { guard: 'shuttingDown', target: 'off', actions: ['replyStopWaitersOk', 'clearStopWaiters'] },
+        { target: 'stopped', actions: ['replyStopWaitersOk', 'clearStopWaiters'] },
+      ],
+      on: {
+        'endpoint.stop': { actions: 'addStopWaiter' },
+        'endpoint.start': { actions: 'replyStopping', description: 'a start during the stop is refused; start again once stopped' },
+        'endpoint.config': { actions: 'replyConfigOnlyWhileStopped' },
+        'service.shutdown': { actions: 'markShuttingDown' },
+      },
+    },
+    off: { type: 'final', description: 'the service has ended' },
+  },
+});

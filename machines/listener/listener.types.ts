@@ -1,0 +1,54 @@
+// Events, context and input of the inference listener machine (spec 3.1).
+
+export interface ListenerAddress {
+  host: string;
+  port: number;
+}
+
+export interface PortRange {
+  first: number;
+  last: number;
+}
+
+export interface ListenerInput {
+  address: ListenerAddress;
+  /** Ports the operator may choose: 1024-65535 natively, narrower in a container installation. */
+  portRange: PortRange;
+  /** The started/stopped flag remembered in `endpoint.json` from before this start of the service. */
+  rememberedRunning: boolean;
+  /** How long a stop lets running answers finish before it closes their connections. */
+  drainLimitMs: number;
+}
+
+export type ListenerErrorCode = 'endpoint_running' | 'endpoint_stopping' | 'port_out_of_range' | 'listen_failed';
+
+export interface ListenerError {
+  code: ListenerErrorCode;
+  message: string;
+}
+
+export type ListenerOutcome = { ok: true } | ({ ok: false } & ListenerError);
+
+export interface ListenerContext {
+  address: ListenerAddress;
+  portRange: PortRange;
+  /** What `endpoint.json` must say; the system writes it whenever this object changes. */
+  remembered: ListenerAddress & { running: boolean };
+  drainLimitMs: number;
+  /** The last failure (a port in use, a worker that would not unload), shown in the status. */
+  error: ListenerError | null;
+  startWaiters: string[];
+  stopWaiters: string[];
+  /** A stop that arrived while the listener was still starting. */
+  stopAfterStart: boolean;
+  /** The service itself is ending (SIGTERM): stop without forgetting that the endpoint was running. */
+  shuttingDown: boolean;
+}
+
+export type ListenerEvent =
+  | { type: 'endpoint.start'; requestId?: string }
+  | { type: 'endpoint.stop'; requestId?: string }
+  | { type: 'endpoint.config'; requestId?: string; port?: number; host?: string }
+  | { type: 'service.shutdown' };
+
+export type ListenerEmitted = { type: 'endpoint.reply'; requestId: string; outcome: ListenerOutcome };

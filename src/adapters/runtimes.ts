@@ -1,0 +1,45 @@
+// External programs (CONTRACT section 1): found by environment variable, then the project's own
+// built copy under the cache folder, then PATH.
+import { constants } from 'node:fs';
+import { access, stat } from 'node:fs/promises';
+import path from 'node:path';
+
+export const RUNTIMES = {
+  'llama-server': 'SERVICE_DECK_LLAMA_SERVER',
+  'sd-cli': 'SERVICE_DECK_SD_CLI',
+  'whisper-cli': 'SERVICE_DECK_WHISPER_CLI',
+  'espeak-ng': 'SERVICE_DECK_ESPEAK_NG',
+  pocketsphinx: 'SERVICE_DECK_POCKETSPHINX',
+} as const;
+export type RuntimeName = keyof typeof RUNTIMES;
+
+export async function isExecutableFile(file: string): Promise<boolean> {
+  try {
+    const s = await stat(file);
+    if (!s.isFile()) return false;
+    await access(file, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export interface RuntimeLookup {
+  env: NodeJS.ProcessEnv;
+  /** The project's own built copies live in `<cacheDir>/bin/`. */
+  cacheDir: string;
+}
+
+/** The path of a runtime, or undefined when it is not installed. An env variable that names a missing file is not silently passed over. */
+export async function resolveRuntime(name: RuntimeName, lookup: RuntimeLookup): Promise<string | undefined> {
+  const fromEnv = lookup.env[RUNTIMES[name]];
+  if (fromEnv) return (await isExecutableFile(fromEnv)) ? path.resolve(fromEnv) : undefined;
+  const built = path.join(lookup.cacheDir, 'bin', name);
+  if (await isExecutableFile(built)) return built;
+  for (const dir of (lookup.env.PATH ?? '').split(path.delimiter)) {
+    if (!dir) continue;
+    const candidate = path.join(dir, name);
+    if (await isExecutableFile(candidate)) return candidate;
+  }
+  return undefined;
+}

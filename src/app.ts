@@ -1,0 +1,83 @@
+// The two listeners as Fastify instances. Both share one construction: the same limits (1 MiB
+// bodies, no chunked bodies, JSON only), one error handler rendering the OpenAI error body, and one
+// access line per request. Routes live in src/routes/; they validate, send one event, await the
+// reply and map it to HTTP.
+import { randomBytes } from 'node:crypto';
+import fastifyCookie from '@fastify/cookie';
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type RawReplyDefaultExpression,
+  type RawRequestDefaultExpression,
+  type RawServerDefault,
+} from 'fastify';
+import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { Logger } from './system/log.js';
+import type { Service } from './system/service.js';
+import { bearerAuth } from './routes/auth.js';
+import { errors, installErrorHandling } from './routes/errors.js';
+import { adminEndpointRoutes } from './routes/admin/endpoint.js';
+import { adminProfileRoutes } from './routes/admin/profiles.js';
+import { adminSessionRoutes } from './routes/admin/session.js';
+import { healthRoutes } from './routes/inference/health.js';
+import { modelRoutes } from './routes/inference/models.js';
+
+export const JSON_BODY_LIMIT = 1024 * 1024;
+
+export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, ZodTypeProvider>;
+
+export function createListenerApp(name: 'admin' | 'inference', log: Logger, onAccess?: (route: string, status: number) => void): App {
+  const app = Fastify({
+    loggerInstance: log.child({ listener: name }) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: JSON_BODY_LIMIT,
+    return503OnClosing: false,
+    forceCloseConnections: 'idle',
+    requestIdHeader: false,
+    genReqId: () => randomBytes(8).toString('hex'),
+  }).withTypeProvider<ZodTypeProvider>() as App;
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  app.removeContentTypeParser('text/plain');
+  installErrorHandling(app);
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+    if (request.headers['transfer-encoding'] !== undefined) {
+      reply.header('connection', 'close');
+      throw errors.chunked();
+    }
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? '(unmatched)';
+    request.log.info(
+      { method: request.method, route, status: reply.statusCode, duration_ms: Math.round(reply.elapsedTime * 10) / 10 },
+      'access',
+    );
+    onAccess?.(route, reply.statusCode);
+  });
+  return app;
+}
+
+/** The inference listener (spec 4.1): bearer token on every route, no CORS, open only while running. */
+export async function buildInferenceApp(service: Service): Promise<App> {
+  const app = createListenerApp('inference', service.log, (route, status) => service.counters.record(route, status));
+  const authenticate = bearerAuth(service.secrets);
+  app.addHook('onRequest', async (request) => {
+    await authenticate(request);
+    if (!service.accepting()) throw errors.unavailable('endpoint_stopped', 'The endpoint is stopping or stopped: no new requests are accepted.');
+  });
+  await app.register(healthRoutes, { service });
+  await app.register(modelRoutes, { service });
+  return app;
+}
+
+/** The UI/admin listener: the operator's session API under /api/v1. */
+export async function buildAdminApp(service: Service): Promise<App> {
+  const app = createListenerApp('admin', service.log);
+  await app.register(fastifyCookie, { secret: service.secrets.sessionKey });
+  await app.register(adminSessionRoutes, { service });
+  await app.register(adminEndpointRoutes, { service });
+  await app.register(adminProfileRoutes, { service });
+  return app;
+}

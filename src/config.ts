@@ -1,0 +1,87 @@
+// Configuration from the command line and the environment (CONTRACT section 1). Everything the
+// service reads from `process.env` is read here, once, so the rest takes a plain object.
+import os from 'node:os';
+import path from 'node:path';
+
+export type InspectMode = 'off' | 'log' | 'stately';
+
+export interface PortRange {
+  first: number;
+  last: number;
+}
+
+export interface Config {
+  stateDir: string;
+  cacheDir: string;
+  uiHost: string;
+  uiPort: number;
+  /** Ports the inference listener may use (native 1024-65535; a container installation narrows it). */
+  apiPorts: PortRange;
+  inspect: InspectMode;
+  inspectPort: number;
+  /** How long a stop waits for running answers before it closes their connections. */
+  drainLimitMs: number;
+  firstPassword: string | undefined;
+  firstToken: string | undefined;
+  logLevel: string;
+  production: boolean;
+  env: NodeJS.ProcessEnv;
+}
+
+export const NATIVE_PORTS: PortRange = { first: 1024, last: 65535 };
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+export function parsePort(text: string, what: string): number {
+  const port = Number(text);
+  if (!Number.isInteger(port) || port < 1 || port > 65535) throw new ConfigError(`${what}: "${text}" is not a port number`);
+  return port;
+}
+
+export function parsePortRange(text: string): PortRange {
+  const match = /^(\d+)-(\d+)$/.exec(text.trim());
+  if (!match?.[1] || !match[2]) throw new ConfigError(`--api-ports: "${text}" is not a range such as 8120-8124`);
+  const first = parsePort(match[1], '--api-ports');
+  const last = parsePort(match[2], '--api-ports');
+  if (first > last || first < NATIVE_PORTS.first) throw new ConfigError(`--api-ports: ${text} must be an ascending range within 1024-65535`);
+  return { first, last };
+}
+
+function parseInspect(text: string | undefined): InspectMode {
+  const mode = (text ?? 'off').trim() || 'off';
+  if (mode === 'off' || mode === 'log' || mode === 'stately') return mode;
+  throw new ConfigError(`SERVICE_DECK_INSPECT: "${mode}" is not one of off, log, stately`);
+}
+
+export interface CliOptions {
+  stateDir?: string;
+  uiHost?: string;
+  uiPort?: string;
+  apiPorts?: string;
+}
+
+export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process.env): Config {
+  const home = os.homedir();
+  const stateDir = path.resolve(options.stateDir ?? env.SERVICE_DECK_STATE_DIR ?? path.join(home, '.local', 'state', 'service-deck'));
+  const cacheDir = path.resolve(env.SERVICE_DECK_CACHE_DIR ?? path.join(env.XDG_CACHE_HOME ?? path.join(home, '.cache'), 'service-deck'));
+  const apiPortsText = options.apiPorts ?? env.SERVICE_DECK_API_PORTS;
+  const drain = Number(env.SERVICE_DECK_DRAIN_LIMIT_MS ?? 30_000);
+  if (!Number.isFinite(drain) || drain < 0) throw new ConfigError('SERVICE_DECK_DRAIN_LIMIT_MS must be a number of milliseconds');
+  return {
+    stateDir,
+    cacheDir,
+    uiHost: options.uiHost ?? env.SERVICE_DECK_UI_HOST ?? '127.0.0.1',
+    uiPort: parsePort(options.uiPort ?? env.SERVICE_DECK_UI_PORT ?? '8110', '--ui-port'),
+    apiPorts: apiPortsText ? parsePortRange(apiPortsText) : NATIVE_PORTS,
+    inspect: parseInspect(env.SERVICE_DECK_INSPECT),
+    inspectPort: parsePort(env.SERVICE_DECK_INSPECT_PORT ?? '8130', 'SERVICE_DECK_INSPECT_PORT'),
+    drainLimitMs: drain,
+    firstPassword: env.SERVICE_DECK_ADMIN_PASSWORD,
+    firstToken: env.SERVICE_DECK_API_TOKEN,
+    logLevel: env.SERVICE_DECK_LOG_LEVEL ?? 'info',
+    production: env.NODE_ENV === 'production',
+    env,
+  };
+}

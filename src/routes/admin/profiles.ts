@@ -1,0 +1,63 @@
+// CONTRACT section 4: profile CRUD with one zod schema per category and optimistic revisions.
+import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { profileInputSchema, profileUpdateSchema } from '../../store/profile.schema.js';
+import { ProfileError } from '../../store/profiles.js';
+import type { Service } from '../../system/service.js';
+import { adminAuth } from '../auth.js';
+import { errors } from '../errors.js';
+
+const idParams = z.strictObject({ id: z.string().min(1).max(100) });
+
+function mapProfileError(error: unknown): unknown {
+  if (!(error instanceof ProfileError)) return error;
+  switch (error.code) {
+    case 'not_found':
+      return errors.notFound('profile_not_found', error.message);
+    case 'stale_revision':
+      return errors.conflict('stale_revision', error.message);
+    case 'name_taken':
+      return errors.conflict('name_taken', error.message);
+    case 'category_change':
+      return errors.invalidValue('category', error.message);
+  }
+}
+
+export const adminProfileRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
+  const app = base.withTypeProvider<ZodTypeProvider>();
+  const { profiles, catalog } = service;
+  app.addHook('onRequest', adminAuth(service.sessions));
+  app.setErrorHandler((error, _request, _reply) => {
+    throw mapProfileError(error);
+  });
+
+  const existing = (id: string) => {
+    const profile = profiles.get(id);
+    if (!profile) throw errors.notFound('profile_not_found', `no profile with id ${id}`);
+    return profile;
+  };
+
+  app.get('/api/v1/profiles', async () => ({ profiles: await catalog.views() }));
+
+  app.get('/api/v1/profiles/:id', { schema: { params: idParams } }, async (request) => catalog.view(existing(request.params.id)));
+
+  app.post('/api/v1/profiles', { schema: { body: profileInputSchema } }, async (request, reply) => {
+    const profile = await profiles.create(request.body);
+    return reply.code(201).send(await catalog.view(profile));
+  });
+
+  app.put('/api/v1/profiles/:id', { schema: { params: idParams, body: profileUpdateSchema } }, async (request) => {
+    const { revision, name, category, params, prompt_enhancer } = request.body;
+    const input = { name, category, params, ...(prompt_enhancer ? { prompt_enhancer } : {}) } as z.output<typeof profileInputSchema>;
+    if (request.body.id !== undefined && request.body.id !== request.params.id) {
+      throw errors.invalidValue('id', `the body's id ${request.body.id} differs from the path's ${request.params.id}`);
+    }
+    return catalog.view(await profiles.update(request.params.id, revision, input));
+  });
+
+  app.delete('/api/v1/profiles/:id', { schema: { params: idParams } }, async (request, reply) => {
+    await profiles.delete(request.params.id);
+    return reply.code(204).send();
+  });
+};

@@ -1,0 +1,55 @@
+// CONTRACT section 3: login, logout and token rotation on the admin listener.
+import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { Service } from '../../system/service.js';
+import { SESSION_COOKIE, SESSION_TTL_MS } from '../../system/sessions.js';
+import { adminAuth, requireAdminHeader, sessionFromCookie } from '../auth.js';
+import { errors } from '../errors.js';
+
+export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
+  const app = base.withTypeProvider<ZodTypeProvider>();
+  const { sessions, secrets } = service;
+
+  app.post(
+    '/api/v1/session',
+    { schema: { body: z.strictObject({ password: z.string().max(1024) }) }, onRequest: async (request) => requireAdminHeader(request) },
+    async (request, reply) => {
+      const blockedFor = sessions.loginBlockedFor(request.ip);
+      if (blockedFor > 0) throw errors.tooManyRequests('too_many_attempts', 'Too many wrong passwords: wait and try again.', blockedFor);
+      await secrets.refresh();
+      if (!secrets.hasPassword) {
+        throw errors.passwordNotSet();
+      }
+      if (!(await secrets.passwordMatches(request.body.password))) {
+        sessions.loginFailed(request.ip);
+        throw errors.wrongPassword();
+      }
+      sessions.loginSucceeded(request.ip);
+      sessions.delete(sessionFromCookie(request, sessions)?.id);
+      const session = sessions.create();
+      reply.setCookie(SESSION_COOKIE, session.id, {
+        httpOnly: true,
+        sameSite: 'strict',
+        path: '/',
+        signed: true,
+        maxAge: SESSION_TTL_MS / 1000,
+      });
+      return { csrfToken: session.csrfToken };
+    },
+  );
+
+  const guarded = { onRequest: adminAuth(sessions) };
+
+  app.delete('/api/v1/session', guarded, async (request, reply) => {
+    sessions.delete(request.adminSession?.id);
+    reply.clearCookie(SESSION_COOKIE, { path: '/' });
+    return reply.code(204).send();
+  });
+
+  app.post('/api/v1/token/rotate', { ...guarded, schema: { body: z.strictObject({}).optional() } }, async () => {
+    const token = await secrets.rotateToken();
+    service.log.info('API token rotated');
+    return { token };
+  });
+};

@@ -1,0 +1,57 @@
+// Authentication (spec section 5, CONTRACT section 3). The inference listener accepts only the
+// bearer token, compared in constant time and re-read when rotated; it never looks at cookies.
+// The admin listener accepts only its session cookie with `X-Service-Deck: 1` and, on every
+// state-changing call, the session's CSRF token; it never looks at the bearer token.
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { SecretStore } from '../store/secrets.js';
+import { SESSION_COOKIE, SessionStore, type Session } from '../system/sessions.js';
+import { errors } from './errors.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    adminSession?: Session;
+  }
+}
+
+const BEARER = /^Bearer\s+(\S+)\s*$/i;
+
+export function bearerAuth(secrets: SecretStore) {
+  return async (request: FastifyRequest): Promise<void> => {
+    const match = BEARER.exec(request.headers.authorization ?? '');
+    if (!match?.[1]) throw errors.invalidApiKey();
+    await secrets.refresh();
+    if (!secrets.tokenMatches(match[1])) throw errors.invalidApiKey('Invalid API token.');
+  };
+}
+
+const STATE_CHANGING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/** Reads the signed session cookie; undefined when absent, forged or expired. */
+export function sessionFromCookie(request: FastifyRequest, sessions: SessionStore): Session | undefined {
+  const raw = request.cookies[SESSION_COOKIE];
+  if (!raw) return undefined;
+  const unsigned = request.unsignCookie(raw);
+  return unsigned.valid && unsigned.value ? sessions.get(unsigned.value) : undefined;
+}
+
+export function requireAdminHeader(request: FastifyRequest): void {
+  if (request.headers['x-service-deck'] !== '1') {
+    throw errors.forbidden('header_required', 'Admin API calls need the header X-Service-Deck: 1.');
+  }
+}
+
+/** The guard of every /api/v1 route except the login itself. */
+export function adminAuth(sessions: SessionStore) {
+  return async (request: FastifyRequest, _reply: FastifyReply): Promise<void> => {
+    requireAdminHeader(request);
+    const session = sessionFromCookie(request, sessions);
+    if (!session) throw errors.notLoggedIn();
+    if (STATE_CHANGING.has(request.method)) {
+      const presented = request.headers['x-csrf-token'];
+      if (!SessionStore.csrfMatches(session, typeof presented === 'string' ? presented : undefined)) {
+        throw errors.forbidden('csrf_failed', 'Missing or wrong X-CSRF-Token: use the csrfToken from the login reply.');
+      }
+    }
+    request.adminSession = session;
+  };
+}

@@ -1,0 +1,13 @@
+// A request's own AbortSignal that fires only when the client goes away before its answer is
+// complete. (Fastify's `request.signal` also fires once a request body has been read on Node 20,
+// which is not a disconnect.)
+import type { FastifyReply } from 'fastify';
+
+export function clientGone(reply: FastifyReply): AbortSignal {
+  const controller = new AbortController();
+  const response = reply.raw;
+  response.once('close', () => {
+    if (!response.writableFinished) controller.abort(new Error('the client went away'));
+  });
+  return controller.signal;
+}

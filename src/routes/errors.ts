@@ -1,0 +1,136 @@
+// CONTRACT section 5: every error on both listeners has the OpenAI body
+// { error: { message, type, param, code } }. Routes throw ApiError; one handler per listener renders
+// it, and also renders Fastify's own errors (body too large, bad JSON, wrong media type) and zod
+// validation failures in the same shape.
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+
+export type ErrorType =
+  | 'invalid_request_error'
+  | 'authentication_error'
+  | 'permission_error'
+  | 'conflict'
+  | 'rate_limit_error'
+  | 'server_error';
+
+export interface ErrorBody {
+  error: { message: string; type: ErrorType; param: string | null; code: string | null };
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly statusCode: number,
+    readonly type: ErrorType,
+    readonly code: string | null,
+    message: string,
+    readonly param: string | null = null,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+
+  body(): ErrorBody {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+}
+
+export const errors = {
+  invalidValue: (param: string | null, message: string) => new ApiError(400, 'invalid_request_error', 'invalid_value', message, param),
+  unknownParameter: (param: string) =>
+    new ApiError(400, 'invalid_request_error', 'unknown_parameter', `Unknown parameter: '${param}'.`, param),
+  invalidApiKey: (message = 'Missing or invalid bearer token in the Authorization header.') =>
+    new ApiError(401, 'authentication_error', 'invalid_api_key', message, null, { 'www-authenticate': 'Bearer' }),
+  notLoggedIn: () => new ApiError(401, 'authentication_error', 'session_required', 'Log in first: no valid admin session.'),
+  passwordNotSet: () =>
+    new ApiError(401, 'authentication_error', 'password_not_set', 'No operator password is set: run `service-deck set-password` on the host.'),
+  wrongPassword: () => new ApiError(401, 'authentication_error', 'invalid_password', 'Wrong password.'),
+  forbidden: (code: string, message: string) => new ApiError(403, 'permission_error', code, message),
+  notFound: (code: string, message: string) => new ApiError(404, 'invalid_request_error', code, message),
+  modelNotFound: (model: string) =>
+    new ApiError(404, 'invalid_request_error', 'model_not_found', `The model '${model}' does not exist or is not published.`, 'model'),
+  conflict: (code: string, message: string) => new ApiError(409, 'conflict', code, message),
+  tooLarge: (message: string) => new ApiError(413, 'invalid_request_error', 'payload_too_large', message),
+  chunked: () =>
+    new ApiError(400, 'invalid_request_error', 'chunked_upload', 'Chunked request bodies are not accepted: send Content-Length.'),
+  mediaType: (message: string) => new ApiError(415, 'invalid_request_error', 'unsupported_media_type', message),
+  tooManyRequests: (code: string, message: string, retryAfterSeconds: number) =>
+    new ApiError(429, 'rate_limit_error', code, message, null, { 'retry-after': String(retryAfterSeconds) }),
+  unavailable: (code: string, message: string) => new ApiError(503, 'server_error', code, message),
+  internal: () => new ApiError(500, 'server_error', 'internal_error', 'The server failed to answer; see its log.'),
+} as const;
+
+interface ZodIssueLike {
+  code?: string;
+  keyword?: string;
+  path?: PropertyKey[];
+  instancePath?: string;
+  keys?: string[];
+  message?: string;
+  params?: { keys?: string[] };
+}
+
+/** Dotted path of a zod issue: messages.0.content. */
+function issuePath(issue: ZodIssueLike, prefix: string): string | null {
+  const parts = issue.path ?? (issue.instancePath ? issue.instancePath.split('/').filter(Boolean) : []);
+  const joined = parts.map(String).join('.');
+  return joined || (prefix === 'body' ? null : prefix);
+}
+
+/** Turns the first validation issue into the contract's 400: unknown_parameter or invalid_value. */
+export function validationError(issues: ZodIssueLike[], prefix = 'body'): ApiError {
+  const first = issues[0];
+  if (!first) return errors.invalidValue(null, 'Invalid request.');
+  const at = issuePath(first, prefix);
+  const unknownKey = first.keys?.[0] ?? first.params?.keys?.[0];
+  if ((first.code ?? first.keyword) === 'unrecognized_keys' && unknownKey) {
+    const key = at ? `${at}.${unknownKey}` : unknownKey;
+    return errors.unknownParameter(key);
+  }
+  return errors.invalidValue(at, `Invalid value${at ? ` for '${at}'` : ''}: ${first.message ?? 'not accepted'}.`);
+}
+
+const invalidJson = (detail: string) =>
+  new ApiError(400, 'invalid_request_error', 'invalid_json', `The request body is not valid JSON: ${detail}`);
+
+/** Maps any thrown error to an ApiError. Unknown errors become a 500 whose details stay in the log. */
+export function toApiError(error: unknown): ApiError {
+  if (error instanceof ApiError) return error;
+  const fe = error as FastifyError & { validationContext?: string };
+  if (hasZodFastifySchemaValidationErrors(fe)) {
+    return validationError(fe.validation as unknown as ZodIssueLike[], fe.validationContext ?? 'body');
+  }
+  switch (fe.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return errors.tooLarge('The request body is larger than the 1 MiB limit.');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return errors.mediaType('Unsupported Content-Type: send application/json.');
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return errors.invalidValue(null, 'The JSON body is empty.');
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return errors.invalidValue(null, `Invalid request body: ${fe.message}`);
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return invalidJson(fe.message);
+  }
+  if (fe instanceof SyntaxError || fe.statusCode === 400) return invalidJson(fe.message);
+  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    return new ApiError(fe.statusCode, 'invalid_request_error', fe.code ?? null, fe.message);
+  }
+  return errors.internal();
+}
+
+export function sendError(reply: FastifyReply, error: ApiError): FastifyReply {
+  return reply.code(error.statusCode).headers(error.headers).type('application/json; charset=utf-8').send(error.body());
+}
+
+/** The one error handler and not-found handler of a listener. */
+export function installErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((error: unknown, request: FastifyRequest, reply: FastifyReply) => {
+    const apiError = toApiError(error);
+    if (apiError.statusCode >= 500) request.log.error({ err: error }, 'request failed');
+    return sendError(reply, apiError);
+  });
+  app.setNotFoundHandler((request, reply) =>
+    sendError(reply, errors.notFound('unknown_route', `Unknown route: ${request.method} ${request.url.split('?')[0] ?? ''}`)),
+  );
+}

@@ -1,0 +1,52 @@
+// `endpoint.json` (spec 2.3, CONTRACT section 2): the remembered started/stopped flag, the inference
+// listener's address and the published profile ids, in the order they were published.
+import path from 'node:path';
+import { z } from 'zod';
+import { readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './files.js';
+
+export const DEFAULT_INFERENCE_HOST = '127.0.0.1';
+export const DEFAULT_INFERENCE_PORT = 8120;
+
+export const endpointRecordSchema = z.looseObject({
+  running: z.boolean(),
+  port: z.number().int().min(1).max(65535),
+  host: z.string().min(1).default(DEFAULT_INFERENCE_HOST),
+  published: z.array(z.string()).default([]),
+});
+export type EndpointRecord = z.output<typeof endpointRecordSchema>;
+
+export class EndpointStore {
+  readonly file: string;
+  #record: EndpointRecord;
+  readonly #writes = new WriteQueue();
+
+  private constructor(file: string, record: EndpointRecord) {
+    this.file = file;
+    this.#record = record;
+  }
+
+  static async open(dir: string): Promise<EndpointStore> {
+    const file = path.join(dir, 'endpoint.json');
+    const raw = await readJsonFile(file);
+    if (raw === undefined) {
+      return new EndpointStore(file, { running: false, port: DEFAULT_INFERENCE_PORT, host: DEFAULT_INFERENCE_HOST, published: [] });
+    }
+    const parsed = endpointRecordSchema.safeParse(raw);
+    if (!parsed.success) throw new StateFileError(file, `has unexpected content: ${z.prettifyError(parsed.error)}`);
+    return new EndpointStore(file, parsed.data);
+  }
+
+  get record(): Readonly<EndpointRecord> {
+    return this.#record;
+  }
+
+  /** Writes the merged record atomically; the in-memory copy changes only after the write succeeded. */
+  update(patch: Partial<EndpointRecord>): Promise<EndpointRecord> {
+    return this.#writes.run(async () => {
+      const next = { ...this.#record, ...patch };
+      await writeJsonAtomic(this.file, next);
+      this.#record = next;
+      return next;
+    });
+  }
+}

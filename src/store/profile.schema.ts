@@ -1,0 +1,150 @@
+// Profiles (spec 2.1, CONTRACT section 4): one zod schema per category for the stored parameters,
+// the bodies the admin API accepts, and the record kept in `profiles/<id>.json`.
+import { z } from 'zod';
+
+export const CATEGORIES = ['chat', 'image', 'tts', 'stt'] as const;
+export type Category = (typeof CATEGORIES)[number];
+
+/** The fixed alias of the published image profile (spec 2.2); no profile may take this name. */
+export const IMAGE_ALIAS = 'service-image';
+
+const filePath = z.string().min(1).max(4096).refine((p) => !p.includes('\0'), 'must not contain NUL');
+
+export const samplingSchema = z
+  .strictObject({
+    temperature: z.number().min(0).max(5).optional(),
+    top_p: z.number().min(0).max(1).optional(),
+    top_k: z.number().int().min(0).max(1000).optional(),
+    min_p: z.number().min(0).max(1).optional(),
+    repeat_penalty: z.number().min(0).max(5).optional(),
+    max_tokens: z.number().int().min(1).max(1_048_576).optional(),
+  })
+  .default({});
+
+export const chatParamsSchema = z.strictObject({
+  model: filePath,
+  context: z.number().int().min(256).max(1_048_576).default(8192),
+  slots: z.number().int().min(1).max(64).default(1),
+  gpuSplit: z.array(z.number().min(0)).min(1).max(16).nullable().default(null),
+  gpuLayers: z.number().int().min(0).max(100_000).nullable().default(null),
+  sampling: samplingSchema,
+});
+
+export const imageParamsSchema = z.strictObject({
+  backend: z.literal('sd-cli').default('sd-cli'),
+  model: filePath,
+  files: z
+    .strictObject({ vae: filePath.optional(), llm: filePath.optional(), clip_l: filePath.optional(), t5xxl: filePath.optional() })
+    .default({}),
+  width: z.number().int().min(64).max(4096).multipleOf(8).default(1024),
+  height: z.number().int().min(64).max(4096).multipleOf(8).default(1024),
+  steps: z.number().int().min(1).max(200).default(20),
+  guidance: z.number().min(0).max(50).default(3.5),
+  cfgScale: z.number().min(0).max(50).default(1.0),
+  seed: z.number().int().min(-1).max(2 ** 32 - 1).default(42),
+  referenceImages: z.number().int().min(0).max(4).default(0),
+});
+
+const gpuDevice = z.union([z.literal('cpu'), z.string().regex(/^GPU-[A-Za-z0-9-]+$/, 'a GPU UUID such as GPU-1234…')]);
+
+export const ttsParamsSchema = z
+  .strictObject({
+    backend: z.enum(['espeak-ng', 'openai-server']).default('espeak-ng'),
+    voice: z.string().min(1).max(100).optional(),
+    speed: z.number().min(0.25).max(4).default(1.0),
+    device: gpuDevice.default('cpu'),
+    memoryMiB: z.number().int().min(0).max(1_048_576).optional(),
+    /** openai-server: the command line that starts an OpenAI-compatible speech server. */
+    command: z.array(z.string().min(1)).min(1).optional(),
+  })
+  .superRefine((p, ctx) => {
+    if (p.backend === 'openai-server' && p.command === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['command'], message: 'the openai-server backend needs a command line' });
+    }
+  })
+  .transform((p) => ({ ...p, memoryMiB: p.memoryMiB ?? (p.device === 'cpu' ? 0 : 7168) }));
+
+export const sttParamsSchema = z
+  .strictObject({
+    backend: z.enum(['pocketsphinx', 'whisper.cpp']).default('pocketsphinx'),
+    model: filePath.optional(),
+    threads: z.number().int().min(1).max(256).default(2),
+  })
+  .superRefine((p, ctx) => {
+    if (p.backend === 'whisper.cpp' && p.model === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['model'], message: 'the whisper.cpp backend needs a model path' });
+    }
+  });
+
+export const promptEnhancerSchema = z.strictObject({
+  t2i: z.string().min(1).max(200).nullable().default(null),
+  i2i: z.string().min(1).max(200).nullable().default(null),
+  device: z.string().min(1).max(100).default('auto'),
+});
+
+export const paramsSchemas = {
+  chat: chatParamsSchema,
+  image: imageParamsSchema,
+  tts: ttsParamsSchema,
+  stt: sttParamsSchema,
+} as const;
+
+export type ChatParams = z.output<typeof chatParamsSchema>;
+export type ImageParams = z.output<typeof imageParamsSchema>;
+export type TtsParams = z.output<typeof ttsParamsSchema>;
+export type SttParams = z.output<typeof sttParamsSchema>;
+export type PromptEnhancer = z.output<typeof promptEnhancerSchema>;
+
+export const profileNameSchema = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/, 'letters, digits and . _ : / - (1 to 128 characters, starting with a letter or digit)')
+  .refine((n) => n !== IMAGE_ALIAS, `"${IMAGE_ALIAS}" is the fixed image alias and cannot be a profile name`);
+
+const common = {
+  name: profileNameSchema,
+  prompt_enhancer: promptEnhancerSchema.optional(),
+};
+
+/** What the operator writes; `params` is checked against its category's schema. */
+export const profileInputSchema = z.discriminatedUnion('category', [
+  z.strictObject({ ...common, category: z.literal('chat'), params: chatParamsSchema }),
+  z.strictObject({ ...common, category: z.literal('image'), params: imageParamsSchema }),
+  z.strictObject({ ...common, category: z.literal('tts'), params: ttsParamsSchema }),
+  z.strictObject({ ...common, category: z.literal('stt'), params: sttParamsSchema }),
+]);
+export type ProfileInput = z.output<typeof profileInputSchema>;
+
+/** Read-only fields a client may send back unchanged in a PUT; they are ignored. */
+const readOnly = {
+  id: z.string().optional(),
+  published: z.boolean().optional(),
+  executable: z.boolean().optional(),
+  blockers: z.array(z.string()).optional(),
+  created_at: z.string().optional(),
+  updated_at: z.string().optional(),
+};
+const revision = z.number().int().min(1);
+
+export const profileUpdateSchema = z.discriminatedUnion('category', [
+  z.strictObject({ ...common, ...readOnly, revision, category: z.literal('chat'), params: chatParamsSchema }),
+  z.strictObject({ ...common, ...readOnly, revision, category: z.literal('image'), params: imageParamsSchema }),
+  z.strictObject({ ...common, ...readOnly, revision, category: z.literal('tts'), params: ttsParamsSchema }),
+  z.strictObject({ ...common, ...readOnly, revision, category: z.literal('stt'), params: sttParamsSchema }),
+]);
+
+export const profileIdSchema = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/);
+
+/** The record in `profiles/<id>.json`. */
+export const storedProfileSchema = z.intersection(
+  z.object({
+    id: profileIdSchema,
+    revision,
+    created_at: z.string(),
+    updated_at: z.string(),
+  }),
+  profileInputSchema,
+);
+export type StoredProfile = z.output<typeof storedProfileSchema>;
+
+/** What the admin API shows: the stored record plus the computed, read-only fields. */
+export type ProfileView = StoredProfile & { published: boolean; executable: boolean; blockers: string[] };

@@ -1,0 +1,172 @@
+// `secrets.json` (CONTRACT sections 1-3, spec section 5): the operator password as a scrypt hash,
+// the API token as a SHA-256 hash, and the key that signs session cookies. No secret is stored in
+// plain text. The file is re-read when another process (`service-deck rotate-token`) replaced it,
+// so a rotation takes effect for the next request.
+import { createHash, randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { z } from 'zod';
+import { fileStamp, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './files.js';
+
+const scryptAsync = promisify(scrypt) as (
+  password: string,
+  salt: Buffer,
+  keylen: number,
+  options: { N: number; r: number; p: number; maxmem: number },
+) => Promise<Buffer>;
+
+const SCRYPT = { N: 2 ** 15, r: 8, p: 1, keylen: 32 } as const;
+const SCRYPT_MAXMEM = 128 * SCRYPT.N * SCRYPT.r * 2;
+export const MIN_PASSWORD_LENGTH = 8;
+const TOKEN_PREFIX = 'sd-';
+
+const secretsSchema = z.looseObject({
+  passwordHash: z.string().regex(/^scrypt\$\d+\$\d+\$\d+\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+$/).nullable(),
+  tokenHash: z.string().regex(/^[0-9a-f]{64}$/).nullable(),
+  sessionKey: z.string().min(32),
+});
+type Secrets = z.output<typeof secretsSchema>;
+
+export function sha256(text: string): Buffer {
+  return createHash('sha256').update(text, 'utf8').digest();
+}
+
+export async function hashPassword(password: string): Promise<string> {
+  const salt = randomBytes(16);
+  const hash = await scryptAsync(password, salt, SCRYPT.keylen, { N: SCRYPT.N, r: SCRYPT.r, p: SCRYPT.p, maxmem: SCRYPT_MAXMEM });
+  return ['scrypt', SCRYPT.N, SCRYPT.r, SCRYPT.p, salt.toString('base64'), hash.toString('base64')].join('$');
+}
+
+export async function verifyPassword(password: string, stored: string): Promise<boolean> {
+  const [, n, r, p, salt, hash] = stored.split('$');
+  if (!n || !r || !p || !salt || !hash) return false;
+  const expected = Buffer.from(hash, 'base64');
+  const actual = await scryptAsync(password, Buffer.from(salt, 'base64'), expected.length, {
+    N: Number(n),
+    r: Number(r),
+    p: Number(p),
+    maxmem: 128 * Number(n) * Number(r) * 2,
+  });
+  return timingSafeEqual(actual, expected);
+}
+
+export function newApiToken(): string {
+  return TOKEN_PREFIX + randomBytes(32).toString('base64url');
+}
+
+/** A readable random password for unattended set-ups (the demo prints it once). */
+export function randomPassword(): string {
+  return randomBytes(12).toString('base64url');
+}
+
+export class SecretStore {
+  readonly file: string;
+  #secrets: Secrets;
+  #stamp: string | undefined;
+  readonly #writes = new WriteQueue();
+
+  private constructor(file: string, secrets: Secrets, stamp: string | undefined) {
+    this.file = file;
+    this.#secrets = secrets;
+    this.#stamp = stamp;
+  }
+
+  static async #read(file: string): Promise<Secrets | undefined> {
+    const raw = await readJsonFile(file);
+    if (raw === undefined) return undefined;
+    const parsed = secretsSchema.safeParse(raw);
+    if (!parsed.success) throw new StateFileError(file, `has unexpected content: ${z.prettifyError(parsed.error)}`);
+    return parsed.data;
+  }
+
+  /**
+   * Opens `secrets.json`; on first start the given password and token (from the environment)
+   * become the stored ones. Returns the store and, when a token was generated here, that token
+   * (to be shown once).
+   */
+  static async open(dir: string, first: { password?: string; token?: string; generateToken?: boolean } = {}): Promise<{
+    store: SecretStore;
+    generatedToken?: string;
+  }> {
+    const file = path.join(dir, 'secrets.json');
+    const existing = await SecretStore.#read(file);
+    const secrets: Secrets = existing ?? { passwordHash: null, tokenHash: null, sessionKey: randomBytes(32).toString('base64url') };
+    let changed = existing === undefined;
+    let generatedToken: string | undefined;
+    if (secrets.passwordHash === null && first.password !== undefined && first.password !== '') {
+      if (first.password.length < MIN_PASSWORD_LENGTH) {
+        throw new Error(`SERVICE_DECK_ADMIN_PASSWORD must have at least ${MIN_PASSWORD_LENGTH} characters`);
+      }
+      secrets.passwordHash = await hashPassword(first.password);
+      changed = true;
+    }
+    if (secrets.tokenHash === null) {
+      let token = first.token;
+      if ((token === undefined || token === '') && first.generateToken) token = generatedToken = newApiToken();
+      if (token !== undefined && token !== '') {
+        secrets.tokenHash = sha256(token).toString('hex');
+        changed = true;
+      }
+    }
+    if (changed) await writeJsonAtomic(file, secrets);
+    const store = new SecretStore(file, secrets, await fileStamp(file));
+    return generatedToken === undefined ? { store } : { store, generatedToken };
+  }
+
+  /** Picks up a replacement written by another process (the CLI); a damaged file keeps the last good one. */
+  async refresh(): Promise<void> {
+    const stamp = await fileStamp(this.file);
+    if (stamp === this.#stamp) return;
+    const next = await SecretStore.#read(this.file);
+    if (next === undefined) return;
+    this.#secrets = next;
+    this.#stamp = stamp;
+  }
+
+  get hasPassword(): boolean {
+    return this.#secrets.passwordHash !== null;
+  }
+
+  get hasToken(): boolean {
+    return this.#secrets.tokenHash !== null;
+  }
+
+  get sessionKey(): string {
+    return this.#secrets.sessionKey;
+  }
+
+  /** Constant-time check of a presented bearer token against the stored SHA-256 hash. */
+  tokenMatches(presented: string): boolean {
+    const stored = this.#secrets.tokenHash;
+    if (stored === null) return false;
+    return timingSafeEqual(sha256(presented), Buffer.from(stored, 'hex'));
+  }
+
+  async passwordMatches(password: string): Promise<boolean> {
+    const stored = this.#secrets.passwordHash;
+    if (stored === null) return false;
+    return verifyPassword(password, stored);
+  }
+
+  #save(patch: Partial<Secrets>): Promise<void> {
+    return this.#writes.run(async () => {
+      await this.refresh();
+      const next = { ...this.#secrets, ...patch };
+      await writeJsonAtomic(this.file, next);
+      this.#secrets = next;
+      this.#stamp = await fileStamp(this.file);
+    });
+  }
+
+  async setPassword(password: string): Promise<void> {
+    if (password.length < MIN_PASSWORD_LENGTH) throw new Error(`the password needs at least ${MIN_PASSWORD_LENGTH} characters`);
+    await this.#save({ passwordHash: await hashPassword(password) });
+  }
+
+  /** Issues a new API token; only its hash is kept. The old token stops working at once. */
+  async rotateToken(): Promise<string> {
+    const token = newApiToken();
+    await this.#save({ tokenHash: sha256(token).toString('hex') });
+    return token;
+  }
+}

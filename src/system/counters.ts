@@ -1,0 +1,27 @@
+// Request counters of the inference listener (CONTRACT section 6: requests, errors, rejected,
+// by_route). `rejected` counts refusals (4xx: bad request, auth, queue full, profile changed),
+// `errors` counts failures (5xx).
+export interface CounterSnapshot {
+  requests: number;
+  errors: number;
+  rejected: number;
+  by_route: Record<string, number>;
+}
+
+export class Counters {
+  #requests = 0;
+  #errors = 0;
+  #rejected = 0;
+  readonly #byRoute = new Map<string, number>();
+
+  record(route: string, status: number): void {
+    this.#requests += 1;
+    if (status >= 500) this.#errors += 1;
+    else if (status >= 400) this.#rejected += 1;
+    this.#byRoute.set(route, (this.#byRoute.get(route) ?? 0) + 1);
+  }
+
+  snapshot(): CounterSnapshot {
+    return { requests: this.#requests, errors: this.#errors, rejected: this.#rejected, by_route: Object.fromEntries(this.#byRoute) };
+  }
+}

@@ -1,0 +1,68 @@
+// The one pino logger. Access lines carry method, route, status, duration and request id; nothing
+// logs a header, a body, a query string, a token, a cookie, a password, a prompt or an answer.
+// The redaction below is a second line of defence for anything that is logged by mistake.
+import pino, { type DestinationStream, type Logger } from 'pino';
+
+/** Field names whose values never reach a log or the inspector. */
+export const SENSITIVE_KEYS = new Set([
+  'authorization',
+  'cookie',
+  'set-cookie',
+  'x-csrf-token',
+  'password',
+  'token',
+  'apikey',
+  'api_key',
+  'secret',
+  'sessionkey',
+  'csrftoken',
+  'prompt',
+  'messages',
+  'input',
+  'content',
+  'text',
+  'answer',
+  'choices',
+  'delta',
+  'audio',
+  'image',
+  'images',
+  'file',
+  'b64_json',
+  'body',
+  'payload',
+]);
+
+const REDACT_PATHS = [...SENSITIVE_KEYS].flatMap((key) =>
+  /^[a-z_]+$/.test(key) ? [key, `*.${key}`, `req.headers.${key}`] : [`headers["${key}"]`, `req.headers["${key}"]`],
+);
+
+export function createLogger(options: { level: string; destination?: DestinationStream }): Logger {
+  return pino(
+    {
+      level: options.level,
+      base: { service: 'service-deck' },
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+    },
+    options.destination ?? pino.destination({ fd: 1, sync: false }),
+  );
+}
+
+export type { Logger };
+
+/** A copy of `value` with every sensitive field, binary and long text replaced: safe to log or inspect. */
+export function sanitize(value: unknown, depth = 0): unknown {
+  if (value === null || typeof value === 'number' || typeof value === 'boolean' || value === undefined) return value;
+  if (typeof value === 'string') return value.length > 200 ? `${value.slice(0, 200)}…[${value.length} chars]` : value;
+  if (typeof value === 'function' || typeof value === 'symbol' || typeof value === 'bigint') return `[${typeof value}]`;
+  if (depth > 6) return '[depth]';
+  if (Buffer.isBuffer(value) || ArrayBuffer.isView(value) || value instanceof ArrayBuffer) return `[binary ${(value as ArrayBuffer).byteLength} bytes]`;
+  if (Array.isArray(value)) return value.slice(0, 50).map((item) => sanitize(item, depth + 1));
+  if (value instanceof Error) return { name: value.name, message: sanitize(value.message) };
+  if (typeof (value as { getSnapshot?: unknown }).getSnapshot === 'function') return `[actor ${(value as { id?: string }).id ?? ''}]`;
+  const out: Record<string, unknown> = {};
+  for (const [key, inner] of Object.entries(value as Record<string, unknown>)) {
+    out[key] = SENSITIVE_KEYS.has(key.toLowerCase()) ? '[redacted]' : sanitize(inner, depth + 1);
+  }
+  return out;
+}
