@@ -36,6 +36,8 @@ export interface Service {
   workers: WorkerHooks;
   listener: ListenerActor;
   inspection: Inspection;
+  /** The admin listener's app (tests drive it with `inject`). */
+  adminApp(): App | undefined;
   /** Whether the inference listener takes new requests (the listener machine's `accepting` tag). */
   accepting(): boolean;
   /** The address the admin listener is bound to, once it listens. */
@@ -185,6 +187,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     workers,
     listener,
     inspection,
+    adminApp: () => admin,
     accepting: () => listener.getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => {
       const address = admin?.server.address();

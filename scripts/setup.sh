@@ -1,0 +1,17 @@
+#!/bin/sh
+# Installs what this checkout lacks, then builds. Every README command runs it first, so a fresh
+# clone needs nothing but Node 20 and npm. Safe to run again: each step is skipped when done.
+set -eu
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# npm dependencies (no install scripts are needed: npm here blocks them unless approved).
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  say "installing npm dependencies (npm ci)"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+# The service itself: TypeScript to dist/.
+say "building (tsc)"
+npx --no-install tsc -p tsconfig.build.json

@@ -1,0 +1,113 @@
+// The `build(t)` helper: a real service on loopback with a private state directory, a captured
+// log, a logged-in admin session and a bearer token; everything closes when the test ends.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import type { Test } from 'tap';
+import { loadConfig, type Config } from '../../src/config.js';
+import { createLogger } from '../../src/system/log.js';
+import { startService, type Service } from '../../src/system/service.js';
+
+export const PASSWORD = 'correct horse battery';
+export const TOKEN = 'sd-test-token-0123456789';
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+export async function tempDir(t: Test, prefix = 'sd-test-'): Promise<string> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+export interface Built {
+  service: Service;
+  config: Config;
+  stateDir: string;
+  logLines: string[];
+  /** Requests against the admin listener with `X-Service-Deck: 1`, the session cookie and CSRF token. */
+  admin(method: string, url: string, body?: unknown, headers?: Record<string, string>): Promise<Response>;
+  /** Requests against the inference listener with the bearer token. */
+  api(method: string, url: string, body?: unknown, headers?: Record<string, string>): Promise<Response>;
+  adminUrl: string;
+  apiUrl(): string;
+  login(): Promise<void>;
+  startEndpoint(): Promise<void>;
+}
+
+export interface BuildOptions {
+  env?: NodeJS.ProcessEnv;
+  stateDir?: string;
+  login?: boolean;
+}
+
+export async function build(t: Test, options: BuildOptions = {}): Promise<Built> {
+  const stateDir = options.stateDir ?? (await tempDir(t));
+  const logLines: string[] = [];
+  const log = createLogger({ level: 'debug', destination: { write: (line: string) => void logLines.push(line) } });
+  const apiPort = await freePort();
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    SERVICE_DECK_ADMIN_PASSWORD: PASSWORD,
+    SERVICE_DECK_API_TOKEN: TOKEN,
+    SERVICE_DECK_CACHE_DIR: path.join(stateDir, 'cache'),
+    ...options.env,
+  };
+  const config = loadConfig({ stateDir }, env);
+  const { service } = await startService(config, { log, adminPort: 0 });
+  t.teardown(() => service.shutdown());
+  const adminUrl = `http://127.0.0.1:${service.adminAddress()?.port}`;
+  let cookie = '';
+  let csrf = '';
+
+  const request = async (base: string, method: string, url: string, body: unknown, headers: Record<string, string>) => {
+    const init: RequestInit = { method, headers: { ...headers } };
+    if (body !== undefined) {
+      (init.headers as Record<string, string>)['content-type'] ??= 'application/json';
+      init.body = typeof body === 'string' || body instanceof Uint8Array ? (body as string) : JSON.stringify(body);
+    }
+    return fetch(`${base}${url}`, init);
+  };
+
+  const built: Built = {
+    service,
+    config,
+    stateDir,
+    logLines,
+    adminUrl,
+    apiUrl: () => `http://127.0.0.1:${service.inferenceAddress()?.port ?? apiPort}`,
+    admin: (method, url, body, headers = {}) =>
+      request(adminUrl, method, url, body, {
+        'x-service-deck': '1',
+        ...(cookie ? { cookie } : {}),
+        ...(csrf ? { 'x-csrf-token': csrf } : {}),
+        ...headers,
+      }),
+    api: (method, url, body, headers = {}) =>
+      request(built.apiUrl(), method, url, body, { authorization: `Bearer ${TOKEN}`, ...headers }),
+    async login() {
+      const response = await request(adminUrl, 'POST', '/api/v1/session', { password: PASSWORD }, { 'x-service-deck': '1' });
+      if (response.status !== 200) throw new Error(`login failed: ${response.status} ${await response.text()}`);
+      cookie = (response.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+      csrf = ((await response.json()) as { csrfToken: string }).csrfToken;
+    },
+    async startEndpoint() {
+      let response = await built.admin('POST', '/api/v1/endpoint/config', { port: apiPort });
+      if (response.status !== 200) throw new Error(`config failed: ${response.status} ${await response.text()}`);
+      response = await built.admin('POST', '/api/v1/endpoint/start', {});
+      if (response.status !== 200) throw new Error(`start failed: ${response.status} ${await response.text()}`);
+    },
+  };
+  if (options.login !== false) await built.login();
+  return built;
+}
