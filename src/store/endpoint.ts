@@ -40,6 +40,11 @@ export class EndpointStore {
     return this.#record;
   }
 
+  /** Resolves once every update queued so far is on disk (or has failed and been logged). */
+  flushed(): Promise<void> {
+    return this.#writes.idle();
+  }
+
   /** Writes the merged record atomically; the in-memory copy changes only after the write succeeded. */
   update(patch: Partial<EndpointRecord>): Promise<EndpointRecord> {
     return this.#writes.run(async () => {

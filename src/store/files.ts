@@ -98,6 +98,15 @@ export async function fileStamp(file: string): Promise<string | undefined> {
 export class WriteQueue {
   #tail: Promise<unknown> = Promise.resolve();
 
+  /** Resolves once every write queued so far has finished (successfully or not). */
+  async idle(): Promise<void> {
+    let tail;
+    do {
+      tail = this.#tail;
+      await tail;
+    } while (tail !== this.#tail);
+  }
+
   run<T>(work: () => Promise<T>): Promise<T> {
     const next = this.#tail.then(work, work);
     this.#tail = next.catch(() => undefined);

@@ -216,6 +216,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         log.error({ err: error }, 'the listener did not stop in time');
       });
       listener.stop();
+      await endpoint.flushed();
       await admin?.close();
       await inspection.close();
     },

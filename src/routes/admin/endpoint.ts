@@ -34,6 +34,8 @@ export const adminEndpointRoutes: FastifyPluginAsync<{ service: Service }> = asy
   async function command(event: Parameters<typeof ask>[2], timeoutMs: number, signal: AbortSignal) {
     const replied = await ask<typeof service.listener.logic, ListenerEmitted>(service.listener, 'endpoint.reply', event, { timeoutMs, signal });
     if (replied && !replied.outcome.ok) throw failure(replied.outcome);
+    // What the machine remembered is on disk before the operator hears that it happened.
+    await service.endpoint.flushed();
     return { done: replied !== undefined, status: await service.status() };
   }
 

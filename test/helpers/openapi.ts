@@ -1,0 +1,33 @@
+// Validates response bodies against OpenAI's official schema, ../shared/openai-openapi/openapi.json
+// (OpenAPI 3.1, so JSON Schema 2020-12). A missing schema file fails the test: it is never skipped.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Ajv2020Module from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+
+const Ajv2020 = Ajv2020Module as unknown as typeof Ajv2020Module.default;
+const addFormats = addFormatsModule as unknown as typeof addFormatsModule.default;
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const OPENAPI_FILE = path.resolve(here, '../../../shared/openai-openapi/openapi.json');
+
+let ajv: InstanceType<typeof Ajv2020> | undefined;
+
+function instance(): InstanceType<typeof Ajv2020> {
+  if (ajv) return ajv;
+  const document = JSON.parse(readFileSync(OPENAPI_FILE, 'utf8')) as Record<string, unknown>;
+  ajv = new Ajv2020({ strict: false, allErrors: true, validateSchema: false });
+  addFormats(ajv);
+  ajv.addFormat('unixtime', { type: 'number', validate: (n: number) => Number.isInteger(n) && n >= 0 });
+  ajv.addSchema({ ...document, $id: 'openai' });
+  return ajv;
+}
+
+/** Errors of `body` against components.schemas[name]; an empty array means valid. */
+export function openapiErrors(name: string, body: unknown): string[] {
+  const validate = instance().getSchema(`openai#/components/schemas/${name}`);
+  if (!validate) throw new Error(`no schema ${name} in ${OPENAPI_FILE}`);
+  if (validate(body)) return [];
+  return (validate.errors ?? []).map((e) => `${e.instancePath || '/'} ${e.message ?? ''} ${JSON.stringify(e.params)}`);
+}
