@@ -1,0 +1,115 @@
+// CONTRACT section 2: atomic writes, private modes, and damaged files reported by name.
+import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import t from 'tap';
+import { EndpointStore } from '../../src/store/endpoint.js';
+import { ensurePrivateDir, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from '../../src/store/files.js';
+import { normalisePublished } from '../../src/store/profiles.js';
+import { SecretStore } from '../../src/store/secrets.js';
+import { tempDir } from '../helpers/build.js';
+
+t.test('atomic writes leave 0600 files and no temp file behind', async (t) => {
+  const dir = await tempDir(t);
+  const file = path.join(dir, 'x.json');
+  await writeJsonAtomic(file, { a: 1 });
+  await writeJsonAtomic(file, { a: 2 });
+  t.same(JSON.parse(await readFile(file, 'utf8')), { a: 2 });
+  t.equal((await stat(file)).mode & 0o777, 0o600);
+  t.same(await readdir(dir), ['x.json'], 'no temp file is left');
+});
+
+t.test('a failed write leaves the old content and no temp file', async (t) => {
+  const dir = await tempDir(t);
+  const file = path.join(dir, 'x.json');
+  await writeJsonAtomic(file, { a: 1 });
+  await t.rejects(writeJsonAtomic(file, { big: 1n } as unknown));
+  t.same(JSON.parse(await readFile(file, 'utf8')), { a: 1 });
+  t.same(await readdir(dir), ['x.json']);
+});
+
+t.test('private folders are 0700, also when they existed with a wider mode', async (t) => {
+  const dir = await tempDir(t);
+  const inner = path.join(dir, 'a');
+  await mkdir(inner, { mode: 0o755 });
+  await ensurePrivateDir(inner);
+  t.equal((await stat(inner)).mode & 0o777, 0o700);
+});
+
+t.test('reading: missing is undefined; empty, truncated or unreadable files throw naming the file', async (t) => {
+  const dir = await tempDir(t);
+  t.equal(await readJsonFile(path.join(dir, 'none.json')), undefined);
+  for (const [name, text] of [
+    ['empty.json', ''],
+    ['half.json', '{"running": tr'],
+  ] as const) {
+    const file = path.join(dir, name);
+    await writeFile(file, text);
+    const error: unknown = await readJsonFile(file).catch((e: unknown) => e);
+    t.ok(error instanceof StateFileError && error.file === file && error.message.includes(file), `${name} is reported by name`);
+  }
+  const folder = path.join(dir, 'folder.json');
+  await mkdir(folder);
+  await t.rejects(readJsonFile(folder), /cannot be read/);
+});
+
+t.test('a valid JSON file with the wrong shape is refused, not replaced', async (t) => {
+  const dir = await tempDir(t);
+  await writeFile(path.join(dir, 'endpoint.json'), '{"running":"yes","port":8120}');
+  await t.rejects(EndpointStore.open(dir), /endpoint\.json: has unexpected content/);
+  await writeFile(path.join(dir, 'secrets.json'), '{"passwordHash":"plain text","tokenHash":null,"sessionKey":"short"}');
+  await t.rejects(SecretStore.open(dir), /secrets\.json: has unexpected content/);
+  t.equal(await readFile(path.join(dir, 'endpoint.json'), 'utf8'), '{"running":"yes","port":8120}');
+});
+
+t.test('the write queue keeps order, and idle() waits for everything queued', async (t) => {
+  const queue = new WriteQueue();
+  const order: number[] = [];
+  const slow = queue.run(async () => {
+    await new Promise((r) => setTimeout(r, 20));
+    order.push(1);
+  });
+  const failing = queue.run(async () => {
+    order.push(2);
+    throw new Error('boom');
+  });
+  void queue.run(async () => void order.push(3));
+  await queue.idle();
+  t.same(order, [1, 2, 3]);
+  await slow;
+  await t.rejects(failing, /boom/);
+});
+
+t.test('endpoint updates are merged and durable', async (t) => {
+  const dir = await tempDir(t);
+  const store = await EndpointStore.open(dir);
+  t.same(store.record, { running: false, port: 8120, host: '127.0.0.1', published: [] });
+  void store.update({ running: true });
+  void store.update({ port: 8121 });
+  await store.flushed();
+  t.same(JSON.parse(await readFile(path.join(dir, 'endpoint.json'), 'utf8')), { running: true, port: 8121, host: '127.0.0.1', published: [] });
+  t.same((await EndpointStore.open(dir)).record.port, 8121);
+});
+
+t.test('publication rules 2 and 3 on a saved list', async (t) => {
+  const categories: Record<string, 'chat' | 'image'> = { c1: 'chat', c2: 'chat', i1: 'image', i2: 'image' };
+  const categoryOf = (id: string) => categories[id];
+  t.same(normalisePublished(['i2', 'c1', 'i1', 'c2'], categoryOf), ['i2', 'c1', 'c2'], 'the first saved image id stays');
+  t.same(normalisePublished(['gone', 'c1', 'c1'], categoryOf), ['c1'], 'deleted and repeated ids leave');
+});
+
+t.test('secrets: scrypt password, SHA-256 token, constant-time checks', async (t) => {
+  const dir = await tempDir(t);
+  const { store } = await SecretStore.open(dir, { password: 'longenough', token: 'tok-abc' });
+  t.ok(await store.passwordMatches('longenough'));
+  t.notOk(await store.passwordMatches('longenougH'));
+  t.ok(store.tokenMatches('tok-abc'));
+  t.notOk(store.tokenMatches('tok-abd'));
+  t.notOk(store.tokenMatches(''));
+  const text = await readFile(path.join(dir, 'secrets.json'), 'utf8');
+  t.notMatch(text, /longenough|tok-abc/);
+  t.match(JSON.parse(text), { passwordHash: /^scrypt\$32768\$8\$1\$/, tokenHash: /^[0-9a-f]{64}$/ });
+  const again = await SecretStore.open(dir, { password: 'other-password', token: 'other' });
+  t.ok(await again.store.passwordMatches('longenough'), 'the environment only seeds a first start');
+  t.ok(again.store.tokenMatches('tok-abc'));
+  await t.rejects(SecretStore.open(await tempDir(t), { password: 'short' }), /at least 8/);
+});
