@@ -1,0 +1,98 @@
+// Spec 4.7 endpoint routes and the stop sequence of spec 3.1 through the real listeners.
+import { createServer } from 'node:net';
+import t from 'tap';
+import { build, freePort } from '../helpers/build.js';
+
+const code = async (response: Response) => ((await response.json()) as { error: { code: string; param: string | null } }).error;
+
+t.test('config: only while stopped, only allowed ports, valid hosts', async (t) => {
+  const b = await build(t);
+  const port = await freePort();
+  let response = await b.admin('POST', '/api/v1/endpoint/config', { port });
+  t.equal(response.status, 200);
+  t.match(await response.json(), { status: 'stopped', port });
+  response = await b.admin('POST', '/api/v1/endpoint/config', { port: 80 });
+  t.equal(response.status, 400);
+  t.match(await code(response), { code: 'invalid_value', param: 'port' });
+  response = await b.admin('POST', '/api/v1/endpoint/config', { port: 70000 });
+  t.equal(response.status, 400);
+  response = await b.admin('POST', '/api/v1/endpoint/config', { host: 'example.com' });
+  t.equal(response.status, 400, 'the host is an IP literal or localhost');
+  response = await b.admin('POST', '/api/v1/endpoint/config', {});
+  t.equal(response.status, 400, 'an empty config says nothing');
+  response = await b.admin('POST', '/api/v1/endpoint/start', {});
+  t.equal(response.status, 200);
+  response = await b.admin('POST', '/api/v1/endpoint/config', { port: port + 1 });
+  t.equal(response.status, 409);
+  t.match(await code(response), { code: 'endpoint_running' });
+  t.match(await (await b.admin('GET', '/api/v1/endpoint')).json(), { status: 'running', port });
+  response = await b.admin('POST', '/api/v1/endpoint/start', {});
+  t.equal(response.status, 200, 'starting a running endpoint is harmless');
+});
+
+t.test('the container port range narrows the choice', async (t) => {
+  const b = await build(t, { env: { SERVICE_DECK_API_PORTS: '8120-8124' } });
+  t.equal((await b.admin('POST', '/api/v1/endpoint/config', { port: 8124 })).status, 200);
+  const response = await b.admin('POST', '/api/v1/endpoint/config', { port: 8125 });
+  t.equal(response.status, 400);
+  t.match(await code(response), { code: 'invalid_value', param: 'port' });
+});
+
+t.test('a busy port: the start fails with the reason and the endpoint stays stopped', async (t) => {
+  const b = await build(t);
+  const blocker = createServer();
+  const port = await freePort();
+  await new Promise<void>((resolve) => blocker.listen(port, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => blocker.close(() => resolve())));
+  await b.admin('POST', '/api/v1/endpoint/config', { port });
+  const response = await b.admin('POST', '/api/v1/endpoint/start', {});
+  t.equal(response.status, 503);
+  const error = await code(response);
+  t.equal(error.code, 'listen_failed');
+  t.match(error, { message: /EADDRINUSE/ });
+  t.match(await (await b.admin('GET', '/api/v1/endpoint')).json(), { status: 'stopped', remembered_running: false, error: { code: 'listen_failed' } });
+});
+
+t.test('stop: no new requests, waiting discarded, then workers unloaded; the status shows stopping', async (t) => {
+  const b = await build(t);
+  await b.startEndpoint();
+  const calls: string[] = [];
+  let releaseDiscard = () => {};
+  b.service.workers.register({
+    name: 'probe',
+    discardWaiting: () =>
+      new Promise<void>((resolve) => {
+        calls.push('discardWaiting');
+        releaseDiscard = () => resolve();
+      }),
+    unload: async () => void calls.push('unload'),
+    describe: () => ({ kind: 'chat', profile_id: 'p', state: 'loaded', pid: 1, gpus: [], since: null }),
+  });
+  t.equal((await b.api('GET', '/v1/models')).status, 200);
+  const stopping = b.admin('POST', '/api/v1/endpoint/stop', {});
+  while (calls.length === 0) await new Promise((r) => setTimeout(r, 5));
+  const refused = await b.api('GET', '/v1/models');
+  t.equal(refused.status, 503, 'no new request is accepted once the stop began');
+  t.equal((await code(refused)).code, 'endpoint_stopped');
+  const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { status: string; workers: unknown[] };
+  t.equal(status.status, 'stopping');
+  t.equal(status.workers.length, 1, 'registered workers appear in the status');
+  t.same(calls, ['discardWaiting'], 'workers are not unloaded before the waiting requests are discarded');
+  releaseDiscard();
+  const stopped = await stopping;
+  t.equal(stopped.status, 200);
+  t.match(await stopped.json(), { status: 'stopped' });
+  t.same(calls, ['discardWaiting', 'unload']);
+  await t.rejects(b.api('GET', '/v1/models'), 'the listener is closed');
+  t.equal((await b.admin('POST', '/api/v1/endpoint/stop', {})).status, 200, 'stopping a stopped endpoint is harmless');
+});
+
+t.test('publish: unknown profile is 404, body is checked', async (t) => {
+  const b = await build(t);
+  let response = await b.admin('POST', '/api/v1/endpoint/profile', { id: 'nope', enabled: true });
+  t.equal(response.status, 404);
+  t.equal((await code(response)).code, 'profile_not_found');
+  response = await b.admin('POST', '/api/v1/endpoint/profile', { id: 'nope', enabled: 'yes' });
+  t.equal(response.status, 400);
+  t.match(await code(response), { code: 'invalid_value', param: 'enabled' });
+});
