@@ -109,7 +109,6 @@ export async function startService(config: Config, options: StartOptions): Promi
 
   let inference: App | undefined;
   let inferenceClosing: Promise<void> | undefined;
-  let admin: App | undefined;
 
   // The real actors behind the listener machine's placeholders.
   const machine = listenerMachine.provide({
@@ -190,7 +189,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     adminApp: () => admin,
     accepting: () => listener.getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => {
-      const address = admin?.server.address();
+      const address = admin.server.address();
       return address && typeof address === 'object' ? { host: address.address, port: address.port } : undefined;
     },
     inferenceAddress,
@@ -217,12 +216,12 @@ export async function startService(config: Config, options: StartOptions): Promi
       });
       listener.stop();
       await endpoint.flushed();
-      await admin?.close();
+      await admin.close();
       await inspection.close();
     },
   };
 
-  admin = await buildAdminApp(service);
+  const admin = await buildAdminApp(service);
   await admin.listen({ host: config.uiHost, port: options.adminPort ?? config.uiPort });
   log.info({ host: config.uiHost, port: service.adminAddress()?.port }, 'admin listener started');
   listener.start();

@@ -1,6 +1,7 @@
 // Spec 3.1, the listener table, row by row, on a running actor with simulated actors and a
 // simulated clock. Each row states its trigger, condition, next state and what else must happen.
 import t from 'tap';
+import type { Test as TapTest } from 'tap';
 import { createActor, fromPromise, SimulatedClock, type AnyStateNode } from 'xstate';
 import { TAGS } from '../../machines/ids.js';
 import { listenerMachine, type ListenerEmitted, type ListenerInput } from '../../machines/listener/index.js';
@@ -67,12 +68,9 @@ interface Row {
   from: 'stopped' | 'running';
   remembered?: boolean;
   input?: Partial<ListenerInput>;
-  run: (h: Harness, t: Tap.Test) => Promise<void>;
+  run: (h: Harness, t: TapTest) => Promise<void>;
 }
 
-declare namespace Tap {
-  type Test = Parameters<Parameters<typeof t.test>[1]>[0];
-}
 
 async function reachRunning(h: Harness): Promise<void> {
   h.actor.send({ type: 'endpoint.start', requestId: 'setup' });

@@ -9,7 +9,7 @@ import type { Service } from '../../system/service.js';
 import { ProfileError } from '../../store/profiles.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
-import { ApiError, errors } from '../errors.js';
+import { errors, type ApiError } from '../errors.js';
 
 const emptyBody = z.strictObject({}).optional();
 const START_REPLY_MS = 30_000;
