@@ -29,13 +29,19 @@ function harness(input: Partial<ListenerInput> = {}, behaviour: { listenFails?: 
         calls.push(`openListener ${address.host}:${address.port}`);
         if (behaviour.listenFails) throw new Error('EADDRINUSE');
       }),
-      discardWaiting: fromPromise(async () => void calls.push('discardWaiting')),
+      discardWaiting: fromPromise<void>(async () => {
+        calls.push('discardWaiting');
+      }),
       closeListener: fromPromise(async () => {
         calls.push('closeListener');
         if (behaviour.answersHang) await new Promise<void>((resolve) => (finishAnswers = resolve));
       }),
-      forceClose: fromPromise(async () => void calls.push('forceClose')),
-      unloadWorkers: fromPromise(async () => void calls.push('unloadWorkers')),
+      forceClose: fromPromise<void>(async () => {
+        calls.push('forceClose');
+      }),
+      unloadWorkers: fromPromise<void>(async () => {
+        calls.push('unloadWorkers');
+      }),
     },
   });
   const actor = createActor(machine, {
