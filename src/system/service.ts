@@ -44,6 +44,8 @@ export interface Service {
   adminAddress(): { host: string; port: number } | undefined;
   /** The inference listener's bound port (differs from the configured one only for port 0 in tests). */
   inferenceAddress(): { host: string; port: number } | undefined;
+  /** running, stopping or stopped, from the listener machine. */
+  state(): EndpointStatus['status'];
   status(): Promise<EndpointStatus>;
   /** SIGTERM path: stop accepting, let running answers finish (bounded), unload workers, close. */
   shutdown(): Promise<void>;
@@ -193,6 +195,7 @@ export async function startService(config: Config, options: StartOptions): Promi
       return address && typeof address === 'object' ? { host: address.address, port: address.port } : undefined;
     },
     inferenceAddress,
+    state: () => statusWord(listener),
     async status() {
       const { context } = listener.getSnapshot();
       return {

@@ -3,5 +3,5 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { Service } from '../../system/service.js';
 
 export const healthRoutes: FastifyPluginAsync<{ service: Service }> = async (app, { service }) => {
-  app.get('/health', async () => ({ status: 'ok', endpoint: (await service.status()).status }));
+  app.get('/health', async () => ({ status: 'ok', endpoint: service.state() }));
 };
