@@ -43,7 +43,7 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
 
   app.delete('/api/v1/session', guarded, async (request, reply) => {
     sessions.delete(request.adminSession?.id);
-    reply.clearCookie(SESSION_COOKIE, { path: '/' });
+    reply.clearCookie(SESSION_COOKIE, { path: '/', httpOnly: true, sameSite: 'strict' });
     return reply.code(204).send();
   });
 
