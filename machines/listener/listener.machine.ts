@@ -158,7 +158,13 @@ export const listenerMachine = setup({
             guard: 'stopRequestedWhileStarting',
             target: 'stopping',
             actions: ['rememberStopped', 'replyStartWaitersOk', 'clearStartWaiters'],
-            description: 'a stop arrived while the port was being bound: stop right after',
+            description: 'an admin stop arrived while the port was being bound: stop right after, and remember stopped',
+          },
+          {
+            guard: 'shuttingDown',
+            target: 'stopping',
+            actions: ['rememberRunning', 'replyStartWaitersOk', 'clearStartWaiters'],
+            description: 'SIGTERM arrived while the port was being bound: stop, but remember the start',
           },
           {
             target: 'running',
@@ -166,17 +172,25 @@ export const listenerMachine = setup({
             description: 'the port is bound: the endpoint runs and that is remembered',
           },
         ],
-        onError: {
-          target: 'stopped',
-          actions: ['assignStartError', 'replyStartWaitersFailed', 'clearStartWaiters'],
-          description: 'the port cannot be bound: the endpoint stays stopped and says why',
-        },
+        onError: [
+          {
+            guard: 'shuttingDown',
+            target: 'off',
+            actions: ['assignStartError', 'replyStartWaitersFailed', 'clearStartWaiters', 'replyStopWaitersOk', 'clearStopWaiters'],
+            description: 'the port cannot be bound and the service is ending: nothing to stop',
+          },
+          {
+            target: 'stopped',
+            actions: ['assignStartError', 'replyStartWaitersFailed', 'clearStartWaiters', 'replyStopWaitersOk', 'clearStopWaiters'],
+            description: 'the port cannot be bound: the endpoint stays stopped and says why; a stop sent meanwhile is done',
+          },
+        ],
       },
       on: {
         'endpoint.start': { actions: 'addStartWaiter' },
         'endpoint.stop': { actions: ['addStopWaiter', 'deferStop'] },
         'endpoint.config': { actions: 'replyConfigOnlyWhileStopped' },
-        'service.shutdown': { actions: ['markShuttingDown', 'deferStop'] },
+        'service.shutdown': { actions: 'markShuttingDown' },
       },
     },
     running: {

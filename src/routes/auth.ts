@@ -41,11 +41,12 @@ export function requireAdminHeader(request: FastifyRequest): void {
 }
 
 /** The guard of every /api/v1 route except the login itself. */
-export function adminAuth(sessions: SessionStore) {
+export function adminAuth({ sessions, secrets }: { sessions: SessionStore; secrets: SecretStore }) {
   return async (request: FastifyRequest, _reply: FastifyReply): Promise<void> => {
     requireAdminHeader(request);
+    await secrets.refresh();
     const session = sessionFromCookie(request, sessions);
-    if (!session) throw errors.notLoggedIn();
+    if (!session || session.passwordStamp !== secrets.passwordStamp) throw errors.notLoggedIn();
     if (STATE_CHANGING.has(request.method)) {
       const presented = request.headers['x-csrf-token'];
       if (!SessionStore.csrfMatches(session, typeof presented === 'string' ? presented : undefined)) {

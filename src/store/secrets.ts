@@ -113,14 +113,39 @@ export class SecretStore {
     return generatedToken === undefined ? { store } : { store, generatedToken };
   }
 
-  /** Picks up a replacement written by another process (the CLI); a damaged file keeps the last good one. */
+  /**
+   * Picks up a replacement written by another process (the CLI). A damaged or removed file keeps
+   * the last good secrets in force; the problem is kept in `problem` (shown in the log and status).
+   */
   async refresh(): Promise<void> {
-    const stamp = await fileStamp(this.file);
-    if (stamp === this.#stamp) return;
-    const next = await SecretStore.#read(this.file);
-    if (next === undefined) return;
-    this.#secrets = next;
+    let stamp: string | undefined;
+    let next: Secrets | undefined;
+    try {
+      stamp = await fileStamp(this.file);
+      if (stamp === this.#stamp) return;
+      next = await SecretStore.#read(this.file);
+    } catch (error) {
+      this.problem = (error as Error).message;
+      return;
+    }
     this.#stamp = stamp;
+    if (next === undefined) {
+      this.problem = `${this.file} was removed: the secrets read at start stay in force`;
+      return;
+    }
+    this.#secrets = next;
+    this.problem = undefined;
+  }
+
+  /** Why the file on disk is not in force, if it is not. */
+  problem: string | undefined;
+
+  /**
+   * Changes whenever the password changes (here or through `service-deck set-password`): a
+   * session made under another password is no longer valid.
+   */
+  get passwordStamp(): string | null {
+    return this.#secrets.passwordHash;
   }
 
   get hasPassword(): boolean {

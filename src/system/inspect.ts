@@ -21,8 +21,8 @@ export interface Inspection {
 const sanitizeEvent = (event: AnyEventObject): AnyEventObject => sanitize(event) as AnyEventObject;
 const sanitizeContext = (context: MachineContext): MachineContext => sanitize(context) as MachineContext;
 
-function actorName(ref: { id?: string; sessionId?: string; _systemId?: string } | undefined): string | undefined {
-  return ref?._systemId ?? ref?.id ?? ref?.sessionId;
+function actorName(ref: { id?: string; sessionId?: string; systemId?: string } | undefined): string | undefined {
+  return ref?.systemId ?? ref?.id ?? ref?.sessionId;
 }
 
 function logInspector(log: Logger): (event: InspectionEvent) => void {

@@ -57,6 +57,8 @@ export interface EndpointStatus {
   port: number;
   remembered_running: boolean;
   error: { code: string; message: string } | null;
+  /** Set while secrets.json on disk is damaged and the last good secrets stay in force. */
+  secrets_problem: string | null;
   counters: ReturnType<Counters['snapshot']>;
   workers: ReturnType<WorkerHooks['statuses']>;
   queue: { waiting: unknown[]; running: unknown[] };
@@ -204,6 +206,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         port: inferenceAddress()?.port ?? context.address.port,
         remembered_running: context.remembered.running,
         error: context.error,
+        secrets_problem: secrets.problem ?? null,
         counters: counters.snapshot(),
         workers: workers.statuses(),
         queue: { waiting: [], running: [] },

@@ -13,14 +13,21 @@ export interface Session {
   id: string;
   csrfToken: string;
   createdAt: number;
+  /** The password the session was opened with (its hash): a password change ends the session. */
+  passwordStamp: string | null;
 }
 
 export class SessionStore {
   readonly #sessions = new LRUCache<string, Session>({ max: 1000, ttl: SESSION_TTL_MS, updateAgeOnGet: true });
   readonly #failures = new LRUCache<string, number>({ max: 10_000, ttl: LOGIN_WINDOW_MS });
 
-  create(): Session {
-    const session = { id: randomBytes(32).toString('base64url'), csrfToken: randomBytes(32).toString('base64url'), createdAt: Date.now() };
+  create(passwordStamp: string | null): Session {
+    const session = {
+      id: randomBytes(32).toString('base64url'),
+      csrfToken: randomBytes(32).toString('base64url'),
+      createdAt: Date.now(),
+      passwordStamp,
+    };
     this.#sessions.set(session.id, session);
     return session;
   }
@@ -31,11 +38,6 @@ export class SessionStore {
 
   delete(id: string | undefined): void {
     if (id) this.#sessions.delete(id);
-  }
-
-  /** Ends every session (after a password change). */
-  clear(): void {
-    this.#sessions.clear();
   }
 
   static csrfMatches(session: Session, presented: string | undefined): boolean {

@@ -309,3 +309,36 @@ t.test('every state of the chart was reached by the rows above', async (t) => {
   const missing = leaves.filter((leaf) => !allSeen.has(leaf) && leaf !== '"restoring"');
   t.same(missing, [], `seen: ${[...allSeen].join(', ')}`);
 });
+
+t.test('a stop sent during a start that fails is answered, and does not stop the next start', async (t) => {
+  const h = harness({}, { listenFails: true });
+  h.actor.send({ type: 'endpoint.start', requestId: 'a' });
+  h.actor.send({ type: 'endpoint.stop', requestId: 'b' });
+  await h.settle();
+  t.equal(state(h), 'stopped');
+  t.same(
+    h.replies.map((r) => [r.requestId, r.outcome.ok ? 'ok' : r.outcome.code]),
+    [
+      ['a', 'listen_failed'],
+      ['b', 'ok'],
+    ],
+  );
+  t.notOk(context(h).stopAfterStart, 'no stop is left behind');
+});
+
+t.test('SIGTERM during a start that fails ends the service at once', async (t) => {
+  const h = harness({ rememberedRunning: true }, { listenFails: true });
+  h.actor.send({ type: 'service.shutdown' });
+  await h.settle();
+  t.equal(state(h), 'off');
+  t.ok(context(h).remembered.running, 'the remembered intent survives');
+});
+
+t.test('SIGTERM during the restart\'s own start stops without forgetting that the endpoint runs', async (t) => {
+  const h = harness({ rememberedRunning: true });
+  h.actor.send({ type: 'service.shutdown' });
+  await h.settle();
+  t.equal(state(h), 'off');
+  t.ok(context(h).remembered.running);
+  t.same(h.calls, ['openListener 127.0.0.1:8120', 'discardWaiting', 'closeListener', 'unloadWorkers'], 'the bound port is closed again');
+});

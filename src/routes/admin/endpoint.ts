@@ -11,7 +11,8 @@ import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
 import { errors, type ApiError } from '../errors.js';
 
-const emptyBody = z.strictObject({}).optional();
+// A bodiless POST arrives as null; `{}` is accepted too.
+const emptyBody = z.strictObject({}).nullish();
 const START_REPLY_MS = 30_000;
 const STOP_REPLY_MS = 15_000;
 
@@ -28,7 +29,7 @@ function failure(outcome: Extract<ListenerOutcome, { ok: false }>): ApiError {
 
 export const adminEndpointRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
-  app.addHook('onRequest', adminAuth(service.sessions));
+  app.addHook('onRequest', adminAuth(service));
 
   /** Sends a listener event and answers with the status; 202 when the machine is still on its way. */
   async function command(event: Parameters<typeof ask>[2], timeoutMs: number, signal: AbortSignal) {

@@ -27,7 +27,7 @@ function mapProfileError(error: unknown): unknown {
 export const adminProfileRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
   const { profiles, catalog } = service;
-  app.addHook('onRequest', adminAuth(service.sessions));
+  app.addHook('onRequest', adminAuth(service));
   app.setErrorHandler((error, _request, _reply) => {
     throw mapProfileError(error);
   });

@@ -27,7 +27,7 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
       }
       sessions.loginSucceeded(request.ip);
       sessions.delete(sessionFromCookie(request, sessions)?.id);
-      const session = sessions.create();
+      const session = sessions.create(secrets.passwordStamp);
       reply.setCookie(SESSION_COOKIE, session.id, {
         httpOnly: true,
         sameSite: 'strict',
@@ -39,7 +39,7 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
     },
   );
 
-  const guarded = { onRequest: adminAuth(sessions) };
+  const guarded = { onRequest: adminAuth(service) };
 
   app.delete('/api/v1/session', guarded, async (request, reply) => {
     sessions.delete(request.adminSession?.id);
@@ -47,7 +47,7 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
     return reply.code(204).send();
   });
 
-  app.post('/api/v1/token/rotate', { ...guarded, schema: { body: z.strictObject({}).optional() } }, async () => {
+  app.post('/api/v1/token/rotate', { ...guarded, schema: { body: z.strictObject({}).nullish() } }, async () => {
     const token = await secrets.rotateToken();
     service.log.info('API token rotated');
     return { token };
