@@ -18,7 +18,17 @@ const reply = (requestId: string, outcome: ListenerOutcome): ListenerEmitted => 
 
 const OK: ListenerOutcome = { ok: true };
 
-const conflict = (code: ListenerError['code'], message: string): ListenerOutcome => ({ ok: false, code, message });
+type RefusalCode = Exclude<ListenerError['code'], 'listen_failed'>;
+
+/** Why the listener refuses an event in its present state, in words for the operator. */
+function refusal(code: RefusalCode, context: ListenerContext): ListenerOutcome {
+  const messages: Record<RefusalCode, string> = {
+    port_out_of_range: `port must be within ${context.portRange.first}-${context.portRange.last}`,
+    endpoint_running: 'the address can only be changed while the endpoint is stopped; stop it first',
+    endpoint_stopping: 'the endpoint is stopping; start it again once it has stopped',
+  };
+  return { ok: false, code, message: messages[code] };
+}
 
 export const listenerMachine = setup({
   types: {
@@ -86,22 +96,8 @@ export const listenerMachine = setup({
     replyOk: enqueueActions(({ event, enqueue }) => {
       if ('requestId' in event && event.requestId) enqueue.emit(reply(event.requestId, OK));
     }),
-    replyPortOutOfRange: enqueueActions(({ context, event, enqueue }) => {
-      if ('requestId' in event && event.requestId) {
-        enqueue.emit(reply(event.requestId, conflict('port_out_of_range', `port must be within ${context.portRange.first}-${context.portRange.last}`)));
-      }
-    }),
-    replyConfigOnlyWhileStopped: enqueueActions(({ event, enqueue }) => {
-      if ('requestId' in event && event.requestId) {
-        enqueue.emit(
-          reply(event.requestId, conflict('endpoint_running', 'the address can only be changed while the endpoint is stopped; stop it first')),
-        );
-      }
-    }),
-    replyStopping: enqueueActions(({ event, enqueue }) => {
-      if ('requestId' in event && event.requestId) {
-        enqueue.emit(reply(event.requestId, conflict('endpoint_stopping', 'the endpoint is stopping; start it again once it has stopped')));
-      }
+    refuse: enqueueActions(({ context, event, enqueue }, params: { code: RefusalCode }) => {
+      if ('requestId' in event && event.requestId) enqueue.emit(reply(event.requestId, refusal(params.code, context)));
     }),
   },
 }).createMachine({
@@ -143,7 +139,7 @@ export const listenerMachine = setup({
             actions: ['saveAddress', 'replyOk'],
             description: 'stopped | POST /api/v1/endpoint/config with port | only while stopped | stopped: port saved',
           },
-          { actions: 'replyPortOutOfRange', description: 'a port outside the allowed range is refused' },
+          { actions: { type: 'refuse', params: { code: 'port_out_of_range' } }, description: 'a port outside the allowed range is refused' },
         ],
         'endpoint.stop': { actions: 'replyOk', description: 'already stopped: nothing to do' },
         'service.shutdown': { target: 'off', description: 'the service ends while the listener is stopped' },
@@ -189,7 +185,7 @@ export const listenerMachine = setup({
       on: {
         'endpoint.start': { actions: 'addStartWaiter' },
         'endpoint.stop': { actions: ['addStopWaiter', 'deferStop'] },
-        'endpoint.config': { actions: 'replyConfigOnlyWhileStopped' },
+        'endpoint.config': { actions: { type: 'refuse', params: { code: 'endpoint_running' } } },
         'service.shutdown': { actions: 'markShuttingDown' },
       },
     },
@@ -203,7 +199,7 @@ export const listenerMachine = setup({
         },
         'endpoint.start': { actions: 'replyOk', description: 'already running: nothing to do' },
         'endpoint.config': {
-          actions: 'replyConfigOnlyWhileStopped',
+          actions: { type: 'refuse', params: { code: 'endpoint_running' } },
           description: 'config port change while running: not permitted',
         },
         'service.shutdown': {
@@ -256,8 +252,8 @@ export const listenerMachine = setup({
       ],
       on: {
         'endpoint.stop': { actions: 'addStopWaiter' },
-        'endpoint.start': { actions: 'replyStopping', description: 'a start during the stop is refused; start again once stopped' },
-        'endpoint.config': { actions: 'replyConfigOnlyWhileStopped' },
+        'endpoint.start': { actions: { type: 'refuse', params: { code: 'endpoint_stopping' } }, description: 'a start during the stop is refused; start again once stopped' },
+        'endpoint.config': { actions: { type: 'refuse', params: { code: 'endpoint_running' } } },
         'service.shutdown': { actions: 'markShuttingDown' },
       },
     },

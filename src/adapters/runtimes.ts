@@ -36,9 +36,15 @@ export async function resolveRuntime(name: RuntimeName, lookup: RuntimeLookup): 
   if (fromEnv) return (await isExecutableFile(fromEnv)) ? path.resolve(fromEnv) : undefined;
   const built = path.join(lookup.cacheDir, 'bin', name);
   if (await isExecutableFile(built)) return built;
-  for (const dir of (lookup.env.PATH ?? '').split(path.delimiter)) {
+  return findCommand(name, lookup.env);
+}
+
+/** A command as a shell finds it: a path with a slash as it is, a bare name on PATH. */
+export async function findCommand(command: string, env: NodeJS.ProcessEnv): Promise<string | undefined> {
+  if (command.includes('/')) return (await isExecutableFile(command)) ? path.resolve(command) : undefined;
+  for (const dir of (env.PATH ?? '').split(path.delimiter)) {
     if (!dir) continue;
-    const candidate = path.join(dir, name);
+    const candidate = path.join(dir, command);
     if (await isExecutableFile(candidate)) return candidate;
   }
   return undefined;

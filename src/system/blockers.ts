@@ -4,7 +4,7 @@
 import { open } from 'node:fs/promises';
 import type { StoredProfile } from '../store/profile.schema.js';
 import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
-import { isExecutableFile, resolveRuntime } from '../adapters/runtimes.js';
+import { findCommand, resolveRuntime } from '../adapters/runtimes.js';
 
 const GGUF_MAGIC = Buffer.from('GGUF', 'latin1');
 
@@ -34,11 +34,7 @@ async function runtimeBlocker(name: RuntimeName, lookup: RuntimeLookup): Promise
 }
 
 async function commandBlocker(command: string, lookup: RuntimeLookup): Promise<string | undefined> {
-  if (command.includes('/')) return (await isExecutableFile(command)) ? undefined : `runtime missing: ${command}`;
-  for (const dir of (lookup.env.PATH ?? '').split(':')) {
-    if (dir && (await isExecutableFile(`${dir}/${command}`))) return undefined;
-  }
-  return `runtime missing: ${command}`;
+  return (await findCommand(command, lookup.env)) === undefined ? `runtime missing: ${command}` : undefined;
 }
 
 export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLookup): Promise<string[]> {
