@@ -1,6 +1,7 @@
 // systemIds and tags shared by the machines and the adapters that look actors up.
 export const SYSTEM_IDS = {
   listener: 'listener',
+  queue: 'queue',
 } as const;
 
 export const TAGS = {

@@ -1,0 +1,118 @@
+// Spec 3.7, the queue:
+//
+// - FIFO queue: at most 16 waiting jobs; maximum wait 600 seconds.
+// - Waiting requests of a changed or deactivated profile are rejected. They may be sent again.
+// - Running requests continue with their already adopted profile.
+// - (7) endpoint stopped: waiting requests are discarded.
+//
+// The queue only holds and drops jobs; which job runs next is the supervisor's decision (it sends
+// `job.dispatch`). Every outcome is emitted with the job's id, for the route that waits on it.
+import { enqueueActions, setup } from 'xstate';
+import { queueActors } from './queue.actors.js';
+import type { QueueContext, QueueEmitted, QueueEvent, QueueInput, QueuedJob, RejectionCode } from './queue.types.js';
+
+export const QUEUE_LIMITS = { maxWaiting: 16, maxWaitMs: 600_000, retryAfterSeconds: 10 } as const;
+
+const timerId = (jobId: string) => `expiry-${jobId}`;
+
+export const queueMachine = setup({
+  types: {
+    context: {} as QueueContext,
+    events: {} as QueueEvent,
+    input: {} as QueueInput,
+    emitted: {} as QueueEmitted,
+  },
+  actors: queueActors,
+  guards: {
+    queueFull: ({ context }) => context.jobs.length >= context.maxWaiting,
+    isWaiting: ({ context, event }) => 'jobId' in event && context.jobs.some((job) => job.id === event.jobId),
+    queueEmptied: ({ context }) => context.jobs.length === 0,
+  },
+  actions: {
+    enqueue: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'job.enqueue') return;
+      const jobs = [...context.jobs, event.job];
+      enqueue.assign({ jobs });
+      enqueue.spawnChild('expiryTimer', { id: timerId(event.job.id), input: { jobId: event.job.id, limitMs: context.maxWaitMs } });
+      enqueue.emit({ type: 'job.queued', jobId: event.job.id, position: jobs.length });
+    }),
+    rejectFull: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'job.enqueue') return;
+      enqueue.emit({ type: 'job.rejected', jobId: event.job.id, code: 'queue_full', retryAfterSeconds: context.retryAfterSeconds });
+    }),
+    /** Removes the event's job; `outcome` says what its waiting route hears. */
+    remove: enqueueActions(({ context, event, enqueue }, params: { outcome: 'dispatched' | 'removed' | RejectionCode }) => {
+      if (!('jobId' in event)) return;
+      enqueue.assign({ jobs: context.jobs.filter((job) => job.id !== event.jobId) });
+      enqueue.stopChild(timerId(event.jobId));
+      if (params.outcome === 'dispatched') enqueue.emit({ type: 'job.dispatched', jobId: event.jobId });
+      else if (params.outcome === 'removed') enqueue.emit({ type: 'job.removed', jobId: event.jobId });
+      else enqueue.emit({ type: 'job.rejected', jobId: event.jobId, code: params.outcome });
+    }),
+    /** Rejects every waiting job that `select` picks with `code`, keeping the others in order. */
+    rejectWhere: enqueueActions(({ context, event, enqueue }, params: { code: RejectionCode }) => {
+      const stale = (job: QueuedJob) =>
+        event.type === 'queue.discardAll' ||
+        (event.type === 'profile.changed' && job.profileId === event.profileId && job.revision !== event.revision);
+      const rejected = context.jobs.filter(stale);
+      enqueue.assign({ jobs: context.jobs.filter((job) => !stale(job)) });
+      for (const job of rejected) {
+        enqueue.stopChild(timerId(job.id));
+        enqueue.emit({ type: 'job.rejected', jobId: job.id, code: params.code });
+      }
+    }),
+  },
+}).createMachine({
+  id: 'queue',
+  context: ({ input }) => ({
+    jobs: [],
+    maxWaiting: input.maxWaiting ?? QUEUE_LIMITS.maxWaiting,
+    maxWaitMs: input.maxWaitMs ?? QUEUE_LIMITS.maxWaitMs,
+    retryAfterSeconds: input.retryAfterSeconds ?? QUEUE_LIMITS.retryAfterSeconds,
+  }),
+  initial: 'idle',
+  on: {
+    'job.enqueue': [
+      {
+        guard: 'queueFull',
+        actions: 'rejectFull',
+        description: 'queue full (16 waiting): the job is refused with queue_full and Retry-After',
+      },
+      { target: '.waiting', actions: 'enqueue', description: 'the job waits at the end of the FIFO queue' },
+    ],
+  },
+  states: {
+    idle: {
+      description: 'nobody waits',
+    },
+    waiting: {
+      description: 'jobs wait in FIFO order, each at most 600 s',
+      always: { guard: 'queueEmptied', target: 'idle' },
+      on: {
+        'job.dispatch': {
+          guard: 'isWaiting',
+          actions: { type: 'remove', params: { outcome: 'dispatched' } },
+          description: 'the supervisor granted the job: it leaves the queue to run',
+        },
+        'job.cancel': {
+          guard: 'isWaiting',
+          actions: { type: 'remove', params: { outcome: 'removed' } },
+          description: 'a client that disconnects leaves the queue at once',
+        },
+        'job.expired': {
+          guard: 'isWaiting',
+          actions: { type: 'remove', params: { outcome: 'queue_timeout' } },
+          description: 'waiting over 600 seconds: the job expires with queue_timeout',
+        },
+        'profile.changed': {
+          actions: { type: 'rejectWhere', params: { code: 'profile_changed' } },
+          description: 'waiting requests of a changed or deactivated profile are rejected; they may be sent again',
+        },
+        'queue.discardAll': {
+          actions: { type: 'rejectWhere', params: { code: 'endpoint_stopped' } },
+          description: 'endpoint stopped: waiting requests are discarded',
+        },
+      },
+    },
+  },
+});

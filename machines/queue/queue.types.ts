@@ -1,0 +1,51 @@
+// Events, context and input of the queue machine (spec 3.7).
+
+export type JobKind = 'chat' | 'image' | 'tts' | 'stt';
+
+export interface QueuedJob {
+  id: string;
+  kind: JobKind;
+  /** The profile the job was accepted with; null for jobs that need none. */
+  profileId: string | null;
+  /** The profile revision of the snapshot the job took when it was accepted. */
+  revision: number | null;
+  /** When it was queued (the adapter's clock), for the waited time in diagnostics. */
+  at: number;
+}
+
+export interface QueueInput {
+  /** At most this many jobs wait (spec: 16). */
+  maxWaiting?: number;
+  /** A job waits at most this long (spec: 600 s). */
+  maxWaitMs?: number;
+  /** The Retry-After hint given with `queue_full`. */
+  retryAfterSeconds?: number;
+}
+
+export interface QueueContext {
+  jobs: QueuedJob[];
+  maxWaiting: number;
+  maxWaitMs: number;
+  retryAfterSeconds: number;
+}
+
+export type RejectionCode = 'queue_full' | 'queue_timeout' | 'profile_changed' | 'endpoint_stopped';
+
+export type QueueEvent =
+  | { type: 'job.enqueue'; job: QueuedJob }
+  /** The supervisor granted the job its reservation: it leaves the queue to run. */
+  | { type: 'job.dispatch'; jobId: string }
+  /** The client went away: the job leaves at once, nobody is answered. */
+  | { type: 'job.cancel'; jobId: string }
+  /** From the job's own expiry timer. */
+  | { type: 'job.expired'; jobId: string }
+  /** A profile got a new revision (revision) or was deleted or unpublished (null). */
+  | { type: 'profile.changed'; profileId: string; revision: number | null }
+  /** Endpoint stop: every waiting job is rejected. */
+  | { type: 'queue.discardAll' };
+
+export type QueueEmitted =
+  | { type: 'job.queued'; jobId: string; position: number }
+  | { type: 'job.rejected'; jobId: string; code: RejectionCode; retryAfterSeconds?: number }
+  | { type: 'job.dispatched'; jobId: string }
+  | { type: 'job.removed'; jobId: string };
