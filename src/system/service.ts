@@ -10,6 +10,7 @@ import { listenerMachine, type ListenerAddress } from '../../machines/listener/i
 import type { App } from '../app.js';
 import { buildAdminApp, buildInferenceApp } from '../app.js';
 import type { Config } from '../config.js';
+import { probeGpus, type Gpu, type GpuInventory } from '../adapters/gpus.js';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
 import { EndpointStore } from '../store/endpoint.js';
 import { ensurePrivateDir } from '../store/files.js';
@@ -63,7 +64,8 @@ export interface EndpointStatus {
   workers: ReturnType<WorkerHooks['statuses']>;
   queue: { waiting: unknown[]; running: unknown[] };
   profiles: Awaited<ReturnType<Catalog['views']>>;
-  gpus: unknown[];
+  gpus: Gpu[];
+  gpu_probe: { source: GpuInventory['source'] | 'failed'; problem: string | null };
   memory: Record<string, unknown>;
 }
 
@@ -200,6 +202,12 @@ export async function startService(config: Config, options: StartOptions): Promi
     state: () => statusWord(listener),
     async status() {
       const { context } = listener.getSnapshot();
+      const ownPids = new Set(workers.statuses().flatMap((w) => (w.pid === null ? [] : [w.pid])));
+      const inventory: GpuInventory = await probeGpus(config.env, ownPids).catch((error: unknown) => ({
+        source: 'none' as const,
+        gpus: [],
+        problem: (error as Error).message,
+      }));
       return {
         status: statusWord(listener),
         host: context.address.host,
@@ -211,7 +219,8 @@ export async function startService(config: Config, options: StartOptions): Promi
         workers: workers.statuses(),
         queue: { waiting: [], running: [] },
         profiles: await catalog.views(),
-        gpus: [],
+        gpus: inventory.gpus,
+        gpu_probe: { source: inventory.problem && inventory.source !== 'nvidia-smi' ? 'failed' : inventory.source, problem: inventory.problem ?? null },
         memory: {},
       };
     },

@@ -96,3 +96,17 @@ t.test('publish: unknown profile is 404, body is checked', async (t) => {
   t.equal(response.status, 400);
   t.match(await code(response), { code: 'invalid_value', param: 'enabled' });
 });
+
+t.test('the status shows the GPU inventory (simulated here), ordered by UUID', async (t) => {
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: '[{"uuid":"GPU-b","name":"sim","memoryTotalMiB":24576},{"uuid":"GPU-a","name":"sim","memoryTotalMiB":12288}]' } });
+  const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { gpus: Array<{ uuid: string; memoryFreeMiB: number }>; gpu_probe: unknown };
+  t.same(status.gpus.map((g) => [g.uuid, g.memoryFreeMiB]), [
+    ['GPU-a', 12288],
+    ['GPU-b', 24576],
+  ]);
+  t.same(status.gpu_probe, { source: 'simulated', problem: null });
+  const broken = await build(t, { env: { SERVICE_DECK_GPUS: '[{"uuid":1}]' } });
+  const answer = await broken.admin('GET', '/api/v1/endpoint');
+  t.equal(answer.status, 200, 'a bad inventory does not break the status');
+  t.match(await answer.json(), { gpus: [], gpu_probe: { source: 'failed', problem: /SERVICE_DECK_GPUS/ } });
+});

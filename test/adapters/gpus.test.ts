@@ -1,0 +1,76 @@
+// The GPU probe: nvidia-smi output parsed and ordered by UUID, own and foreign processes told
+// apart; the simulated inventory of CONTRACT section 1, inline or from a file re-read per probe.
+import { chmod, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import t from 'tap';
+import { parseNvidiaSmi, probeGpus } from '../../src/adapters/gpus.js';
+import { tempDir } from '../helpers/build.js';
+
+const GPU_CSV = `GPU-b2, NVIDIA H100 80GB HBM3, 81559, 80000
+GPU-a1, NVIDIA RTX 4090, 24564, 20000
+`;
+const APPS_CSV = `GPU-a1, 4242, 3000
+GPU-a1, 777, 1500
+GPU-zz, 1, 1
+`;
+
+t.test('nvidia-smi output: ordered by UUID, processes attached, own pids marked', async (t) => {
+  const gpus = parseNvidiaSmi(GPU_CSV, APPS_CSV, new Set([4242]));
+  t.same(
+    gpus.map((g) => g.uuid),
+    ['GPU-a1', 'GPU-b2'],
+  );
+  t.same(gpus[0], {
+    uuid: 'GPU-a1',
+    name: 'NVIDIA RTX 4090',
+    memoryTotalMiB: 24564,
+    memoryFreeMiB: 20000,
+    processes: [
+      { pid: 4242, usedMiB: 3000, own: true },
+      { pid: 777, usedMiB: 1500, own: false },
+    ],
+  });
+  t.same(gpus[1]?.processes, [], 'a process on an unknown GPU is ignored');
+  t.same(parseNvidiaSmi('', '', new Set()), [], 'no GPU: empty inventory');
+});
+
+t.test('a real probe path: a nvidia-smi on PATH is run with the query flags', async (t) => {
+  const dir = await tempDir(t);
+  const smi = path.join(dir, 'nvidia-smi');
+  await writeFile(
+    smi,
+    `#!/bin/sh\ncase "$1" in\n  --query-gpu=uuid,name,memory.total,memory.free) printf '%s\\n' 'GPU-x, Sim, 1000, 900' ;;\n  --query-compute-apps=gpu_uuid,pid,used_memory) printf '%s\\n' 'GPU-x, 55, 100' ;;\n  *) exit 3 ;;\nesac\n`,
+  );
+  await chmod(smi, 0o755);
+  const inventory = await probeGpus({ PATH: dir });
+  t.same(inventory, {
+    source: 'nvidia-smi',
+    gpus: [{ uuid: 'GPU-x', name: 'Sim', memoryTotalMiB: 1000, memoryFreeMiB: 900, processes: [{ pid: 55, usedMiB: 100, own: false }] }],
+  });
+  await writeFile(smi, '#!/bin/sh\necho "NVIDIA-SMI has failed" >&2\nexit 9\n');
+  const failed = await probeGpus({ PATH: dir });
+  t.same(failed.gpus, []);
+  t.match(failed.problem, /nvidia-smi failed/, 'a failing probe says so instead of pretending CPU-only');
+  t.same(await probeGpus({ PATH: path.join(dir, 'nowhere') }), { source: 'none', gpus: [] }, 'no nvidia-smi: CPU only');
+});
+
+t.test('SERVICE_DECK_GPUS: none, inline JSON, and a file re-read at every probe', async (t) => {
+  t.same(await probeGpus({ SERVICE_DECK_GPUS: 'none', PATH: '' }), { source: 'none', gpus: [] });
+  const inline = await probeGpus({ SERVICE_DECK_GPUS: '[{"uuid":"GPU-b","name":"sim","memoryTotalMiB":24576},{"uuid":"GPU-a","memoryTotalMiB":8192}]' });
+  t.same(
+    inline.gpus.map((g) => [g.uuid, g.memoryTotalMiB, g.memoryFreeMiB]),
+    [
+      ['GPU-a', 8192, 8192],
+      ['GPU-b', 24576, 24576],
+    ],
+  );
+  const dir = await tempDir(t);
+  const file = path.join(dir, 'gpus.json');
+  await writeFile(file, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576 }]));
+  t.equal((await probeGpus({ SERVICE_DECK_GPUS: file })).gpus[0]?.memoryFreeMiB, 24576);
+  await writeFile(file, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: 999, usedMiB: 20000 }] }]));
+  const changed = await probeGpus({ SERVICE_DECK_GPUS: file }, new Set([1]));
+  t.same(changed.gpus[0]?.processes, [{ pid: 999, usedMiB: 20000, own: false }], 'a foreign process appeared at run time');
+  t.equal(changed.gpus[0]?.memoryFreeMiB, 4576);
+  await t.rejects(probeGpus({ SERVICE_DECK_GPUS: '[{"uuid":"GPU-a"}]' }), /SERVICE_DECK_GPUS \(inline\)/);
+});
