@@ -65,8 +65,17 @@ export interface EndpointStatus {
   queue: { waiting: unknown[]; running: unknown[] };
   profiles: Awaited<ReturnType<Catalog['views']>>;
   gpus: Gpu[];
-  gpu_probe: { source: GpuInventory['source'] | 'failed'; problem: string | null };
+  gpu_probe: { source: GpuStatus['source']; problem: string | null };
   memory: Record<string, unknown>;
+}
+
+/** The inventory as the status shows it: a simulated inventory that cannot be read is `failed`. */
+type GpuStatus = Omit<GpuInventory, 'source'> & { source: GpuInventory['source'] | 'failed' };
+
+/** The address a listening app is bound to (the real port when it was asked for port 0). */
+function boundAddress(app: App | undefined): { host: string; port: number } | undefined {
+  const address = app?.server.address();
+  return address && typeof address === 'object' ? { host: address.address, port: address.port } : undefined;
 }
 
 function statusWord(listener: ListenerActor): EndpointStatus['status'] {
@@ -175,10 +184,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     error: (error) => log.error({ err: error }, 'listener actor failed'),
   });
 
-  function inferenceAddress() {
-    const address = inference?.server.address();
-    return address && typeof address === 'object' ? { host: address.address, port: address.port } : undefined;
-  }
+  const inferenceAddress = () => boundAddress(inference);
 
   const service: Service = {
     config,
@@ -194,17 +200,14 @@ export async function startService(config: Config, options: StartOptions): Promi
     inspection,
     adminApp: () => admin,
     accepting: () => listener.getSnapshot().hasTag(TAGS.accepting),
-    adminAddress: () => {
-      const address = admin.server.address();
-      return address && typeof address === 'object' ? { host: address.address, port: address.port } : undefined;
-    },
+    adminAddress: () => boundAddress(admin),
     inferenceAddress,
     state: () => statusWord(listener),
     async status() {
       const { context } = listener.getSnapshot();
       const ownPids = new Set(workers.statuses().flatMap((w) => (w.pid === null ? [] : [w.pid])));
-      const inventory: GpuInventory = await probeGpus(config.env, ownPids).catch((error: unknown) => ({
-        source: 'none' as const,
+      const inventory: GpuStatus = await probeGpus(config.env, ownPids).catch((error: unknown) => ({
+        source: 'failed' as const,
         gpus: [],
         problem: (error as Error).message,
       }));
@@ -220,7 +223,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         queue: { waiting: [], running: [] },
         profiles: await catalog.views(),
         gpus: inventory.gpus,
-        gpu_probe: { source: inventory.problem && inventory.source !== 'nvidia-smi' ? 'failed' : inventory.source, problem: inventory.problem ?? null },
+        gpu_probe: { source: inventory.source, problem: inventory.problem ?? null },
         memory: {},
       };
     },
