@@ -1,5 +1,6 @@
 // systemIds and tags shared by the machines and the adapters that look actors up.
 export const SYSTEM_IDS = {
+  supervisor: 'supervisor',
   listener: 'listener',
   queue: 'queue',
 } as const;

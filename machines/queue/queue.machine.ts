@@ -6,10 +6,29 @@
 // - (7) endpoint stopped: waiting requests are discarded.
 //
 // The queue only holds and drops jobs; which job runs next is the supervisor's decision (it sends
-// `job.dispatch`). Every outcome is emitted with the job's id, for the route that waits on it.
+// `job.dispatch`). Every outcome is emitted with the job's id; under the supervisor
+// (`reportToParent`) it is also sent to the parent, which keeps the waiting order for its plan.
 import { enqueueActions, setup } from 'xstate';
 import { queueActors } from './queue.actors.js';
 import type { QueueContext, QueueEmitted, QueueEvent, QueueInput, QueuedJob, RejectionCode } from './queue.types.js';
+
+/** The part of `enqueue` that reports an outcome. */
+interface Teller {
+  emit(event: QueueEmitted): void;
+  sendParent(event: QueueEmitted): void;
+}
+
+/** Emits an outcome, and sends it to the supervisor when the queue runs under one. */
+function tell(enqueue: Teller, context: QueueContext, outcome: QueueEmitted): void {
+  enqueue.emit(outcome);
+  if (context.reportToParent) enqueue.sendParent(outcome);
+}
+
+/** Whether a waiting job is stale after a profile change (spec 3.7). */
+export function staleAfter(job: QueuedJob, change: Extract<QueueEvent, { type: 'profile.changed' }>): boolean {
+  if (job.profileId !== change.profileId) return false;
+  return change.revision === null || job.revision !== change.revision || (!change.published && job.source === 'api');
+}
 
 export const QUEUE_LIMITS = { maxWaiting: 16, maxWaitMs: 600_000, retryAfterSeconds: 10 } as const;
 
@@ -34,31 +53,29 @@ export const queueMachine = setup({
       const jobs = [...context.jobs, event.job];
       enqueue.assign({ jobs });
       enqueue.spawnChild('expiryTimer', { id: timerId(event.job.id), input: { jobId: event.job.id, limitMs: context.maxWaitMs } });
-      enqueue.emit({ type: 'job.queued', jobId: event.job.id, position: jobs.length });
+      tell(enqueue, context, { type: 'job.queued', jobId: event.job.id, position: jobs.length });
     }),
     rejectFull: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'job.enqueue') return;
-      enqueue.emit({ type: 'job.rejected', jobId: event.job.id, code: 'queue_full', retryAfterSeconds: context.retryAfterSeconds });
+      tell(enqueue, context, { type: 'job.rejected', jobId: event.job.id, code: 'queue_full', retryAfterSeconds: context.retryAfterSeconds });
     }),
     /** Removes the event's job; `outcome` says what its waiting route hears. */
     remove: enqueueActions(({ context, event, enqueue }, params: { outcome: 'dispatched' | 'removed' | RejectionCode }) => {
       if (!('jobId' in event)) return;
       enqueue.assign({ jobs: context.jobs.filter((job) => job.id !== event.jobId) });
       enqueue.stopChild(timerId(event.jobId));
-      if (params.outcome === 'dispatched') enqueue.emit({ type: 'job.dispatched', jobId: event.jobId });
-      else if (params.outcome === 'removed') enqueue.emit({ type: 'job.removed', jobId: event.jobId });
-      else enqueue.emit({ type: 'job.rejected', jobId: event.jobId, code: params.outcome });
+      if (params.outcome === 'dispatched') tell(enqueue, context, { type: 'job.dispatched', jobId: event.jobId });
+      else if (params.outcome === 'removed') tell(enqueue, context, { type: 'job.removed', jobId: event.jobId });
+      else tell(enqueue, context, { type: 'job.rejected', jobId: event.jobId, code: params.outcome });
     }),
     /** Rejects every waiting job that `select` picks with `code`, keeping the others in order. */
     rejectWhere: enqueueActions(({ context, event, enqueue }, params: { code: RejectionCode }) => {
-      const stale = (job: QueuedJob) =>
-        event.type === 'queue.discardAll' ||
-        (event.type === 'profile.changed' && job.profileId === event.profileId && job.revision !== event.revision);
+      const stale = (job: QueuedJob) => event.type === 'queue.discardAll' || (event.type === 'profile.changed' && staleAfter(job, event));
       const rejected = context.jobs.filter(stale);
       enqueue.assign({ jobs: context.jobs.filter((job) => !stale(job)) });
       for (const job of rejected) {
         enqueue.stopChild(timerId(job.id));
-        enqueue.emit({ type: 'job.rejected', jobId: job.id, code: params.code });
+        tell(enqueue, context, { type: 'job.rejected', jobId: job.id, code: params.code });
       }
     }),
   },
@@ -69,6 +86,7 @@ export const queueMachine = setup({
     maxWaiting: input.maxWaiting ?? QUEUE_LIMITS.maxWaiting,
     maxWaitMs: input.maxWaitMs ?? QUEUE_LIMITS.maxWaitMs,
     retryAfterSeconds: input.retryAfterSeconds ?? QUEUE_LIMITS.retryAfterSeconds,
+    reportToParent: input.reportToParent ?? false,
   }),
   initial: 'idle',
   on: {

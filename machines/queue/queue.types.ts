@@ -5,6 +5,8 @@ export type JobKind = 'chat' | 'image' | 'tts' | 'stt';
 export interface QueuedJob {
   id: string;
   kind: JobKind;
+  /** `api`: an inference request; `test`: the operator's test, which needs no publication. */
+  source: 'api' | 'test';
   /** The profile the job was accepted with; null for jobs that need none. */
   profileId: string | null;
   /** The profile revision of the snapshot the job took when it was accepted. */
@@ -20,6 +22,8 @@ export interface QueueInput {
   maxWaitMs?: number;
   /** The Retry-After hint given with `queue_full`. */
   retryAfterSeconds?: number;
+  /** Under the supervisor: every outcome is also sent to the parent, which mirrors the waiting order. */
+  reportToParent?: boolean;
 }
 
 export interface QueueContext {
@@ -27,6 +31,7 @@ export interface QueueContext {
   maxWaiting: number;
   maxWaitMs: number;
   retryAfterSeconds: number;
+  reportToParent: boolean;
 }
 
 export type RejectionCode = 'queue_full' | 'queue_timeout' | 'profile_changed' | 'endpoint_stopped';
@@ -39,8 +44,11 @@ export type QueueEvent =
   | { type: 'job.cancel'; jobId: string }
   /** From the job's own expiry timer. */
   | { type: 'job.expired'; jobId: string }
-  /** A profile got a new revision (revision) or was deleted or unpublished (null). */
-  | { type: 'profile.changed'; profileId: string; revision: number | null }
+  /**
+   * A profile got a new revision (`revision`), was deleted (`revision: null`), or was unpublished
+   * (`published: false`: waiting API jobs go, the operator's tests need no publication and stay).
+   */
+  | { type: 'profile.changed'; profileId: string; revision: number | null; published: boolean }
   /** Endpoint stop: every waiting job is rejected. */
   | { type: 'queue.discardAll' };
 

@@ -6,6 +6,7 @@ import path from 'node:path';
 
 export const RUNTIMES = {
   'llama-server': 'SERVICE_DECK_LLAMA_SERVER',
+  'llama-fit-params': 'SERVICE_DECK_LLAMA_FIT_PARAMS',
   'sd-cli': 'SERVICE_DECK_SD_CLI',
   'whisper-cli': 'SERVICE_DECK_WHISPER_CLI',
   'espeak-ng': 'SERVICE_DECK_ESPEAK_NG',

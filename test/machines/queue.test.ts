@@ -11,7 +11,7 @@ function harness(input: QueueInput = {}) {
   actor.on('*', (event) => void emitted.push(event));
   actor.start();
   let n = 0;
-  const job = (over: Partial<QueuedJob> = {}): QueuedJob => ({ id: `j${++n}`, kind: 'chat', profileId: 'p1', revision: 1, at: clock.now(), ...over });
+  const job = (over: Partial<QueuedJob> = {}): QueuedJob => ({ id: `j${++n}`, kind: 'chat', source: 'api', profileId: 'p1', revision: 1, at: clock.now(), ...over });
   const enqueue = (over: Partial<QueuedJob> = {}) => {
     const j = job(over);
     actor.send({ type: 'job.enqueue', job: j });
@@ -86,12 +86,16 @@ t.test('waiting requests of a changed or deactivated profile are rejected; other
   const b1 = q.enqueue({ profileId: 'b', revision: 1 });
   const a2 = q.enqueue({ profileId: 'a', revision: 4 });
   const c1 = q.enqueue({ profileId: 'c', revision: 1 });
-  q.actor.send({ type: 'profile.changed', profileId: 'a', revision: 4 });
+  q.actor.send({ type: 'profile.changed', profileId: 'a', revision: 4, published: true });
   t.same(q.outcome(a1), [{ type: 'job.rejected', jobId: a1, code: 'profile_changed' }], 'the old revision is rejected');
   t.same(q.waiting(), [b1, a2, c1], 'a job that already took the new revision stays');
-  q.actor.send({ type: 'profile.changed', profileId: 'c', revision: null });
-  t.same(q.outcome(c1), [{ type: 'job.rejected', jobId: c1, code: 'profile_changed' }], 'a deleted or unpublished profile');
+  q.actor.send({ type: 'profile.changed', profileId: 'c', revision: null, published: false });
+  t.same(q.outcome(c1), [{ type: 'job.rejected', jobId: c1, code: 'profile_changed' }], 'a deleted profile');
   t.same(q.waiting(), [b1, a2]);
+  const test = q.enqueue({ profileId: 'b', revision: 1, source: 'test' });
+  q.actor.send({ type: 'profile.changed', profileId: 'b', revision: 1, published: false });
+  t.same(q.outcome(b1), [{ type: 'job.rejected', jobId: b1, code: 'profile_changed' }], 'an unpublished profile: its waiting API job goes');
+  t.same(q.waiting(), [a2, test], "the operator's test needs no publication and keeps its place");
 });
 
 t.test('endpoint stop discards every waiting job with endpoint_stopped', async (t) => {
@@ -118,7 +122,7 @@ t.test('every job ends exactly once over random arrival sequences (simulated clo
       if (r < 0.4) submitted.push(q.enqueue({ profileId: random() < 0.5 ? 'a' : 'b', revision: 1 }));
       else if (r < 0.55 && pick) q.actor.send({ type: 'job.dispatch', jobId: pick });
       else if (r < 0.65 && pick) q.actor.send({ type: 'job.cancel', jobId: pick });
-      else if (r < 0.72) q.actor.send({ type: 'profile.changed', profileId: 'a', revision: 2 });
+      else if (r < 0.72) q.actor.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
       else if (r < 0.75) q.actor.send({ type: 'queue.discardAll' });
       else q.clock.increment(Math.floor(random() * 300_000));
       const order = q.waiting();

@@ -1,0 +1,327 @@
+// Spec 8, the memory check before every worker start, as pure arithmetic the supervisor runs on
+// the facts an adapter gathered (a fresh GPU probe, the RAM budget, the model's own metadata):
+//
+// - "Memory check before every start: real free GPU and RAM capacity, cgroup limit and reserves."
+// - "GPUs are selected by UUID order."
+// - "shallow fit search: at most ten steps to find a fitting GPU layer count when a fixed tensor
+//   split is given (ratios and context are not rewritten)."
+// - "Without a fixed split, the checked fit parameters of the build apply."
+// - (7) "busy GPU at worker start: the start is rejected"; "Memory forecasts are predictions, not
+//   proof of error-free operation."
+// - (3.4) the TTS worker starts only while its designated GPU has at least 7 GiB free.
+//
+// Nothing here reads a file or a clock: the same facts always give the same verdict.
+import type { Forecast, GpuView, JobSpec, StartPlan, StartVerdict, WorkerKind, WorkerRecord } from './supervisor.types.js';
+
+export const MIB = 1024 * 1024;
+/** q4_0 stores 32 values in 18 bytes; the chat worker's K and V caches are fixed to q4_0. */
+export const Q4_0_BYTES_PER_VALUE = 18 / 32;
+/** Per used GPU: the CUDA context and compute buffers a llama-server needs beyond weights and KV. */
+export const GPU_OVERHEAD_MIB = 512;
+/** In RAM: the process, its compute buffers on the CPU and the HTTP server. */
+export const RAM_OVERHEAD_MIB = 256;
+/** The shallow search's step budget (spec 8). */
+export const FIT_STEP_LIMIT = 10;
+
+/** What the GGUF's own metadata says about the model's memory (from src/adapters/gguf.ts). */
+export interface ModelShape {
+  layerCount: number;
+  /** KV heads per layer (a single number in most models, a per-layer array in some). */
+  headCountKv: number[];
+  keyLength: number;
+  valueLength: number;
+  /** Bytes of each block `blk.<i>.*`. */
+  layerBytes: number[];
+  /** token_embd and the other tensors that stay on the CPU. */
+  inputBytes: number;
+  /** output and output_norm: on the GPU only when every layer is (`-ngl` above the block count). */
+  outputBytes: number;
+}
+
+/** llama-fit-params' answer for this profile, or why it has none. */
+export type BuildFit =
+  | { ok: true; gpuLayers: number | 'all' | null; tensorSplit: number[] | null; overrides: string[] }
+  | { ok: false; reason: string };
+
+export type StartDemand =
+  | {
+      kind: 'chat';
+      model: ModelShape;
+      /** Total context (shared by the slots: --kv-unified) and slots, as stored. */
+      context: number;
+      slots: number;
+      gpuSplit: number[] | null;
+      /** The profile's GPU layer limit, if it sets one. */
+      gpuLayers: number | null;
+      /** null: the build has no llama-fit-params (our own shallow search stands in). */
+      buildFit: BuildFit | null;
+    }
+  /** Image, TTS and STT: what their profile says they need, on one device. */
+  | { kind: 'image' | 'tts' | 'stt'; device: 'cpu' | 'first-gpu' | string; gpuMiB: number; ramMiB: number; basis: string };
+
+export interface StartFacts {
+  gpus: GpuView[];
+  /** Per GPU UUID, the free memory always kept back. */
+  gpuReserveMiB: Record<string, number>;
+  ram: { availableMiB: number; reserveMiB: number; limitedBy: string };
+  demand: StartDemand;
+}
+
+export interface CheckInput {
+  job: JobSpec;
+  /** The workers as the supervisor knows them when the check starts. */
+  workers: Record<WorkerKind, WorkerRecord>;
+  /** Kinds of our own workers that are idle and could be unloaded to make room. */
+  idle: WorkerKind[];
+}
+
+const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
+const toMiB = (bytes: number) => bytes / MIB;
+
+/** MiB of the q4_0 K and V cache of one layer for `context` tokens in total. */
+export function kvMiBPerLayer(model: ModelShape, context: number): number[] {
+  return model.layerBytes.map((_, i) => {
+    const heads = model.headCountKv[i] ?? model.headCountKv[0] ?? 0;
+    return toMiB(context * heads * (model.keyLength + model.valueLength) * Q4_0_BYTES_PER_VALUE);
+  });
+}
+
+/**
+ * Where `-ngl n` with split `ratios` puts the model: the last n blocks go to the GPUs (the output
+ * layer too once n exceeds the block count), spread over the GPUs by cumulative ratio as
+ * llama.cpp does; the rest stays in RAM.
+ */
+export function placeChat(model: ModelShape, context: number, gpuLayers: number, ratios: number[]): { gpuMiB: number[]; ramMiB: number } {
+  const layers = model.layerCount;
+  const kv = kvMiBPerLayer(model, context);
+  const offloaded = Math.max(0, Math.min(gpuLayers, layers));
+  const firstOnGpu = layers - offloaded;
+  const total = sum(ratios);
+  const cumulative = ratios.map((_, i) => sum(ratios.slice(0, i + 1)) / (total || 1));
+  const gpuMiB = ratios.map(() => 0);
+  let ramMiB = toMiB(model.inputBytes) + RAM_OVERHEAD_MIB;
+  for (let i = 0; i < layers; i++) {
+    const size = toMiB(model.layerBytes[i] ?? 0) + (kv[i] ?? 0);
+    if (i < firstOnGpu || ratios.length === 0) {
+      ramMiB += size;
+      continue;
+    }
+    const position = (i - firstOnGpu) / offloaded;
+    const device = Math.max(0, cumulative.findIndex((c) => c > position));
+    gpuMiB[device] = (gpuMiB[device] ?? 0) + size;
+  }
+  // With -ngl above the block count the output layer follows the last block onto the last GPU.
+  const lastGpu = ratios.reduce((last, r, i) => (r > 0 ? i : last), -1);
+  if (gpuLayers > layers && lastGpu >= 0) gpuMiB[lastGpu] = (gpuMiB[lastGpu] ?? 0) + toMiB(model.outputBytes);
+  else ramMiB += toMiB(model.outputBytes);
+  return { gpuMiB: gpuMiB.map((m) => (m > 0 ? m + GPU_OVERHEAD_MIB : 0)), ramMiB };
+}
+
+/** Memory a GPU offers a new worker: free, plus what our workers that go away hold, minus what those that stay will still take, minus the reserve. */
+export function gpuAvailableMiB(gpu: GpuView, reserveMiB: number, staying: WorkerRecord[], leaving: WorkerRecord[]): number {
+  const measured = (w: WorkerRecord) => sum(gpu.processes.filter((p) => p.pid === w.pid).map((p) => p.usedMiB));
+  const expected = (w: WorkerRecord) => Math.max(w.plan?.forecast.gpuMiB[gpu.uuid] ?? 0, measured(w));
+  const own = [...staying, ...leaving];
+  return gpu.memoryFreeMiB + sum(own.map(measured)) - sum(staying.map(expected)) - reserveMiB;
+}
+
+function foreignPids(gpu: GpuView, workers: WorkerRecord[]): number[] {
+  const own = new Set(workers.flatMap((w) => (w.pid === null ? [] : [w.pid])));
+  return gpu.processes.filter((p) => !own.has(p.pid)).map((p) => p.pid);
+}
+
+const round = (n: number) => Math.ceil(n);
+
+interface Room {
+  gpus: GpuView[];
+  availableMiB: number[];
+  ramAvailableMiB: number;
+}
+
+function roomFor(facts: StartFacts, input: CheckInput, leavingKinds: WorkerKind[]): Room {
+  const all = Object.values(input.workers).filter((w) => w.state !== 'unloaded' && w.kind !== input.job.kind);
+  const leaving = all.filter((w) => leavingKinds.includes(w.kind));
+  const staying = all.filter((w) => !leavingKinds.includes(w.kind));
+  // Workers still loading have not taken their RAM yet: their forecast counts against the budget.
+  const pendingRam = sum(staying.filter((w) => w.state === 'loading').map((w) => w.plan?.forecast.ramMiB ?? 0));
+  return {
+    gpus: facts.gpus,
+    availableMiB: facts.gpus.map((g) => gpuAvailableMiB(g, facts.gpuReserveMiB[g.uuid] ?? 0, staying, leaving)),
+    ramAvailableMiB: facts.ram.availableMiB - facts.ram.reserveMiB - pendingRam,
+  };
+}
+
+function plan(
+  facts: StartFacts,
+  room: Room,
+  used: number[],
+  forecast: Forecast,
+  parts: Pick<StartPlan, 'gpuLayers' | 'tensorSplit' | 'overrides' | 'fit'>,
+  foreign: number[],
+): StartPlan {
+  return {
+    ...parts,
+    gpus: used.map((i) => facts.gpus[i]!.uuid),
+    forecast,
+    gpuBudget: facts.gpus.map((g, i) => ({
+      uuid: g.uuid,
+      freeMiB: g.memoryFreeMiB,
+      reserveMiB: facts.gpuReserveMiB[g.uuid] ?? 0,
+      forecastMiB: round(forecast.gpuMiB[g.uuid] ?? 0),
+      availableMiB: round(room.availableMiB[i] ?? 0),
+    })),
+    ramBudget: {
+      availableMiB: round(facts.ram.availableMiB),
+      reserveMiB: facts.ram.reserveMiB,
+      forecastMiB: round(forecast.ramMiB),
+      limitedBy: facts.ram.limitedBy,
+    },
+    foreignAtStart: foreign,
+  };
+}
+
+type Attempt = { ok: true; plan: StartPlan } | { ok: false; code: 'insufficient_memory' | 'start_check_failed'; message: string };
+
+function ramShort(need: number, room: Room): string {
+  return `the worker is forecast to need ${round(need)} MiB of RAM, but ${Math.max(0, Math.floor(room.ramAvailableMiB))} MiB are available after the reserve`;
+}
+
+function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'chat' }>, room: Room, foreign: number[]): Attempt {
+  const { model, context } = demand;
+  const maxLayers = model.layerCount + 1;
+  const limit = Math.min(demand.gpuLayers ?? maxLayers, maxLayers);
+  const basis = `GGUF metadata: ${model.layerCount} blocks, q4_0 KV for ${context} tokens of context (${demand.slots} slots, unified)`;
+  const forecastOf = (layers: number, ratios: number[]) => {
+    const placed = placeChat(model, context, layers, ratios);
+    const gpuMiB: Record<string, number> = {};
+    placed.gpuMiB.forEach((m, i) => {
+      if (m > 0) gpuMiB[facts.gpus[i]!.uuid] = m;
+    });
+    return { placed, forecast: { ramMiB: placed.ramMiB, gpuMiB, basis } };
+  };
+  const gpuFits = (placed: { gpuMiB: number[] }) => placed.gpuMiB.every((m, i) => m === 0 || m <= (room.availableMiB[i] ?? 0));
+  const finish = (layers: number, ratios: number[], parts: Pick<StartPlan, 'overrides' | 'fit'>): Attempt => {
+    const { placed, forecast } = forecastOf(layers, ratios);
+    if (placed.ramMiB > room.ramAvailableMiB) return { ok: false, code: 'insufficient_memory', message: `${ramShort(placed.ramMiB, room)} (${layers} GPU layers)` };
+    const used = placed.gpuMiB.flatMap((m, i) => (m > 0 ? [i] : []));
+    const split = used.length > 1 ? ratios : null;
+    return { ok: true, plan: plan(facts, room, used, forecast, { gpuLayers: facts.gpus.length === 0 ? null : layers, tensorSplit: split, ...parts }, foreign) };
+  };
+
+  if (facts.gpus.length === 0) return finish(0, [], { overrides: [], fit: 'CPU only: no GPU present' });
+
+  let ratios: number[];
+  if (demand.gpuSplit !== null) {
+    if (demand.gpuSplit.length > facts.gpus.length) {
+      return {
+        ok: false,
+        code: 'start_check_failed',
+        message: `the profile's GPU split has ${demand.gpuSplit.length} ratios but ${facts.gpus.length} GPU(s) are present`,
+      };
+    }
+    ratios = facts.gpus.map((_, i) => demand.gpuSplit?.[i] ?? 0);
+  } else if (demand.buildFit?.ok) {
+    const fit = demand.buildFit;
+    const fitted = fit.gpuLayers === 'all' || fit.gpuLayers === null ? maxLayers : fit.gpuLayers;
+    const layers = Math.min(fitted, limit);
+    const split = fit.tensorSplit ? facts.gpus.map((_, i) => fit.tensorSplit?.[i] ?? 0) : room.availableMiB.map((m) => Math.max(0, m));
+    return finish(layers, split, { overrides: fit.overrides, fit: `the build's llama-fit-params: -ngl ${layers}${layers < fitted ? ` (profile limit ${limit})` : ''}` });
+  } else if (demand.buildFit && !demand.buildFit.ok) {
+    return { ok: false, code: 'insufficient_memory', message: `the build's fit found no parameters that fit: ${demand.buildFit.reason}` };
+  } else {
+    // The build has no llama-fit-params: split in proportion to what each GPU offers.
+    ratios = room.availableMiB.map((m) => Math.max(0, m));
+  }
+
+  // Shallow search (spec 8): at most ten steps; ratios and context stay as they are.
+  let steps = 1;
+  if (gpuFits(forecastOf(limit, ratios).placed)) {
+    return finish(limit, ratios, { overrides: [], fit: `all ${limit} layers fit at once (1 step)` });
+  }
+  // -ngl 0 always fits the GPUs (it uses none); look for the largest count that does.
+  let low = 1;
+  let high = limit - 1;
+  let best = 0;
+  while (low <= high && steps < FIT_STEP_LIMIT) {
+    const mid = Math.floor((low + high + 1) / 2);
+    steps += 1;
+    if (gpuFits(forecastOf(mid, ratios).placed)) {
+      best = mid;
+      low = mid + 1;
+    } else high = mid - 1;
+  }
+  const source = demand.gpuSplit !== null ? 'fixed split' : 'llama-fit-params not installed: own search';
+  return finish(best, ratios, { overrides: [], fit: `shallow search (${source}): -ngl ${best} of ${limit} in ${steps} steps` });
+}
+
+function fixedAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'image' | 'tts' | 'stt' }>, room: Room, foreign: number[]): Attempt {
+  const forecast: Forecast = { ramMiB: demand.ramMiB, gpuMiB: {}, basis: demand.basis };
+  let index = -1;
+  if (demand.device === 'first-gpu') index = facts.gpus.length > 0 ? 0 : -1;
+  else if (demand.device !== 'cpu') {
+    index = facts.gpus.findIndex((g) => g.uuid === demand.device);
+    if (index < 0) return { ok: false, code: 'start_check_failed', message: `the designated GPU ${demand.device} is not present` };
+  }
+  if (index >= 0) {
+    const gpu = facts.gpus[index]!;
+    forecast.gpuMiB[gpu.uuid] = demand.gpuMiB;
+    const available = room.availableMiB[index] ?? 0;
+    if (demand.gpuMiB > available) {
+      return {
+        ok: false,
+        code: 'insufficient_memory',
+        message: `GPU ${gpu.uuid} offers ${Math.max(0, Math.floor(available))} MiB after the reserve; the ${demand.kind} worker needs ${demand.gpuMiB} MiB free`,
+      };
+    }
+  } else forecast.ramMiB += demand.gpuMiB;
+  if (forecast.ramMiB > room.ramAvailableMiB) return { ok: false, code: 'insufficient_memory', message: ramShort(forecast.ramMiB, room) };
+  const used = index >= 0 ? [index] : [];
+  return { ok: true, plan: plan(facts, room, used, forecast, { gpuLayers: null, tensorSplit: null, overrides: [], fit: demand.basis }, foreign) };
+}
+
+/** GPUs a start needs free of foreign processes: the image job all, chat all it may use, TTS its own. */
+function neededGpus(facts: StartFacts): GpuView[] {
+  const { demand } = facts;
+  if (demand.kind === 'chat') {
+    if (demand.gpuSplit !== null) return facts.gpus.filter((_, i) => (demand.gpuSplit?.[i] ?? 0) > 0);
+    return facts.gpus;
+  }
+  if (demand.kind === 'image') return facts.gpus;
+  if (demand.device === 'cpu') return [];
+  if (demand.device === 'first-gpu') return facts.gpus.slice(0, 1);
+  return facts.gpus.filter((g) => g.uuid === demand.device);
+}
+
+function attempt(facts: StartFacts, input: CheckInput, leaving: WorkerKind[]): Attempt {
+  const room = roomFor(facts, input, leaving);
+  const foreign = facts.gpus.flatMap((g) => foreignPids(g, Object.values(input.workers)));
+  return facts.demand.kind === 'chat' ? chatAttempt(facts, facts.demand, room, foreign) : fixedAttempt(facts, facts.demand, room, foreign);
+}
+
+/** The memory check's verdict for one worker start. */
+export function decideStart(facts: StartFacts, input: CheckInput): StartVerdict {
+  const workers = Object.values(input.workers);
+  for (const gpu of neededGpus(facts)) {
+    const foreign = foreignPids(gpu, workers);
+    if (foreign.length > 0) {
+      return {
+        verdict: 'refuse',
+        code: 'resources_busy',
+        message: `GPU ${gpu.uuid} is busy with a process that is not ours (pid ${foreign.join(', ')}); the start is rejected and that process is left alone`,
+      };
+    }
+  }
+  const first = attempt(facts, input, []);
+  // An idle worker of ours that keeps the start from fitting, or from putting all its layers on
+  // the GPUs, is an incompatible GPU profile change (3.4): it is unloaded first.
+  const layers = (a: Attempt) => (a.ok ? (a.plan.gpuLayers ?? 0) : -1);
+  if ((!first.ok && first.code === 'insufficient_memory') || (first.ok && input.idle.length > 0)) {
+    const second = input.idle.length > 0 ? attempt(facts, input, input.idle) : first;
+    if (second.ok && layers(second) > layers(first)) {
+      const why = first.ok ? `only ${layers(first)} of ${layers(second)} GPU layers fit beside it` : first.message;
+      return { verdict: 'unload-first', kinds: [...input.idle], message: `${why}; it fits once the idle ${input.idle.join(' and ')} worker is unloaded` };
+    }
+  }
+  if (first.ok) return { verdict: 'start', plan: first.plan };
+  return { verdict: 'refuse', code: first.code, message: `${first.message} (a forecast from the model's metadata and the probe, not a proof)` };
+}

@@ -1,0 +1,6 @@
+export { supervisorMachine, emptyWorker, checkInput } from './supervisor.machine.js';
+export { supervisorActors } from './supervisor.actors.js';
+export { plan, admit, runningOn, unloadableFor, type Step } from './schedule.js';
+export * from './fit.js';
+export type * from './supervisor.types.js';
+export { WORKER_KINDS } from './supervisor.types.js';

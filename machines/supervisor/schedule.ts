@@ -1,0 +1,142 @@
+// Which waiting job runs next (spec 3.2-3.7, 8), as a pure function of the supervisor's context.
+// The supervisor calls `plan()` after every event that can free or claim a resource and carries
+// out the steps it returns; tests call it directly.
+//
+// The rules, each from the spec:
+// - FIFO (3.7). A job may start before an earlier waiting job only when the two need nothing in
+//   common, so no waiting job is ever overtaken on a resource it waits for. Hence "a waiting switch
+//   cannot be overtaken indefinitely by new chats" (3.2): once a chat for another profile waits,
+//   later chats for the loaded profile queue behind it.
+// - "The same profile may answer in parallel up to its configured slot count" (3.2); a request for
+//   a different profile or a new revision unloads the own worker first, once its answers ended
+//   ("streaming keeps the model reservation until the output ends").
+// - "An image job needs both GPUs free. The chat model is unloaded before generation" (3.3), and
+//   "the speech model is unloaded before image generation" (3.2, 3.4).
+// - A loaded chat profile and a loaded TTS worker coexist (3.4); whether the memory allows it is
+//   the memory check's question (fit.ts), asked before every worker start, one start at a time.
+// - One STT job at a time (3.5, 4.6); one TTS job at a time on its one worker.
+// - The GUI image test reports a conflict instead of waiting (3.3, 7).
+import type { JobRecord, JobSpec, SupervisorContext, WorkerKind, WorkerRecord } from './supervisor.types.js';
+
+export type Step =
+  /** The job runs now on a worker that is loaded (or loading) with its profile. */
+  | { do: 'grant'; jobId: string; worker: WorkerKind }
+  /** The job needs its worker started: check memory first. */
+  | { do: 'check'; jobId: string }
+  /** An idle worker of ours must go (switch, image job, stale revision, finished image). */
+  | { do: 'unload'; kind: WorkerKind; reason: string }
+  /** The GUI image test found the reservation busy. */
+  | { do: 'refuse'; jobId: string; code: 'image_busy'; message: string };
+
+export type PlanView = Pick<SupervisorContext, 'jobs' | 'waiting' | 'workers' | 'checking'>;
+
+/** The resources a job claims, for the no-overtaking rule. */
+const NEEDS: Record<JobSpec['kind'], readonly string[]> = {
+  chat: ['llm'],
+  image: ['llm', 'tts', 'image'],
+  tts: ['tts'],
+  stt: ['stt'],
+};
+
+/** `busy`: a running job holds what this one needs (not only an idle worker of ours being unloaded). */
+type Admission = { type: 'grant' } | { type: 'start' } | { type: 'wait'; busy: boolean; unload?: Array<{ kind: WorkerKind; reason: string }> };
+
+const BUSY: Admission = { type: 'wait', busy: true };
+const FREEING: Admission = { type: 'wait', busy: false };
+
+const loadedOrLoading = (w: WorkerRecord) => w.state === 'loaded' || w.state === 'loading';
+
+export function runningOn(jobs: Record<string, JobRecord>, kind: WorkerKind): number {
+  let count = 0;
+  for (const job of Object.values(jobs)) if (job.phase === 'running' && job.worker === kind) count += 1;
+  return count;
+}
+
+/** Idle workers of ours that a chat start may unload when it does not fit beside them (3.4). */
+export function unloadableFor(view: PlanView, job: JobSpec): WorkerKind[] {
+  const tts = view.workers.tts;
+  return job.kind === 'chat' && loadedOrLoading(tts) && runningOn(view.jobs, 'tts') === 0 ? ['tts'] : [];
+}
+
+const matches = (w: WorkerRecord, job: JobSpec) => w.profileId === job.profileId && w.revision === job.revision && !w.stale;
+
+/** Whether one job can run now, given the workers and the running jobs. */
+export function admit(view: PlanView, job: JobSpec): Admission {
+  const { workers, jobs } = view;
+  const anyUnloading = Object.values(workers).some((w) => w.state === 'unloading');
+  const worker = workers[job.kind];
+  const running = runningOn(jobs, job.kind);
+
+  if (job.kind === 'image') {
+    if (runningOn(jobs, 'chat') + runningOn(jobs, 'tts') + running > 0) return BUSY;
+    const unload = (['chat', 'tts', 'image'] as const).filter((k) => loadedOrLoading(workers[k])).map((kind) => ({ kind, reason: 'an image job needs every GPU' }));
+    if (unload.length > 0) return { type: 'wait', busy: false, unload };
+    return anyUnloading ? FREEING : { type: 'start' };
+  }
+  if ((job.kind === 'chat' || job.kind === 'tts') && (runningOn(jobs, 'image') > 0 || workers.image.state !== 'unloaded')) return BUSY;
+  if (worker.state === 'unloading') return FREEING;
+  // Memory is in flux while our own workers unload: the check waits until they are gone.
+  if (worker.state === 'unloaded') return anyUnloading ? FREEING : { type: 'start' };
+  if (matches(worker, job)) {
+    const capacity = job.kind === 'chat' ? worker.slots : 1;
+    return running < capacity ? { type: 'grant' } : BUSY;
+  }
+  if (running > 0) return BUSY;
+  const reason = worker.stale ? 'its profile changed' : `switch to profile ${job.profileId} (revision ${job.revision})`;
+  return { type: 'wait', busy: false, unload: [{ kind: job.kind, reason }] };
+}
+
+export function plan(view: PlanView): Step[] {
+  const steps: Step[] = [];
+  // A hypothetical copy: grants in this pass count against the slots of later jobs.
+  const jobs: Record<string, JobRecord> = { ...view.jobs };
+  const workers = { ...view.workers };
+  const unloading = new Set<WorkerKind>();
+  const unload = (kind: WorkerKind, reason: string) => {
+    if (unloading.has(kind)) return;
+    unloading.add(kind);
+    workers[kind] = { ...workers[kind], state: 'unloading' };
+    steps.push({ do: 'unload', kind, reason });
+  };
+
+  // Workers nobody uses any more: a stale revision, or an image process whose image is done.
+  for (const w of Object.values(view.workers)) {
+    if (!loadedOrLoading(w) || runningOn(jobs, w.kind) > 0) continue;
+    if (w.stale) unload(w.kind, 'its profile changed, was deleted, or a foreign process needs the GPU');
+    else if (w.kind === 'image') unload(w.kind, 'the image is done: one image process per image');
+  }
+
+  const blocked = new Set<string>();
+  let checkTaken = view.checking !== null;
+  for (const id of view.waiting) {
+    const job = jobs[id];
+    if (!job || job.phase !== 'waiting') {
+      if (job) for (const need of NEEDS[job.spec.kind]) blocked.add(need);
+      continue;
+    }
+    const needs = NEEDS[job.spec.kind];
+    const refuse = job.spec.whenBusy === 'refuse';
+    if (needs.some((need) => blocked.has(need))) {
+      if (refuse) steps.push({ do: 'refuse', jobId: id, code: 'image_busy', message: 'the image reservation is busy: earlier jobs wait for it' });
+      else for (const need of needs) blocked.add(need);
+      continue;
+    }
+    const admission = admit({ jobs, workers, waiting: view.waiting, checking: view.checking }, job.spec);
+    if (admission.type === 'grant') {
+      jobs[id] = { ...job, phase: 'running', worker: job.spec.kind };
+      steps.push({ do: 'grant', jobId: id, worker: job.spec.kind });
+      continue;
+    }
+    if (admission.type === 'start' && !checkTaken) {
+      checkTaken = true;
+      steps.push({ do: 'check', jobId: id });
+    } else if (admission.type === 'wait' && refuse && admission.busy) {
+      steps.push({ do: 'refuse', jobId: id, code: 'image_busy', message: 'the image reservation is busy: a running job holds it' });
+      continue;
+    } else if (admission.type === 'wait') {
+      for (const u of admission.unload ?? []) unload(u.kind, u.reason);
+    }
+    for (const need of needs) blocked.add(need);
+  }
+  return steps;
+}

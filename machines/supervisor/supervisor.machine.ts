@@ -1,0 +1,466 @@
+// The supervisor (spec 1, 3, 3.7, 7, 8): the root actor. It shares the scarce GPUs and the RAM
+// between the chat, image, TTS and STT workers through reservations and a FIFO queue:
+//
+// - "A scheduler serialises access to GPUs and memory through reservations and a FIFO queue."
+// - Reservation is an event protocol: a job sends `gpu.reserve`, waits in the queue child, and hears
+//   `gpu.granted` (with the worker start plan when its worker must start) or `gpu.denied`; it holds
+//   the reservation for its whole life ("streaming keeps the model reservation until the output
+//   ends") and gives it back with `gpu.release`. `gpu.revoked` takes it back early (a foreign GPU
+//   process appeared, the worker died, the endpoint stopped).
+// - Which job runs next is `plan()` (schedule.ts); whether a worker start fits is `decideStart()`
+//   (fit.ts) on facts an adapter gathered. Both are pure; this machine carries their steps out.
+// - (3.2) "additional foreign GPU process during operation → unloaded: only the service's own
+//   worker is ended". Foreign processes are never signalled.
+// - (3.1, 7) endpoint stop: waiting requests are discarded, then every worker is unloaded.
+//
+// The listener (spec 3.1) and the queue (3.7) are children with their systemIds; the workers are
+// reached through emitted `worker.unload` commands and report back with `worker.*` events.
+import { assign, enqueueActions, setup } from 'xstate';
+import { SYSTEM_IDS } from '../ids.js';
+import { QUEUE_LIMITS } from '../queue/index.js';
+import type { QueueEvent, QueuedJob } from '../queue/index.js';
+import { decideStart, type CheckInput, type StartFacts } from './fit.js';
+import { admit, plan, runningOn, unloadableFor } from './schedule.js';
+import { supervisorActors } from './supervisor.actors.js';
+import type {
+  DenialCode,
+  JobRecord,
+  RevocationCode,
+  SupervisorContext,
+  SupervisorEmitted,
+  SupervisorEvent,
+  SupervisorInput,
+  WorkerKind,
+  WorkerRecord,
+} from './supervisor.types.js';
+import { WORKER_KINDS } from './supervisor.types.js';
+
+/** The part of `enqueue` the helpers below use. */
+interface Enqueue {
+  emit(event: SupervisorEmitted): void;
+  sendTo(to: string, event: QueueEvent): void;
+}
+
+export function emptyWorker(kind: WorkerKind, last: string | null = null): WorkerRecord {
+  return { kind, state: 'unloaded', profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: false, last };
+}
+
+const DENIALS: Record<Exclude<DenialCode, 'resources_busy' | 'insufficient_memory' | 'image_busy' | 'start_check_failed'>, (c: SupervisorContext) => string> = {
+  queue_full: (c) => `The queue is full: ${c.limits.maxWaiting} requests are waiting. Retry later.`,
+  queue_timeout: (c) => `The request waited ${c.limits.maxWaitMs / 1000} seconds in the queue without getting its turn.`,
+  profile_changed: () => 'The profile changed or was unpublished while the request waited; send it again.',
+  endpoint_stopped: () => 'The endpoint is stopping or stopped: waiting requests are discarded and no new ones are accepted.',
+};
+
+const OK = { ok: true } as const;
+
+const toQueue = (enqueue: Enqueue, event: QueueEvent) => enqueue.sendTo(SYSTEM_IDS.queue, event);
+
+/** Removes a job that has not run and tells its route why. */
+function deny(enqueue: Enqueue, jobs: Record<string, JobRecord>, jobId: string, code: DenialCode, message: string, retryAfterSeconds?: number) {
+  delete jobs[jobId];
+  const denied: SupervisorEmitted = { type: 'gpu.denied', jobId, code, message };
+  enqueue.emit(retryAfterSeconds === undefined ? denied : { ...denied, retryAfterSeconds });
+}
+
+/** Takes running jobs' reservations back: their routes end them with `code`. */
+function revoke(enqueue: Enqueue, jobs: Record<string, JobRecord>, select: (job: JobRecord) => boolean, code: RevocationCode, message: string) {
+  for (const [jobId, job] of Object.entries(jobs)) {
+    if (job.phase !== 'running' || !select(job)) continue;
+    delete jobs[jobId];
+    enqueue.emit({ type: 'gpu.revoked', jobId, code, message });
+  }
+}
+
+function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kind: WorkerKind, reason: string) {
+  const worker = workers[kind];
+  if (worker.state === 'unloaded' || worker.state === 'unloading') return;
+  workers[kind] = { ...worker, state: 'unloading', last: reason };
+  enqueue.emit({ type: 'worker.unload', kind, reason });
+}
+
+/** What the start check of the job under check needs to know. */
+export function checkInput(context: SupervisorContext): CheckInput | undefined {
+  const job = context.checking === null ? undefined : context.jobs[context.checking];
+  if (!job) return undefined;
+  return { job: job.spec, workers: context.workers, idle: unloadableFor(context, job.spec) };
+}
+
+/** Foreign compute processes on the GPUs the chat worker uses. */
+function foreignOnChatGpus(context: SupervisorContext): { uuid: string; pids: number[] } | undefined {
+  const chat = context.workers.chat;
+  if (chat.state !== 'loaded' && chat.state !== 'loading') return undefined;
+  const own = new Set(Object.values(context.workers).flatMap((w) => (w.pid === null ? [] : [w.pid])));
+  for (const uuid of chat.plan?.gpus ?? []) {
+    const pids = context.gpus.find((g) => g.uuid === uuid)?.processes.filter((p) => !own.has(p.pid)).map((p) => p.pid) ?? [];
+    if (pids.length > 0) return { uuid, pids };
+  }
+  return undefined;
+}
+
+export const supervisorMachine = setup({
+  types: {
+    context: {} as SupervisorContext,
+    events: {} as SupervisorEvent,
+    input: {} as SupervisorInput,
+    emitted: {} as SupervisorEmitted,
+  },
+  actors: supervisorActors,
+  guards: {
+    checkPending: ({ context }) => context.checking !== null,
+    chatWorkerOnGpu: ({ context }) => {
+      const chat = context.workers.chat;
+      return (chat.state === 'loading' || chat.state === 'loaded') && (chat.plan?.gpus.length ?? 0) > 0;
+    },
+  },
+  actions: {
+    submit: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'gpu.reserve' || context.jobs[event.job.id]) return;
+      const { job } = event;
+      if (!context.accepting) {
+        enqueue.emit({ type: 'gpu.denied', jobId: job.id, code: 'endpoint_stopped', message: DENIALS.endpoint_stopped(context) });
+        return;
+      }
+      enqueue.assign({ jobs: { ...context.jobs, [job.id]: { spec: job, phase: 'submitted', worker: null, gpus: [] } } });
+      const queued: QueuedJob = { id: job.id, kind: job.kind, source: job.source, profileId: job.profileId, revision: job.revision, at: job.at };
+      toQueue(enqueue, { type: 'job.enqueue', job: queued });
+    }),
+    fromQueue: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'job.queued' && event.type !== 'job.rejected' && event.type !== 'job.removed') return;
+      const job = context.jobs[event.jobId];
+      // Reports about jobs that already ran, or already left, change nothing: every job ends once.
+      if (!job || job.phase === 'running') return;
+      if (event.type === 'job.queued') {
+        if (job.phase !== 'submitted') return;
+        enqueue.assign({ jobs: { ...context.jobs, [event.jobId]: { ...job, phase: 'waiting' } }, waiting: [...context.waiting, event.jobId] });
+        enqueue.emit({ type: 'job.queued', jobId: event.jobId, position: event.position });
+        return;
+      }
+      const jobs = { ...context.jobs };
+      if (event.type === 'job.rejected') deny(enqueue, jobs, event.jobId, event.code, DENIALS[event.code](context), event.retryAfterSeconds);
+      else delete jobs[event.jobId];
+      enqueue.assign({
+        jobs,
+        waiting: context.waiting.filter((id) => id !== event.jobId),
+        checking: context.checking === event.jobId ? null : context.checking,
+      });
+    }),
+    release: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'gpu.release' && event.type !== 'job.cancel') return;
+      const job = context.jobs[event.jobId];
+      if (!job) return;
+      const jobs = { ...context.jobs };
+      delete jobs[event.jobId];
+      if (job.phase !== 'running') toQueue(enqueue, { type: 'job.cancel', jobId: event.jobId });
+      const workers = { ...context.workers };
+      const kind = job.worker;
+      // loading | cancel in the chat test | own start | unloaded: the start is aborted.
+      if (event.type === 'job.cancel' && job.spec.source === 'test' && kind && workers[kind].state === 'loading' && runningOn(jobs, kind) === 0) {
+        unload(enqueue, workers, kind, 'the chat test was cancelled during its own model start: the start is aborted');
+      }
+      enqueue.assign({
+        workers,
+        jobs,
+        waiting: context.waiting.filter((id) => id !== event.jobId),
+        checking: context.checking === event.jobId ? null : context.checking,
+      });
+    }),
+    workerReport: enqueueActions(({ context, event, enqueue }) => {
+      const workers = { ...context.workers };
+      const jobs = { ...context.jobs };
+      switch (event.type) {
+        case 'worker.started':
+          workers[event.kind] = { ...workers[event.kind], pid: event.pid };
+          break;
+        case 'worker.loaded':
+          if (workers[event.kind].state === 'loading') workers[event.kind] = { ...workers[event.kind], state: 'loaded' };
+          break;
+        case 'worker.unloaded':
+          workers[event.kind] = emptyWorker(event.kind, workers[event.kind].last);
+          break;
+        case 'worker.exited':
+          workers[event.kind] = emptyWorker(event.kind, `${event.cause}: ${event.message}`);
+          revoke(enqueue, jobs, (job) => job.worker === event.kind, 'worker_failed', event.message);
+          break;
+        default:
+          return;
+      }
+      enqueue.assign({ workers, jobs });
+    }),
+    inventory: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'gpu.inventory') return;
+      const next = { ...context, gpus: event.gpus };
+      const foreign = foreignOnChatGpus(next);
+      if (!foreign) {
+        enqueue.assign({ gpus: event.gpus });
+        return;
+      }
+      const workers = { ...context.workers };
+      const jobs = { ...context.jobs };
+      const reason = `a foreign process (pid ${foreign.pids.join(', ')}) appeared on GPU ${foreign.uuid}: only our own chat worker is ended`;
+      revoke(enqueue, jobs, (job) => job.worker === 'chat', 'resources_busy', reason);
+      unload(enqueue, workers, 'chat', reason);
+      enqueue.assign({ gpus: event.gpus, workers, jobs });
+    }),
+    profileChanged: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'profile.changed') return;
+      toQueue(enqueue, event);
+      const workers = { ...context.workers };
+      for (const kind of WORKER_KINDS) {
+        const w = workers[kind];
+        if (w.profileId === event.profileId && w.state !== 'unloaded' && (event.revision === null || w.revision !== event.revision)) {
+          workers[kind] = { ...w, stale: true };
+        }
+      }
+      enqueue.assign({ workers });
+    }),
+    discard: enqueueActions(({ event, enqueue }) => {
+      if (event.type !== 'endpoint.discard') return;
+      enqueue.assign({ accepting: false });
+      toQueue(enqueue, { type: 'queue.discardAll' });
+      enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: OK });
+    }),
+    unloadRequest: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'worker.unloadRequest') return;
+      const active = runningOn(context.jobs, event.kind);
+      if (active > 0) {
+        const message = `the ${event.kind} worker has ${active} active request(s): the unload is rejected`;
+        enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: { ok: false, code: 'active_requests', message } });
+        return;
+      }
+      const workers = { ...context.workers };
+      unload(enqueue, workers, event.kind, 'explicit unload in the chat test');
+      enqueue.assign({ workers });
+      enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: OK });
+    }),
+    unloadAll: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'workers.unloadAll') return;
+      const workers = { ...context.workers };
+      const jobs = { ...context.jobs };
+      revoke(enqueue, jobs, () => true, 'endpoint_stopped', DENIALS.endpoint_stopped(context));
+      for (const kind of WORKER_KINDS) unload(enqueue, workers, kind, 'endpoint stop');
+      enqueue.assign({ workers, jobs, accepting: false, unloadWaiters: [...context.unloadWaiters, event.requestId] });
+    }),
+    replyUnloadWaiters: enqueueActions(({ context, enqueue }) => {
+      if (context.unloadWaiters.length === 0 || WORKER_KINDS.some((k) => context.workers[k].state !== 'unloaded')) return;
+      for (const requestId of context.unloadWaiters) enqueue.emit({ type: 'supervisor.reply', requestId, outcome: OK });
+      enqueue.assign({ unloadWaiters: [], accepting: true });
+    }),
+    /** Carries out `plan()`: grants, start checks, unloads and the GUI test's conflicts. */
+    schedule: enqueueActions(({ context, enqueue }) => {
+      if (context.unloadWaiters.length > 0) return;
+      const steps = plan(context);
+      if (steps.length === 0) return;
+      const jobs = { ...context.jobs };
+      const workers = { ...context.workers };
+      const left = new Set<string>();
+      let checking = context.checking;
+      for (const step of steps) {
+        if (step.do === 'unload') {
+          unload(enqueue, workers, step.kind, step.reason);
+          continue;
+        }
+        const job = jobs[step.jobId];
+        if (!job) continue;
+        if (step.do === 'check') {
+          checking = step.jobId;
+          jobs[step.jobId] = { ...job, phase: 'checking' };
+        } else if (step.do === 'grant') {
+          const gpus = workers[step.worker].plan?.gpus ?? [];
+          jobs[step.jobId] = { ...job, phase: 'running', worker: step.worker, gpus };
+          left.add(step.jobId);
+          toQueue(enqueue, { type: 'job.dispatch', jobId: step.jobId });
+          enqueue.emit({ type: 'gpu.granted', jobId: step.jobId, worker: step.worker, start: null, gpus });
+        } else {
+          left.add(step.jobId);
+          toQueue(enqueue, { type: 'job.cancel', jobId: step.jobId });
+          deny(enqueue, jobs, step.jobId, step.code, step.message);
+        }
+      }
+      enqueue.assign({ jobs, workers, checking, waiting: context.waiting.filter((id) => !left.has(id)) });
+    }),
+    /** The memory check's facts are in: start the worker, refuse the job, or unload idle workers first. */
+    applyVerdict: enqueueActions(({ context, enqueue }, params: { facts: StartFacts }) => {
+      const input = checkInput(context);
+      const jobId = context.checking;
+      enqueue.assign({ checking: null, gpus: params.facts.gpus });
+      if (!input || jobId === null) return;
+      const jobs = { ...context.jobs };
+      const workers = { ...context.workers };
+      const job = jobs[jobId]!;
+      // The world may have moved while the facts were gathered: only a start that is still due goes ahead.
+      if (admit(context, job.spec).type !== 'start') {
+        jobs[jobId] = { ...job, phase: 'waiting' };
+        enqueue.assign({ jobs });
+        return;
+      }
+      const verdict = decideStart(params.facts, input);
+      if (verdict.verdict === 'refuse') {
+        toQueue(enqueue, { type: 'job.cancel', jobId });
+        deny(enqueue, jobs, jobId, verdict.code, verdict.message);
+        enqueue.assign({ jobs, waiting: context.waiting.filter((id) => id !== jobId) });
+        return;
+      }
+      if (verdict.verdict === 'unload-first') {
+        for (const kind of verdict.kinds) unload(enqueue, workers, kind, verdict.message);
+        jobs[jobId] = { ...job, phase: 'waiting' };
+        enqueue.assign({ jobs, workers });
+        return;
+      }
+      const { spec } = job;
+      const gpus = spec.kind === 'image' ? params.facts.gpus.map((g) => g.uuid) : verdict.plan.gpus;
+      workers[spec.kind] = {
+        kind: spec.kind,
+        state: 'loading',
+        profileId: spec.profileId,
+        revision: spec.revision,
+        slots: spec.slots,
+        pid: null,
+        plan: verdict.plan,
+        stale: false,
+        last: null,
+      };
+      jobs[jobId] = { ...job, phase: 'running', worker: spec.kind, gpus };
+      toQueue(enqueue, { type: 'job.dispatch', jobId });
+      enqueue.emit({ type: 'gpu.granted', jobId, worker: spec.kind, start: verdict.plan, gpus });
+      enqueue.assign({ jobs, workers, waiting: context.waiting.filter((id) => id !== jobId) });
+    }),
+    checkFailed: enqueueActions(({ context, event, enqueue }) => {
+      const jobId = context.checking;
+      enqueue.assign({ checking: null });
+      if (jobId === null || !context.jobs[jobId]) return;
+      const jobs = { ...context.jobs };
+      const reason = (event as { error?: unknown }).error;
+      toQueue(enqueue, { type: 'job.cancel', jobId });
+      deny(enqueue, jobs, jobId, 'start_check_failed', `the memory check before the worker start failed: ${reason instanceof Error ? reason.message : String(reason)}`);
+      enqueue.assign({ jobs, waiting: context.waiting.filter((id) => id !== jobId) });
+    }),
+  },
+}).createMachine({
+  id: 'supervisor',
+  context: ({ input }) => ({
+    jobs: {},
+    waiting: [],
+    workers: { chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt') },
+    checking: null,
+    checkRunning: null,
+    gpus: [],
+    accepting: true,
+    unloadWaiters: [],
+    listenerInput: input.listener,
+    limits: {
+      maxWaiting: input.queue?.maxWaiting ?? QUEUE_LIMITS.maxWaiting,
+      maxWaitMs: input.queue?.maxWaitMs ?? QUEUE_LIMITS.maxWaitMs,
+      retryAfterSeconds: input.queue?.retryAfterSeconds ?? QUEUE_LIMITS.retryAfterSeconds,
+    },
+  }),
+  initial: 'active',
+  states: {
+    active: {
+      type: 'parallel',
+      invoke: [
+        {
+          id: SYSTEM_IDS.listener,
+          systemId: SYSTEM_IDS.listener,
+          src: 'listener',
+          input: ({ context }) => context.listenerInput,
+          onDone: { target: 'off', description: 'the service ends once the listener is off' },
+        },
+        {
+          id: SYSTEM_IDS.queue,
+          systemId: SYSTEM_IDS.queue,
+          src: 'queue',
+          input: ({ context }) => ({ ...context.limits, reportToParent: true }),
+        },
+      ],
+      on: {
+        'gpu.reserve': {
+          actions: ['submit'],
+          description: 'a job asks for its reservation: it waits in the FIFO queue (at most 16, at most 600 s)',
+        },
+        'job.queued': { actions: ['fromQueue', 'schedule'], description: 'the queue took the job: plan who runs next' },
+        'job.rejected': {
+          actions: ['fromQueue', 'schedule'],
+          description: 'queue full, waited 600 s, its profile changed, or the endpoint stopped: the job is refused',
+        },
+        'job.removed': { actions: ['fromQueue', 'schedule'], description: 'a client that disconnected left the queue' },
+        'gpu.release': {
+          actions: ['release', 'schedule'],
+          description: 'the job ended (a stream after its last byte): its reservation goes to the next job',
+        },
+        'job.cancel': {
+          actions: ['release', 'schedule'],
+          description: 'the client disconnected: it leaves the queue at once, or frees its running reservation',
+        },
+        'worker.started': { actions: ['workerReport'], description: 'the worker process exists: its pid is ours, not foreign' },
+        'worker.loaded': { actions: ['workerReport', 'schedule'], description: 'the worker is ready' },
+        'worker.unloaded': {
+          actions: ['workerReport', 'replyUnloadWaiters', 'schedule'],
+          description: 'the worker is gone: its GPUs and RAM are free for the next start',
+        },
+        'worker.exited': {
+          actions: ['workerReport', 'replyUnloadWaiters', 'schedule'],
+          description: 'the worker died: its running jobs fail with worker_failed and the next request reloads',
+        },
+        'gpu.inventory': {
+          actions: ['inventory', 'schedule'],
+          description: 'loaded | additional foreign GPU process during operation | unloaded: only the own chat worker is ended',
+        },
+        'profile.changed': {
+          actions: ['profileChanged', 'schedule'],
+          description: 'waiting requests of a changed or deactivated profile are rejected; a new revision unloads and restarts the worker',
+        },
+        'endpoint.discard': { actions: ['discard'], description: 'endpoint stop: waiting requests are discarded; no new requests accepted' },
+        'worker.unloadRequest': {
+          actions: ['unloadRequest', 'schedule'],
+          description: 'loaded | explicit unload in the chat test | no active requests | unloaded; with active requests the unload is rejected',
+        },
+        'workers.unloadAll': {
+          actions: ['unloadAll', 'replyUnloadWaiters'],
+          description: 'endpoint stop: then workers are unloaded; own workers receive SIGTERM; TTS and STT workers too',
+        },
+      },
+      states: {
+        checks: {
+          initial: 'idle',
+          states: {
+            idle: {
+              always: { guard: 'checkPending', target: 'checking', description: 'memory check before every worker start, one at a time' },
+            },
+            checking: {
+              entry: assign({ checkRunning: ({ context }) => context.checking }),
+              exit: assign({ checkRunning: null }),
+              always: {
+                guard: ({ context }) => context.checking !== context.checkRunning,
+                target: 'idle',
+                description: 'the job left while its check ran: the check is abandoned (its facts would belong to another job)',
+              },
+              invoke: {
+                src: 'gatherStartFacts',
+                input: ({ context }) => checkInput(context)!,
+                onDone: {
+                  target: 'idle',
+                  actions: [{ type: 'applyVerdict', params: ({ event }) => ({ facts: event.output }) }, 'schedule'],
+                  description: 'resources free and memory check passes: the worker starts with the stored parameters',
+                },
+                onError: { target: 'idle', actions: ['checkFailed', 'schedule'], description: 'the facts could not be gathered: the job is refused' },
+              },
+            },
+          },
+        },
+        gpuWatch: {
+          initial: 'idle',
+          states: {
+            idle: { always: { guard: 'chatWorkerOnGpu', target: 'watching' } },
+            watching: {
+              description: 'a chat worker holds a GPU: foreign processes that appear there are noticed',
+              always: { guard: ({ context }) => !context.workers.chat.plan?.gpus.length || context.workers.chat.state === 'unloaded', target: 'idle' },
+              invoke: { src: 'watchGpus' },
+            },
+          },
+        },
+      },
+    },
+    off: { type: 'final', description: 'the service has ended' },
+  },
+});

@@ -1,0 +1,176 @@
+// Events, context and input of the supervisor (spec 1, 3, 3.7, 7, 8): the root actor that shares
+// the GPUs and the RAM between the chat, image, TTS and STT workers through reservations.
+import type { ListenerInput } from '../listener/index.js';
+import type { QueueInput } from '../queue/index.js';
+
+export type JobKind = 'chat' | 'image' | 'tts' | 'stt';
+/** One worker of each kind exists at a time; its kind names it. */
+export type WorkerKind = JobKind;
+export const WORKER_KINDS: readonly WorkerKind[] = ['chat', 'image', 'tts', 'stt'];
+
+/** A request for a reservation: what the route (or an admin test) took from its profile snapshot. */
+export interface JobSpec {
+  id: string;
+  kind: JobKind;
+  /** `api`: an inference request; `test`: the operator's chat or image test (no publication needed). */
+  source: 'api' | 'test';
+  profileId: string;
+  /** The revision of the snapshot the job took when it was accepted (spec 2.1 rule 6). */
+  revision: number;
+  /** chat: the profile's slot count, the parallel answers one loaded worker gives. */
+  slots: number;
+  /** tts: `cpu` or the UUID of the designated GPU. */
+  device: string;
+  /** When resources are busy: wait in the queue (the API) or be refused at once (the GUI image test). */
+  whenBusy: 'wait' | 'refuse';
+  /** The frozen profile snapshot, opaque to the supervisor: the start check reads the model from it. */
+  profile: unknown;
+  /** When the route submitted it (the adapter's clock), for the waited time in diagnostics. */
+  at: number;
+}
+
+export type WorkerState = 'unloaded' | 'loading' | 'loaded' | 'unloading';
+
+/** The memory a worker start is predicted to need (spec 7: a prediction, not a proof). */
+export interface Forecast {
+  ramMiB: number;
+  /** Per GPU UUID. */
+  gpuMiB: Record<string, number>;
+  /** How the numbers were reached, for the diagnostics. */
+  basis: string;
+}
+
+/** How a worker is started, decided by the memory check (spec 8). */
+export interface StartPlan {
+  /** GPUs the worker occupies, in UUID order; empty on the CPU. */
+  gpus: string[];
+  /** chat: `-ngl`, the GPU layer count (null on the CPU). */
+  gpuLayers: number | null;
+  /** chat: `-ts`, the split ratios over `gpus` (null: one GPU or CPU). */
+  tensorSplit: number[] | null;
+  /** chat: `-ot` tensor overrides reported by the build's own fit. */
+  overrides: string[];
+  forecast: Forecast;
+  /** Per GPU: what the probe saw free, the reserve kept, what the start could use, and the forecast (MiB). */
+  gpuBudget: Array<{ uuid: string; freeMiB: number; reserveMiB: number; availableMiB: number; forecastMiB: number }>;
+  /** RAM: what may be used before the reserve, the reserve, and the forecast (MiB). */
+  ramBudget: { availableMiB: number; reserveMiB: number; forecastMiB: number; limitedBy: string };
+  /** Foreign compute processes seen on the GPUs at the start check (none on `gpus`). */
+  foreignAtStart: number[];
+  /** How the GPU layer count was found: stored, shallow search (steps), the build's fit, or CPU. */
+  fit: string;
+}
+
+export interface WorkerRecord {
+  kind: WorkerKind;
+  state: WorkerState;
+  profileId: string | null;
+  revision: number | null;
+  /** chat: parallel answers of the loaded profile. */
+  slots: number;
+  pid: number | null;
+  plan: StartPlan | null;
+  /** A newer revision was saved, or the profile was deleted: unload as soon as no job uses it. */
+  stale: boolean;
+  /** Why it was last unloaded or how it ended, for the status. */
+  last: string | null;
+}
+
+export type JobPhase = 'submitted' | 'waiting' | 'checking' | 'running';
+
+export interface JobRecord {
+  spec: JobSpec;
+  phase: JobPhase;
+  /** The worker it holds while running. */
+  worker: WorkerKind | null;
+  /** The GPUs its reservation covers while running. */
+  gpus: string[];
+}
+
+/** A GPU as the probe last saw it, with its compute processes. */
+export interface GpuView {
+  uuid: string;
+  memoryTotalMiB: number;
+  memoryFreeMiB: number;
+  processes: Array<{ pid: number; usedMiB: number }>;
+}
+
+export type DenialCode =
+  | 'queue_full'
+  | 'queue_timeout'
+  | 'profile_changed'
+  | 'endpoint_stopped'
+  | 'resources_busy'
+  | 'insufficient_memory'
+  | 'image_busy'
+  | 'start_check_failed';
+
+export type RevocationCode = 'resources_busy' | 'worker_failed' | 'endpoint_stopped';
+
+/** The outcome of one start check: the facts the adapters gathered, judged by `decideStart`. */
+export type StartVerdict =
+  | { verdict: 'start'; plan: StartPlan }
+  | { verdict: 'refuse'; code: 'resources_busy' | 'insufficient_memory' | 'start_check_failed'; message: string }
+  /** It would fit once these idle workers of ours are unloaded (an incompatible GPU profile change). */
+  | { verdict: 'unload-first'; kinds: WorkerKind[]; message: string };
+
+export interface SupervisorInput {
+  listener: ListenerInput;
+  queue?: Omit<QueueInput, 'reportToParent'>;
+}
+
+export interface SupervisorContext {
+  jobs: Record<string, JobRecord>;
+  /** The waiting jobs in FIFO order, as the queue reported them. */
+  waiting: string[];
+  workers: Record<WorkerKind, WorkerRecord>;
+  /** The job whose worker start is to be checked (one check at a time). */
+  checking: string | null;
+  /** The job the running check gathers facts for; differs from `checking` once that job left. */
+  checkRunning: string | null;
+  gpus: GpuView[];
+  /** False between an endpoint stop's discard and the end of its unload: new reservations are refused. */
+  accepting: boolean;
+  /** Routes waiting for every worker to be unloaded (endpoint stop). */
+  unloadWaiters: string[];
+  listenerInput: ListenerInput;
+  limits: { maxWaiting: number; maxWaitMs: number; retryAfterSeconds: number };
+}
+
+export type SupervisorEvent =
+  /** A job asks for its reservation; it waits in the queue until granted or denied. */
+  | { type: 'gpu.reserve'; job: JobSpec }
+  /** The job has ended (a streamed chat after its last byte): its reservation is free. */
+  | { type: 'gpu.release'; jobId: string }
+  /** The client went away: a waiting job leaves the queue, a running one releases. */
+  | { type: 'job.cancel'; jobId: string }
+  /** From the queue child (reportToParent). */
+  | { type: 'job.queued'; jobId: string; position: number }
+  | { type: 'job.rejected'; jobId: string; code: 'queue_full' | 'queue_timeout' | 'profile_changed' | 'endpoint_stopped'; retryAfterSeconds?: number }
+  | { type: 'job.removed'; jobId: string }
+  | { type: 'job.dispatched'; jobId: string }
+  /** From the worker adapters. */
+  | { type: 'worker.started'; kind: WorkerKind; pid: number }
+  | { type: 'worker.loaded'; kind: WorkerKind }
+  | { type: 'worker.unloaded'; kind: WorkerKind }
+  | { type: 'worker.exited'; kind: WorkerKind; cause: string; message: string }
+  /** From the GPU watcher: the probe's latest view. */
+  | { type: 'gpu.inventory'; gpus: GpuView[] }
+  /** A profile got a new revision (revision), was deleted (null), or lost or gained its publication. */
+  | { type: 'profile.changed'; profileId: string; revision: number | null; published: boolean }
+  /** Endpoint stop, step 1: waiting jobs are discarded and new reservations refused. */
+  | { type: 'endpoint.discard'; requestId: string }
+  /** Endpoint stop, last step: every worker is unloaded. */
+  | { type: 'workers.unloadAll'; requestId: string }
+  /** The chat test's explicit unload (3.2): rejected while requests are active. */
+  | { type: 'worker.unloadRequest'; kind: WorkerKind; requestId: string };
+
+export type SupervisorEmitted =
+  | { type: 'job.queued'; jobId: string; position: number }
+  | { type: 'gpu.granted'; jobId: string; worker: WorkerKind; start: StartPlan | null; gpus: string[] }
+  | { type: 'gpu.denied'; jobId: string; code: DenialCode; message: string; retryAfterSeconds?: number }
+  /** A running job loses its reservation (foreign GPU process, worker died, endpoint stop). */
+  | { type: 'gpu.revoked'; jobId: string; code: RevocationCode; message: string }
+  /** A command for the worker adapters: unload this worker (own processes get SIGTERM). */
+  | { type: 'worker.unload'; kind: WorkerKind; reason: string }
+  | { type: 'supervisor.reply'; requestId: string; outcome: { ok: true } | { ok: false; code: 'active_requests'; message: string } };

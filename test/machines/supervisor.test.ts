@@ -1,0 +1,514 @@
+// The supervisor, row by row: spec 3.2 (chat worker), 3.3 (image), 3.4 (TTS), 3.5 (STT), 3.7 (the
+// queue under the supervisor) and 7 (errors), on a running supervisor with its real listener and
+// queue children, simulated workers and a simulated clock. Each row names the spec row it checks.
+import t from 'tap';
+import type { Test } from 'tap';
+import { GIB, gpu, model, supervisorHarness, type SupervisorHarness } from '../helpers/supervisor.js';
+
+interface Row {
+  row: string;
+  run: (t: Test) => Promise<void>;
+}
+
+/** A loaded chat worker for profile `a` revision 1 with `slots`, and one finished job on it. */
+async function loadedChat(h: SupervisorHarness, over: { profileId?: string; slots?: number } = {}) {
+  const first = await h.submit({ profileId: over.profileId ?? 'a', slots: over.slots ?? 1 });
+  await h.release(first);
+  return first;
+}
+
+const chatRows: Row[] = [
+  {
+    row: '3.2 unloaded | first request for a published chat profile | resources free, memory check passes | loaded: started with stored parameters',
+    async run(t) {
+      const h = supervisorHarness();
+      const id = await h.submit({ profileId: 'a', slots: 2 });
+      t.same(h.outcome(id), ['job.queued', 'granted +start']);
+      const grant = h.grant(id)!;
+      t.equal(grant.worker, 'chat');
+      t.equal(grant.start?.gpuLayers, null, 'CPU only: no GPU layers');
+      t.match(grant.start?.fit, /CPU only/);
+      t.same(h.calls, ['check ' + id], 'one memory check before the start');
+      t.match(h.worker('chat'), { state: 'loaded', profileId: 'a', revision: 1, slots: 2 });
+    },
+  },
+  {
+    row: '3.2 unloaded | chat test start | resources free | loaded (the test needs no publication: source test goes through the same scheduler)',
+    async run(t) {
+      const h = supervisorHarness();
+      const id = await h.submit({ source: 'test' });
+      t.same(h.outcome(id), ['job.queued', 'granted +start']);
+    },
+  },
+  {
+    row: '3.2 unloaded | first request | memory check fails | stays unloaded: 503 insufficient_memory, named as a forecast',
+    async run(t) {
+      const h = supervisorHarness({ world: { ramMiB: 2 * GIB } });
+      h.world.chat.a = { model: model(32, 200), context: 8192, gpuSplit: null, gpuLayers: null };
+      const id = await h.submit();
+      t.same(h.outcome(id), ['job.queued', 'denied insufficient_memory']);
+      t.match(h.denial(id)?.message, /forecast.*not a proof/);
+      t.equal(h.worker('chat').state, 'unloaded');
+      t.same(h.queueJobs(), [], 'the refused job left the queue');
+    },
+  },
+  {
+    row: '7 busy GPU at worker start | the start is rejected (503 resources_busy) and the foreign process is left alone',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB, 20 * GIB, [{ pid: 77, usedMiB: 4 * GIB }])] } });
+      const id = await h.submit();
+      t.same(h.outcome(id), ['job.queued', 'denied resources_busy']);
+      t.match(h.denial(id)?.message, /pid 77.*left alone/);
+      t.same(h.unloads(), [], 'nothing is unloaded or signalled');
+    },
+  },
+  {
+    row: '3.2 the same profile answers in parallel up to its slot count; the next waits',
+    async run(t) {
+      const h = supervisorHarness();
+      const ids = [await h.submit({ slots: 2 }), await h.submit({ slots: 2 }), await h.submit({ slots: 2 })];
+      t.ok(h.granted(ids[0]!) && h.granted(ids[1]!), 'two run together');
+      t.notOk(h.granted(ids[2]!), 'the third waits');
+      t.same(h.waiting(), [ids[2]]);
+      await h.release(ids[0]!);
+      t.same(h.outcome(ids[2]!), ['job.queued', 'granted'], 'a freed slot goes to the next, without a new start');
+    },
+  },
+  {
+    row: '3.2 streaming keeps the model reservation until the output ends',
+    async run(t) {
+      const h = supervisorHarness();
+      const stream = await h.submit({ profileId: 'a' });
+      const other = await h.submit({ profileId: 'b' });
+      t.notOk(h.granted(other), 'the switch waits while the stream runs');
+      t.same(h.unloads(), [], 'the streaming worker is not unloaded');
+      await h.release(stream);
+      t.same(h.outcome(other), ['job.queued', 'granted +start'], 'after the last byte the switch happens');
+    },
+  },
+  {
+    row: '3.2 loaded | request for a different profile | unloaded, then loaded with the new profile: the own worker is unloaded first',
+    async run(t) {
+      const h = supervisorHarness();
+      await loadedChat(h, { profileId: 'a' });
+      const id = await h.submit({ profileId: 'b' });
+      const order = h.emitted.filter((e) => e.type === 'worker.unload' || (e.type === 'gpu.granted' && e.jobId === id)).map((e) => e.type);
+      t.same(order, ['worker.unload', 'gpu.granted'], 'unload before the new start');
+      t.match(h.unloads('chat')[0]?.reason, /switch to profile b/);
+      t.match(h.worker('chat'), { state: 'loaded', profileId: 'b' });
+    },
+  },
+  {
+    row: '3.2 a waiting switch cannot be overtaken indefinitely by new chats: later same-profile chats queue behind it',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit({ profileId: 'a', slots: 4 });
+      const sw = await h.submit({ profileId: 'b' });
+      const later = [await h.submit({ profileId: 'a', slots: 4 }), await h.submit({ profileId: 'a', slots: 4 })];
+      t.notOk(h.granted(later[0]!) || h.granted(later[1]!), 'free slots of a are not given past the waiting switch');
+      await h.release(running);
+      t.same(h.outcome(sw), ['job.queued', 'granted +start'], 'the switch runs first');
+      t.notOk(h.granted(later[0]!), 'a waits for b to finish');
+      await h.release(sw);
+      t.ok(h.granted(later[0]!) && h.granted(later[1]!), 'then a loads again for both');
+    },
+  },
+  {
+    row: '3.2 loaded | a new revision of the profile | unloaded, then loaded with the new revision',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit({ profileId: 'a', revision: 1 });
+      await h.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
+      t.equal(h.worker('chat').stale, true);
+      t.same(h.unloads(), [], 'running answers keep their adopted profile');
+      await h.release(running);
+      t.equal(h.unloads('chat').length, 1, 'unloaded once idle');
+      t.equal(h.worker('chat').state, 'unloaded');
+      const next = await h.submit({ profileId: 'a', revision: 2 });
+      t.same(h.outcome(next), ['job.queued', 'granted +start']);
+      t.equal(h.worker('chat').revision, 2);
+    },
+  },
+  {
+    row: '3.2 loaded | image job | unloaded: the chat model and the speech model are unloaded before generation',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      await loadedChat(h);
+      const speech = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
+      await h.release(speech);
+      t.equal(h.worker('tts').state, 'loaded');
+      const image = await h.submit({ kind: 'image', profileId: 'img' });
+      t.same(
+        h.unloads().map((u) => u.kind),
+        ['chat', 'tts'],
+      );
+      t.same(h.outcome(image), ['job.queued', 'granted +start']);
+      t.same(h.grant(image)?.gpus, ['GPU-a', 'GPU-b'], 'the image job holds both GPUs');
+      const chat = await h.submit();
+      t.notOk(h.granted(chat), 'a text request waits for the image');
+      await h.release(image);
+      t.ok(h.unloads('image').length === 1, 'the image process is terminated after the image');
+      t.same(h.outcome(chat), ['job.queued', 'granted +start'], 'the next text request reloads its profile');
+    },
+  },
+  {
+    row: '3.2 loaded | additional foreign GPU process during operation | unloaded: only the own worker is ended',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')] } });
+      const id = await h.submit();
+      t.equal(h.calls.includes('watch start'), true, 'the GPUs are watched while the chat worker holds one');
+      const own = h.worker('chat').pid!;
+      await h.send({ type: 'gpu.inventory', gpus: [gpu('GPU-a', 24 * GIB, 10 * GIB, [{ pid: own, usedMiB: 8 * GIB }]), gpu('GPU-b')] });
+      t.equal(h.worker('chat').state, 'loaded', 'our own process is not foreign');
+      await h.send({ type: 'gpu.inventory', gpus: [gpu('GPU-a', 24 * GIB, 6 * GIB, [{ pid: own, usedMiB: 8 * GIB }, { pid: 4242, usedMiB: 4 * GIB }]), gpu('GPU-b')] });
+      t.same(h.outcome(id), ['job.queued', 'granted +start', 'revoked resources_busy'], 'its running request ends with a clear error');
+      t.same(
+        h.unloads().map((u) => u.kind),
+        ['chat'],
+        'only the own chat worker is unloaded; nothing else is signalled',
+      );
+      t.match(h.unloads('chat')[0]?.reason, /pid 4242.*only our own chat worker/);
+      t.equal(h.calls.at(-1), 'watch stop');
+    },
+  },
+  {
+    row: '3.2 loaded | explicit unload in the chat test | no active requests | unloaded; with active requests the unload is rejected',
+    async run(t) {
+      const h = supervisorHarness();
+      const active = await h.submit({ source: 'test' });
+      await h.send({ type: 'worker.unloadRequest', kind: 'chat', requestId: 'r1' });
+      const reply = (id: string) => h.emitted.find((e) => e.type === 'supervisor.reply' && e.requestId === id);
+      t.match(reply('r1'), { outcome: { ok: false, code: 'active_requests' } });
+      t.equal(h.worker('chat').state, 'loaded');
+      await h.release(active);
+      await h.send({ type: 'worker.unloadRequest', kind: 'chat', requestId: 'r2' });
+      t.match(reply('r2'), { outcome: { ok: true } });
+      t.equal(h.worker('chat').state, 'unloaded');
+    },
+  },
+  {
+    row: '3.2 loading | cancel in the chat test | own start | unloaded: the start is aborted',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false });
+      const id = await h.submit({ source: 'test' });
+      t.equal(h.worker('chat').state, 'loading');
+      await h.send({ type: 'job.cancel', jobId: id });
+      t.equal(h.unloads('chat').length, 1);
+      t.match(h.unloads('chat')[0]?.reason, /start is aborted/);
+      await h.send({ type: 'worker.unloaded', kind: 'chat' });
+      t.equal(h.worker('chat').state, 'unloaded');
+    },
+  },
+  {
+    row: '3.2 loaded | answer finished (chat test) | loaded: the process stays loaded',
+    async run(t) {
+      const h = supervisorHarness();
+      await loadedChat(h);
+      t.equal(h.worker('chat').state, 'loaded');
+      t.same(h.unloads(), []);
+    },
+  },
+  {
+    row: '3.2 a worker that dies: its running requests fail (worker_failed) and the next request reloads',
+    async run(t) {
+      const h = supervisorHarness();
+      const id = await h.submit();
+      await h.send({ type: 'worker.exited', kind: 'chat', cause: 'unclear', message: 'exit code 134: memory, model or build' });
+      t.same(h.outcome(id), ['job.queued', 'granted +start', 'revoked worker_failed']);
+      t.match(h.worker('chat'), { state: 'unloaded', last: /exit code 134/ });
+      const next = await h.submit();
+      t.same(h.outcome(next), ['job.queued', 'granted +start']);
+    },
+  },
+];
+
+const imageRows: Row[] = [
+  {
+    row: '3.3 API image requests wait for a busy reservation',
+    async run(t) {
+      const h = supervisorHarness();
+      const chat = await h.submit();
+      const image = await h.submit({ kind: 'image', profileId: 'img' });
+      t.same(h.outcome(image), ['job.queued']);
+      await h.release(chat);
+      t.same(h.outcome(image), ['job.queued', 'granted +start']);
+    },
+  },
+  {
+    row: '3.3, 7 the GUI image test reports a conflict instead of waiting; tests and API share one reservation',
+    async run(t) {
+      const h = supervisorHarness();
+      const api = await h.submit({ kind: 'image', profileId: 'img' });
+      const test = await h.submit({ kind: 'image', profileId: 'img', source: 'test', whenBusy: 'refuse' });
+      t.same(h.outcome(test), ['job.queued', 'denied image_busy']);
+      await h.release(api);
+      const chat = await h.submit();
+      const second = await h.submit({ kind: 'image', profileId: 'img', source: 'test', whenBusy: 'refuse' });
+      t.same(h.outcome(second), ['job.queued', 'denied image_busy'], 'a running chat holds the GPUs too');
+      await h.release(chat);
+      const third = await h.submit({ kind: 'image', profileId: 'img', source: 'test', whenBusy: 'refuse' });
+      t.same(h.outcome(third), ['job.queued', 'granted +start'], 'an idle loaded chat worker is not busy: it is unloaded for the test');
+    },
+  },
+  {
+    row: '3.3 an image job needs both GPUs free: a foreign process on either rejects the start',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b', 24 * GIB, 23 * GIB, [{ pid: 9, usedMiB: GIB }])] } });
+      const image = await h.submit({ kind: 'image', profileId: 'img' });
+      t.same(h.outcome(image), ['job.queued', 'denied resources_busy']);
+    },
+  },
+  {
+    row: '3.5 STT runs on the CPU beside an image job',
+    async run(t) {
+      const h = supervisorHarness();
+      const image = await h.submit({ kind: 'image', profileId: 'img' });
+      const stt = await h.submit({ kind: 'stt', profileId: 's' });
+      t.ok(h.granted(image) && h.granted(stt));
+    },
+  },
+];
+
+const ttsRows: Row[] = [
+  {
+    row: '3.4 unloaded | first speech request | the designated GPU has at least 7 GiB free | loaded, and stays ready',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB, 8 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      const first = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
+      t.same(h.outcome(first), ['job.queued', 'granted +start']);
+      t.same(h.grant(first)?.start?.gpus, ['GPU-a']);
+      await h.release(first);
+      const second = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
+      t.same(h.outcome(second), ['job.queued', 'granted'], 'no second start: the worker stayed ready');
+    },
+  },
+  {
+    row: '3.4 unloaded | first speech request | less than 7 GiB free on the designated GPU | stays unloaded: 503 insufficient_memory',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB, 7 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      const id = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
+      t.same(h.outcome(id), ['job.queued', 'denied insufficient_memory'], '7 GiB free minus the 512 MiB reserve is too little');
+      t.match(h.denial(id)?.message, /GPU-a offers 6656 MiB.*7168 MiB/);
+    },
+  },
+  {
+    row: '3.4 a loaded chat profile coexists with a loaded TTS worker while the 7 GiB condition holds',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      h.world.chat.a = { model: model(20, 400), context: 4096, gpuSplit: null, gpuLayers: null };
+      await loadedChat(h);
+      const forecast = h.worker('chat').plan!.forecast.gpuMiB['GPU-a']!;
+      t.ok(forecast > 8 * GIB && forecast < 16 * GIB, `the chat worker takes ${Math.round(forecast)} MiB of GPU-a`);
+      const speech = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
+      t.same(h.outcome(speech), ['job.queued', 'granted +start'], 'TTS loads beside it');
+      t.equal(h.worker('chat').state, 'loaded');
+      const big = { model: model(40, 400), context: 4096, gpuSplit: null, gpuLayers: null };
+      h.world.chat.a = big;
+      await h.release(speech);
+    },
+  },
+  {
+    row: '3.4 loaded | incompatible GPU profile change | unloaded: a chat start that does not fit beside the idle TTS worker unloads it first',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      const speech = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
+      await h.release(speech);
+      h.world.chat.big = { model: model(40, 500), context: 4096, gpuSplit: [1], gpuLayers: null };
+      const chat = await h.submit({ profileId: 'big' });
+      t.same(
+        h.unloads().map((u) => [u.kind, /fits once the idle tts worker is unloaded/.test(u.reason)]),
+        [['tts', true]],
+      );
+      t.same(h.outcome(chat), ['job.queued', 'granted +start']);
+      t.equal(h.grant(chat)?.start?.gpuLayers, 41, 'all layers on the GPU once the TTS worker is gone');
+    },
+  },
+  {
+    row: '3.4 a foreign GPU process on the TTS GPU is never ended, and the TTS worker stays',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      await h.release(await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' }));
+      await h.send({ type: 'gpu.inventory', gpus: [gpu('GPU-a', 24 * GIB, 10 * GIB, [{ pid: 5, usedMiB: 7 * GIB }])] });
+      t.same(h.unloads(), []);
+      t.equal(h.worker('tts').state, 'loaded');
+    },
+  },
+  {
+    row: '3.4 one speech job at a time on the one TTS worker',
+    async run(t) {
+      const h = supervisorHarness();
+      const a = await h.submit({ kind: 'tts', profileId: 't' });
+      const b = await h.submit({ kind: 'tts', profileId: 't' });
+      t.notOk(h.granted(b));
+      await h.release(a);
+      t.ok(h.granted(b));
+    },
+  },
+];
+
+const sttRows: Row[] = [
+  {
+    row: '3.5 unloaded | first transcription request | loaded (CPU); one STT job at a time; the worker stays loaded',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a')] } });
+      const a = await h.submit({ kind: 'stt', profileId: 's' });
+      const b = await h.submit({ kind: 'stt', profileId: 's' });
+      t.same(h.outcome(a), ['job.queued', 'granted +start']);
+      t.same(h.grant(a)?.start?.gpus, [], 'on the CPU');
+      t.same(h.outcome(b), ['job.queued'], 'the second waits in the queue');
+      await h.release(a);
+      t.same(h.outcome(b), ['job.queued', 'granted'], 'the loaded worker takes the next recording');
+      await h.release(b);
+      t.equal(h.worker('stt').state, 'loaded');
+    },
+  },
+  {
+    row: '3.5 loaded | an error | unloaded',
+    async run(t) {
+      const h = supervisorHarness();
+      await h.release(await h.submit({ kind: 'stt', profileId: 's' }));
+      await h.send({ type: 'worker.exited', kind: 'stt', cause: 'unclear', message: 'signal SIGSEGV' });
+      t.equal(h.worker('stt').state, 'unloaded');
+    },
+  },
+];
+
+const stopRows: Row[] = [
+  {
+    row: '3.1, 3.4, 3.5, 7 endpoint stop: waiting requests are discarded; then every worker is unloaded (chat, TTS, STT)',
+    async run(t) {
+      const h = supervisorHarness();
+      const chat = await h.submit();
+      await h.release(chat);
+      await h.release(await h.submit({ kind: 'tts', profileId: 't' }));
+      const stt = await h.submit({ kind: 'stt', profileId: 's' });
+      const waiting = await h.submit({ kind: 'stt', profileId: 's' });
+      await h.send({ type: 'endpoint.discard', requestId: 'd' });
+      t.same(h.outcome(waiting), ['job.queued', 'denied endpoint_stopped']);
+      const refused = await h.submit();
+      t.same(h.outcome(refused), ['denied endpoint_stopped'], 'no new requests accepted');
+      await h.send({ type: 'workers.unloadAll', requestId: 'u' });
+      t.same(h.outcome(stt), ['job.queued', 'granted +start', 'revoked endpoint_stopped'], 'a job still running at the unload ends');
+      t.same(h.unloads().map((u) => u.kind).sort(), ['chat', 'stt', 'tts']);
+      t.ok(h.emitted.some((e) => e.type === 'supervisor.reply' && e.requestId === 'u'));
+      t.equal(h.context().accepting, true, 'after the stop the operator may test again');
+    },
+  },
+  {
+    row: '3.1 the unload reply waits until every worker is gone',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false });
+      const id = await h.submit();
+      await h.send({ type: 'worker.loaded', kind: 'chat' });
+      await h.release(id);
+      await h.send({ type: 'workers.unloadAll', requestId: 'u' });
+      const replied = () => h.emitted.some((e) => e.type === 'supervisor.reply' && e.requestId === 'u');
+      t.notOk(replied());
+      await h.send({ type: 'worker.unloaded', kind: 'chat' });
+      t.ok(replied());
+    },
+  },
+];
+
+const queueRows: Row[] = [
+  {
+    row: '3.7 at most 16 waiting: the 17th is refused with queue_full and a Retry-After hint',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit();
+      const waiting = [];
+      for (let i = 0; i < 16; i++) waiting.push(await h.submit({ kind: 'chat', profileId: 'a' }));
+      const seventeenth = await h.submit();
+      t.same(h.waiting(), waiting);
+      t.match(h.denial(seventeenth), { code: 'queue_full', retryAfterSeconds: 10 });
+      await h.release(running);
+      t.ok(h.granted(waiting[0]!), 'FIFO: the first waiting job runs next');
+    },
+  },
+  {
+    row: '3.7 at most 600 s waiting: a job expires with queue_timeout on the machine clock, never waited for',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit();
+      const waiting = await h.submit();
+      h.clock.increment(599_999);
+      await h.settle();
+      t.same(h.outcome(waiting), ['job.queued']);
+      h.clock.increment(1);
+      await h.settle();
+      t.same(h.outcome(waiting), ['job.queued', 'denied queue_timeout']);
+      await h.release(running);
+      t.same(h.outcome(waiting), ['job.queued', 'denied queue_timeout'], 'an expired job is never granted afterwards');
+    },
+  },
+  {
+    row: '3.7 waiting requests of a changed or deactivated profile are rejected; running requests keep their adopted profile',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit({ profileId: 'a' });
+      const stale = await h.submit({ profileId: 'a' });
+      const other = await h.submit({ profileId: 'b' });
+      await h.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
+      t.same(h.outcome(stale), ['job.queued', 'denied profile_changed']);
+      t.match(h.denial(stale)?.message, /send it again/);
+      t.same(h.outcome(running), ['job.queued', 'granted +start'], 'the running job is not touched');
+      t.same(h.outcome(other), ['job.queued']);
+    },
+  },
+  {
+    row: '3.7 a client that disconnects leaves the queue at once',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit();
+      const gone = await h.submit();
+      const next = await h.submit();
+      await h.send({ type: 'job.cancel', jobId: gone });
+      t.same(h.waiting(), [next]);
+      t.same(h.queueJobs(), [next]);
+      await h.release(running);
+      t.ok(h.granted(next));
+      t.same(h.outcome(gone), ['job.queued'], 'a job that left hears nothing more');
+    },
+  },
+  {
+    row: '8 memory check: one start check at a time; a job that leaves during its check is not started',
+    async run(t) {
+      const h = supervisorHarness();
+      h.holdChecks();
+      const chat = await h.submit();
+      const stt = await h.submit({ kind: 'stt', profileId: 's' });
+      t.equal(h.pendingChecks.length, 1, 'the STT start waits for the chat check');
+      await h.send({ type: 'job.cancel', jobId: chat });
+      t.equal(h.pendingChecks.length, 2, 'the check of the job that left was dropped; the next one runs');
+      await h.releaseChecks();
+      t.same(h.outcome(chat), ['job.queued']);
+      t.equal(h.worker('chat').state, 'unloaded');
+      t.same(h.outcome(stt), ['job.queued', 'granted +start']);
+    },
+  },
+  {
+    row: '8 a check whose facts cannot be gathered refuses the job with start_check_failed and names why',
+    async run(t) {
+      const h = supervisorHarness();
+      h.world.failNext = 'not a GGUF file: /models/x.gguf';
+      const id = await h.submit();
+      t.same(h.outcome(id), ['job.queued', 'denied start_check_failed']);
+      t.match(h.denial(id)?.message, /not a GGUF file/);
+      const next = await h.submit();
+      t.ok(h.granted(next), 'the next job is checked afresh');
+    },
+  },
+];
+
+for (const [name, rows] of [
+  ['spec 3.2 chat worker', chatRows],
+  ['spec 3.3 image worker', imageRows],
+  ['spec 3.4 TTS worker', ttsRows],
+  ['spec 3.5 STT worker', sttRows],
+  ['spec 3.1/7 endpoint stop', stopRows],
+  ['spec 3.7/8 queue and memory check under the supervisor', queueRows],
+] as const) {
+  t.test(name, async (t) => {
+    for (const row of rows) await t.test(row.row, row.run);
+  });
+}
