@@ -1,0 +1,172 @@
+// Thousands of random arrival sequences through the real supervisor and queue machines: chats of
+// several profiles, images (API and GUI test), TTS, STT, client cancels, releases, profile edits and
+// unpublications, foreign GPU processes, worker deaths, endpoint stops and the clock running on.
+// Checked from the outside, on the emitted events alone:
+// - every job ends exactly once: granted or denied, never both, never twice; a revocation only
+//   follows a grant; after the sequence, with the load gone, nothing is left waiting;
+// - FIFO without overtaking: a job is never granted while an earlier job that needs the same
+//   resource still waits (so no profile switch starves behind later chats);
+// - reservations never overlap where the spec forbids it: an image holds the GPUs alone, one chat
+//   profile at a time up to its slots, one TTS and one STT job at a time;
+// - a queue_timeout comes only after 600 s of waiting, a profile_changed only after an edit.
+import t from 'tap';
+import type { JobSpec, SupervisorEmitted } from '../../machines/supervisor/index.js';
+import { GIB, gpu, model, supervisorHarness } from '../helpers/supervisor.js';
+
+const SEQUENCES = Number(process.env.SUPERVISOR_SEQUENCES ?? 2000);
+const STEPS = 40;
+const SLOTS: Record<string, number> = { a: 2, b: 1, c: 3 };
+const NEEDS: Record<JobSpec['kind'], string[]> = { chat: ['llm'], image: ['llm', 'tts', 'image'], tts: ['tts'], stt: ['stt'] };
+
+interface Tracked {
+  spec: JobSpec;
+  submittedAt: number;
+  /** Submission order. */
+  seq: number;
+  pending: boolean;
+  granted: number;
+  denied: number;
+  revoked: number;
+  cancelledWhileWaiting: boolean;
+}
+
+function lcg(seed: number) {
+  let state = seed;
+  return () => ((state = (state * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+}
+
+t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling invariant`, async (t) => {
+  const failures: string[] = [];
+  let grants = 0;
+  let denials = 0;
+  for (let run = 0; run < SEQUENCES && failures.length < 5; run++) {
+    const random = lcg(run * 7919 + 1);
+    const pick = <T>(items: T[]): T | undefined => items[Math.floor(random() * items.length)];
+    const h = supervisorHarness({
+      maxWaiting: 6,
+      world: { gpus: [gpu('GPU-a'), gpu('GPU-b')], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } },
+    });
+    h.world.chat.a = { model: model(24, 300), context: 8192, gpuSplit: null, gpuLayers: null };
+    h.world.chat.b = { model: model(40, 500), context: 4096, gpuSplit: [1, 1], gpuLayers: null };
+    h.world.chat.c = { model: model(8, 100), context: 2048, gpuSplit: [1], gpuLayers: 4 };
+    const revisions: Record<string, number> = { a: 1, b: 1, c: 1, t: 1, s: 1, img: 1 };
+    const editedAt: Record<string, number> = {};
+    const jobs = new Map<string, Tracked>();
+    const held = new Map<string, JobSpec>();
+    const fail = (what: string) => failures.push(`run ${run}: ${what}`);
+
+    h.actor.on('*', (event: SupervisorEmitted) => {
+      if (!('jobId' in event)) return;
+      const job = jobs.get(event.jobId);
+      if (!job) return;
+      if (event.type === 'gpu.granted') {
+        grants += 1;
+        job.granted += 1;
+        if (job.granted > 1 || job.denied > 0) fail(`${event.jobId} granted twice or after a denial`);
+        for (const other of jobs.values()) {
+          if (other.pending && other.seq < job.seq) {
+            if (NEEDS[other.spec.kind].some((n) => NEEDS[job.spec.kind].includes(n))) fail(`${event.jobId} overtook the earlier ${other.spec.id}`);
+          }
+        }
+        job.pending = false;
+        held.set(event.jobId, job.spec);
+        const holds = [...held.values()];
+        const count = (kind: JobSpec['kind']) => holds.filter((s) => s.kind === kind).length;
+        if (count('image') > 1 || (count('image') === 1 && count('chat') + count('tts') > 0)) fail('an image shares the GPUs');
+        const chats = holds.filter((s) => s.kind === 'chat');
+        if (new Set(chats.map((s) => `${s.profileId}@${s.revision}`)).size > 1) fail('two chat profiles hold the chat worker');
+        if (chats.length > (SLOTS[chats[0]?.profileId ?? 'a'] ?? 1)) fail(`more chats than slots: ${chats.length}`);
+        if (count('tts') > 1 || count('stt') > 1) fail('two speech jobs on one worker');
+      } else if (event.type === 'gpu.denied') {
+        denials += 1;
+        job.denied += 1;
+        if (job.granted > 0 || job.denied > 1) fail(`${event.jobId} denied twice or after a grant`);
+        job.pending = false;
+        if (event.code === 'queue_timeout' && h.clock.now() - job.submittedAt < 600_000) fail(`${event.jobId} expired early`);
+        if (event.code === 'profile_changed' && !((editedAt[job.spec.profileId] ?? -1) >= job.submittedAt)) fail(`${event.jobId} profile_changed without an edit`);
+        if (event.code === 'image_busy' && job.spec.whenBusy !== 'refuse') fail(`${event.jobId}: an API job got a conflict instead of waiting`);
+      } else if (event.type === 'gpu.revoked') {
+        job.revoked += 1;
+        if (job.granted !== 1 || !held.has(event.jobId)) fail(`${event.jobId} revoked without a grant`);
+        held.delete(event.jobId);
+      }
+    });
+
+    let stopping = 0;
+    for (let step = 0; step < STEPS; step++) {
+      const r = random();
+      const heldIds = [...held.keys()];
+      const waitingIds = [...jobs.values()].filter((j) => j.pending).map((j) => j.spec.id);
+      if (r < 0.42) {
+        const kindRoll = random();
+        const profileId = kindRoll < 0.6 ? (pick(['a', 'b', 'c']) ?? 'a') : kindRoll < 0.72 ? 'img' : kindRoll < 0.86 ? 't' : 's';
+        const kind: JobSpec['kind'] = profileId === 'img' ? 'image' : profileId === 't' ? 'tts' : profileId === 's' ? 'stt' : 'chat';
+        const refuse = kind === 'image' && random() < 0.3;
+        const spec = h.spec({
+          kind,
+          profileId,
+          revision: revisions[profileId] ?? 1,
+          slots: SLOTS[profileId] ?? 1,
+          device: kind === 'tts' ? 'GPU-a' : 'cpu',
+          source: refuse ? 'test' : 'api',
+          whenBusy: refuse ? 'refuse' : 'wait',
+        });
+        jobs.set(spec.id, { spec, submittedAt: h.clock.now(), seq: jobs.size, pending: true, granted: 0, denied: 0, revoked: 0, cancelledWhileWaiting: false });
+        h.actor.send({ type: 'gpu.reserve', job: spec });
+      } else if (r < 0.68 && heldIds.length > 0) {
+        const id = pick(heldIds)!;
+        held.delete(id);
+        h.actor.send({ type: 'gpu.release', jobId: id });
+      } else if (r < 0.74 && waitingIds.length > 0) {
+        const id = pick(waitingIds)!;
+        const job = jobs.get(id)!;
+        job.pending = false;
+        job.cancelledWhileWaiting = true;
+        h.actor.send({ type: 'job.cancel', jobId: id });
+      } else if (r < 0.78) {
+        const profileId = pick(['a', 'b', 'c', 't', 's'])!;
+        revisions[profileId] = (revisions[profileId] ?? 1) + 1;
+        editedAt[profileId] = h.clock.now();
+        h.actor.send({ type: 'profile.changed', profileId, revision: revisions[profileId]!, published: true });
+      } else if (r < 0.8) {
+        const profileId = pick(['a', 'b'])!;
+        editedAt[profileId] = h.clock.now();
+        h.actor.send({ type: 'profile.changed', profileId, revision: revisions[profileId]!, published: false });
+      } else if (r < 0.83) {
+        const own = h.worker('chat').pid;
+        const foreign = random() < 0.5 ? [{ pid: 99_999, usedMiB: 2 * GIB }] : [];
+        h.actor.send({ type: 'gpu.inventory', gpus: [gpu('GPU-a', 24 * GIB, 20 * GIB, [...(own ? [{ pid: own, usedMiB: GIB }] : []), ...foreign]), gpu('GPU-b')] });
+      } else if (r < 0.85) {
+        h.actor.send({ type: 'worker.exited', kind: pick(['chat', 'tts', 'stt'] as const)!, cause: 'unclear', message: 'exit code 1' });
+      } else if (r < 0.87) {
+        h.world.ramMiB = random() < 0.5 ? GIB : 20 * GIB;
+      } else if (r < 0.89) {
+        stopping += 1;
+        h.actor.send({ type: 'endpoint.discard', requestId: `d${stopping}` });
+        h.actor.send({ type: 'workers.unloadAll', requestId: `u${stopping}` });
+      } else {
+        h.clock.increment(Math.floor(random() * 400_000));
+      }
+      await h.settle(3);
+    }
+
+    // The load goes away: release everything held, round after round, until nothing waits.
+    h.world.ramMiB = 20 * GIB;
+    for (let round = 0; round < 60 && [...jobs.values()].some((j) => j.pending); round++) {
+      for (const id of [...held.keys()]) {
+        held.delete(id);
+        h.actor.send({ type: 'gpu.release', jobId: id });
+      }
+      await h.settle(3);
+    }
+    for (const job of jobs.values()) {
+      if (job.pending) fail(`${job.spec.id} (${job.spec.kind} ${job.spec.profileId}) still waits with no load left: it starved`);
+      const ends = job.granted + job.denied;
+      if (job.cancelledWhileWaiting ? ends > 1 : ends !== 1) fail(`${job.spec.id} ended ${ends} times`);
+    }
+    if (h.context().waiting.length !== 0 || h.queueJobs().length !== 0) fail('jobs left in the queue');
+    h.actor.stop();
+  }
+  t.same(failures, [], 'no invariant broken');
+  t.ok(grants > SEQUENCES * 5 && denials > SEQUENCES, `the sequences exercised the scheduler: ${grants} grants, ${denials} denials`);
+});
