@@ -21,6 +21,12 @@ export interface Config {
   inspectPort: number;
   /** How long a stop waits for running answers before it closes their connections. */
   drainLimitMs: number;
+  /** Free GPU memory always kept back at a worker start (MiB): a default and per-UUID values. */
+  gpuReserveMiB: { default: number; byGpu: Record<string, number> };
+  /** RAM always kept back at a worker start (MiB). */
+  ramReserveMiB: number;
+  /** How often the GPUs are probed for foreign processes while a chat worker holds one. */
+  gpuPollMs: number;
   firstPassword: string | undefined;
   firstToken: string | undefined;
   logLevel: string;
@@ -62,6 +68,23 @@ export interface CliOptions {
   apiPorts?: string;
 }
 
+function parseWhole(text: string, what: string, unit = 'MiB'): number {
+  const value = Number(text.trim());
+  if (!Number.isInteger(value) || value < 0) throw new ConfigError(`${what}: "${text}" is not a whole number of ${unit}`);
+  return value;
+}
+
+/** `1024` or `1024,GPU-a=2048,GPU-b=512`: a default reserve and per-GPU values. */
+export function parseGpuReserve(text: string): Config['gpuReserveMiB'] {
+  const result: Config['gpuReserveMiB'] = { default: 1024, byGpu: {} };
+  for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+    const [key, value] = part.includes('=') ? part.split('=', 2) : [undefined, part];
+    if (key === undefined) result.default = parseWhole(value ?? '', 'SERVICE_DECK_GPU_RESERVE_MIB');
+    else result.byGpu[key.trim()] = parseWhole(value ?? '', `SERVICE_DECK_GPU_RESERVE_MIB (${key.trim()})`);
+  }
+  return result;
+}
+
 export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process.env): Config {
   const home = os.homedir();
   const stateDir = path.resolve(options.stateDir ?? env.SERVICE_DECK_STATE_DIR ?? path.join(home, '.local', 'state', 'service-deck'));
@@ -78,6 +101,9 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     inspect: parseInspect(env.SERVICE_DECK_INSPECT),
     inspectPort: parsePort(env.SERVICE_DECK_INSPECT_PORT ?? '8130', 'SERVICE_DECK_INSPECT_PORT'),
     drainLimitMs: drain,
+    gpuReserveMiB: parseGpuReserve(env.SERVICE_DECK_GPU_RESERVE_MIB ?? '1024'),
+    ramReserveMiB: parseWhole(env.SERVICE_DECK_RAM_RESERVE_MIB ?? '1024', 'SERVICE_DECK_RAM_RESERVE_MIB'),
+    gpuPollMs: Math.max(100, parseWhole(env.SERVICE_DECK_GPU_POLL_MS ?? '2000', 'SERVICE_DECK_GPU_POLL_MS', 'milliseconds')),
     firstPassword: env.SERVICE_DECK_ADMIN_PASSWORD,
     firstToken: env.SERVICE_DECK_API_TOKEN,
     logLevel: env.SERVICE_DECK_LOG_LEVEL ?? 'info',

@@ -234,9 +234,10 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
   }
 
   // Shallow search (spec 8): at most ten steps; ratios and context stay as they are.
+  const source = demand.gpuSplit !== null ? 'fixed split' : 'llama-fit-params not installed: own search';
   let steps = 1;
   if (gpuFits(forecastOf(limit, ratios).placed)) {
-    return finish(limit, ratios, { overrides: [], fit: `all ${limit} layers fit at once (1 step)` });
+    return finish(limit, ratios, { overrides: [], fit: `shallow search (${source}): all ${limit} layers fit at once (1 step)` });
   }
   // -ngl 0 always fits the GPUs (it uses none); look for the largest count that does.
   let low = 1;
@@ -250,7 +251,6 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
       low = mid + 1;
     } else high = mid - 1;
   }
-  const source = demand.gpuSplit !== null ? 'fixed split' : 'llama-fit-params not installed: own search';
   return finish(best, ratios, { overrides: [], fit: `shallow search (${source}): -ngl ${best} of ${limit} in ${steps} steps` });
 }
 

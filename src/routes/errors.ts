@@ -4,6 +4,7 @@
 // validation failures in the same shape.
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { ReservationDenied, ReservationRevoked } from '../system/scheduler.js';
 
 export type ErrorType =
   | 'invalid_request_error'
@@ -57,6 +58,7 @@ export const errors = {
   tooManyRequests: (code: string, message: string, retryAfterSeconds: number) =>
     new ApiError(429, 'rate_limit_error', code, message, null, { 'retry-after': String(retryAfterSeconds) }),
   unavailable: (code: string, message: string) => new ApiError(503, 'server_error', code, message),
+  workerFailed: (message: string) => new ApiError(502, 'server_error', 'worker_failed', message),
   internal: () => new ApiError(500, 'server_error', 'internal_error', 'The server failed to answer; see its log.'),
 } as const;
 
@@ -93,9 +95,25 @@ export function validationError(issues: ZodIssueLike[], prefix = 'body'): ApiErr
 const invalidJson = (detail: string) =>
   new ApiError(400, 'invalid_request_error', 'invalid_json', `The request body is not valid JSON: ${detail}`);
 
+/** CONTRACT section 5: what a refused or revoked reservation answers. */
+function reservationError(error: ReservationDenied | ReservationRevoked): ApiError {
+  switch (error.code) {
+    case 'queue_full':
+      return errors.tooManyRequests(error.code, error.message, (error as ReservationDenied).retryAfterSeconds ?? 10);
+    case 'profile_changed':
+    case 'image_busy':
+      return errors.conflict(error.code, error.message);
+    case 'worker_failed':
+      return errors.workerFailed(error.message);
+    default:
+      return errors.unavailable(error.code, error.message);
+  }
+}
+
 /** Maps any thrown error to an ApiError. Unknown errors become a 500 whose details stay in the log. */
 export function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;
+  if (error instanceof ReservationDenied || error instanceof ReservationRevoked) return reservationError(error);
   const fe = error as FastifyError & { validationContext?: string };
   if (hasZodFastifySchemaValidationErrors(fe)) {
     return validationError(fe.validation as unknown as ZodIssueLike[], fe.validationContext ?? 'body');

@@ -1,26 +1,34 @@
 // Wires the machines to the adapters: opens the state directory, creates the root actor (the
-// listener machine for now; the supervisor of the scheduler issue takes that place) with the real
-// actors and the inspector switch, writes the remembered state whenever the machine changes it,
-// and serves the admin listener.
+// supervisor, with the listener and the queue as its children) with the real actors and the
+// inspector switch, writes the remembered state whenever the listener machine changes it, carries
+// the supervisor's worker commands to the worker adapters, tells it about profile changes, and
+// serves the admin listener.
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { createActor, fromPromise, waitFor, type Actor } from 'xstate';
-import { TAGS } from '../../machines/ids.js';
+import { SYSTEM_IDS, TAGS } from '../../machines/ids.js';
+import { MIB } from '../../machines/supervisor/index.js';
 import { listenerMachine, type ListenerAddress } from '../../machines/listener/index.js';
+import { supervisorMachine, type SupervisorEmitted, type SupervisorEvent, type WorkerKind } from '../../machines/supervisor/index.js';
 import type { App } from '../app.js';
 import { buildAdminApp, buildInferenceApp } from '../app.js';
 import type { Config } from '../config.js';
 import { probeGpus, type Gpu, type GpuInventory } from '../adapters/gpus.js';
+import { ramBudget, readRamFacts } from '../adapters/memory.js';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
 import { EndpointStore } from '../store/endpoint.js';
 import { ensurePrivateDir } from '../store/files.js';
 import { ProfileStore } from '../store/profiles.js';
 import { SecretStore } from '../store/secrets.js';
+import { ask } from './ask.js';
 import { Catalog } from './catalog.js';
 import { Counters } from './counters.js';
+import { diagnostics, type MemoryStatus, type QueueStatus } from './diagnostics.js';
 import { createInspection, type Inspection } from './inspect.js';
 import type { Logger } from './log.js';
+import { Scheduler, type SupervisorActor } from './scheduler.js';
 import { SessionStore } from './sessions.js';
+import { supervisorAdapters } from './startFacts.js';
 import { WorkerHooks } from './workers.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
@@ -35,7 +43,11 @@ export interface Service {
   sessions: SessionStore;
   counters: Counters;
   workers: WorkerHooks;
-  listener: ListenerActor;
+  /** The root actor: reservations, the queue, the workers' load state. */
+  supervisor: SupervisorActor;
+  scheduler: Scheduler;
+  /** The supervisor's child that owns the inference listener (spec 3.1). */
+  readonly listener: ListenerActor;
   inspection: Inspection;
   /** The admin listener's app (tests drive it with `inject`). */
   adminApp(): App | undefined;
@@ -62,11 +74,11 @@ export interface EndpointStatus {
   secrets_problem: string | null;
   counters: ReturnType<Counters['snapshot']>;
   workers: ReturnType<WorkerHooks['statuses']>;
-  queue: { waiting: unknown[]; running: unknown[] };
+  queue: QueueStatus;
   profiles: Awaited<ReturnType<Catalog['views']>>;
   gpus: Gpu[];
   gpu_probe: { source: GpuStatus['source']; problem: string | null };
-  memory: Record<string, unknown>;
+  memory: MemoryStatus;
 }
 
 /** The inventory as the status shows it: a simulated inventory that cannot be read is `failed`. */
@@ -126,7 +138,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   let inferenceClosing: Promise<void> | undefined;
 
   // The real actors behind the listener machine's placeholders.
-  const machine = listenerMachine.provide({
+  const listenerLogic = listenerMachine.provide({
     actors: {
       openListener: fromPromise<void, ListenerAddress>(async ({ input }) => {
         const app = await buildInferenceApp(service);
@@ -140,7 +152,9 @@ export async function startService(config: Config, options: StartOptions): Promi
         inferenceClosing = undefined;
         log.info({ host: input.host, port: inferenceAddress()?.port }, 'inference listener started');
       }),
-      discardWaiting: fromPromise(() => workers.discardWaiting()),
+      discardWaiting: fromPromise(async () => {
+        await askSupervisor({ type: 'endpoint.discard' }, 15_000);
+      }),
       closeListener: fromPromise(async () => {
         inferenceClosing ??= inference?.close();
         await inferenceClosing;
@@ -151,38 +165,84 @@ export async function startService(config: Config, options: StartOptions): Promi
         await inferenceClosing;
       }),
       unloadWorkers: fromPromise(async () => {
-        await workers.unloadAll();
+        await askSupervisor({ type: 'workers.unloadAll' }, config.drainLimitMs + 60_000);
         inference = undefined;
         log.info('inference listener stopped; workers unloaded');
       }),
     },
   });
 
+  const ownPids = () => new Set(Object.values(supervisor.getSnapshot().context.workers).flatMap((w) => (w.pid === null ? [] : [w.pid])));
   const record = endpoint.record;
-  const listener = createActor(machine, {
-    systemId: 'listener',
-    input: {
-      address: { host: record.host, port: record.port },
-      portRange: config.apiPorts,
-      rememberedRunning: record.running,
-      drainLimitMs: config.drainLimitMs,
+  const supervisor: SupervisorActor = createActor(
+    supervisorMachine.provide({ actors: { listener: listenerLogic, ...supervisorAdapters({ config, lookup, ownPids }) } }),
+    {
+      systemId: SYSTEM_IDS.supervisor,
+      input: {
+        listener: {
+          address: { host: record.host, port: record.port },
+          portRange: config.apiPorts,
+          rememberedRunning: record.running,
+          drainLimitMs: config.drainLimitMs,
+        },
+      },
+      inspect: inspection.inspect,
     },
-    inspect: inspection.inspect,
+  );
+  const scheduler = new Scheduler(supervisor);
+
+  async function askSupervisor(event: { type: 'endpoint.discard' } | { type: 'workers.unloadAll' }, timeoutMs: number): Promise<void> {
+    const replied = await ask<typeof supervisorMachine, Extract<SupervisorEmitted, { type: 'supervisor.reply' }>>(supervisor, 'supervisor.reply', event, { timeoutMs });
+    if (!replied) throw new Error(`the supervisor did not answer ${event.type} within ${timeoutMs} ms`);
+  }
+
+  // The supervisor decides which worker goes; the worker adapters carry it out and report back.
+  const since = new Map<WorkerKind, string>();
+  supervisor.on('worker.unload', (event) => {
+    log.info({ worker: event.kind, reason: event.reason }, 'unloading worker');
+    workers
+      .unload(event.kind)
+      .catch((error: unknown) => log.error({ err: error, worker: event.kind }, 'worker did not unload cleanly'))
+      .finally(() => {
+        since.delete(event.kind);
+        supervisor.send({ type: 'worker.unloaded', kind: event.kind });
+      });
+  });
+  supervisor.on('gpu.granted', (event) => {
+    if (event.start) since.set(event.worker, new Date().toISOString());
+  });
+  supervisor.on('gpu.denied', (event) => log.info({ job: event.jobId, code: event.code }, 'reservation denied'));
+  supervisor.on('gpu.revoked', (event) => log.warn({ job: event.jobId, code: event.code, reason: event.message }, 'reservation revoked'));
+
+  // Waiting requests of a changed, deleted or unpublished profile are rejected (spec 3.7).
+  const tellProfile = (id: string, revision: number | null) => {
+    const event: SupervisorEvent = { type: 'profile.changed', profileId: id, revision, published: profiles.isPublished(id) };
+    supervisor.send(event);
+  };
+  profiles.on('profile.changed', ({ id, revision }) => tellProfile(id, revision));
+  profiles.on('publication.changed', ({ removed }) => {
+    for (const id of removed) tellProfile(id, profiles.get(id)?.revision ?? null);
   });
 
   // Machines decide what is remembered; this adapter writes it.
-  let remembered = listener.getSnapshot().context.remembered;
-  listener.subscribe({
-    next: (snapshot) => {
-      const next = snapshot.context.remembered;
-      if (next === remembered) return;
-      remembered = next;
-      endpoint.update({ running: next.running, host: next.host, port: next.port }).catch((error: unknown) => {
-        log.error({ err: error, file: endpoint.file }, 'cannot write the endpoint record');
-      });
-    },
-    error: (error) => log.error({ err: error }, 'listener actor failed'),
-  });
+  /** The supervisor's listener child (it exists once the supervisor has started). */
+  const listenerRef = () => supervisor.system.get(SYSTEM_IDS.listener) as ListenerActor;
+  const watchRemembered = () => {
+    const listener = listenerRef();
+    let remembered = listener.getSnapshot().context.remembered;
+    listener.subscribe({
+      next: (snapshot) => {
+        const next = snapshot.context.remembered;
+        if (next === remembered) return;
+        remembered = next;
+        endpoint.update({ running: next.running, host: next.host, port: next.port }).catch((error: unknown) => {
+          log.error({ err: error, file: endpoint.file }, 'cannot write the endpoint record');
+        });
+      },
+      error: (error) => log.error({ err: error }, 'listener actor failed'),
+    });
+  };
+  supervisor.subscribe({ error: (error) => log.error({ err: error }, 'supervisor actor failed') });
 
   const inferenceAddress = () => boundAddress(inference);
 
@@ -196,21 +256,27 @@ export async function startService(config: Config, options: StartOptions): Promi
     sessions,
     counters,
     workers,
-    listener,
+    supervisor,
+    scheduler,
+    get listener() {
+      return listenerRef();
+    },
     inspection,
     adminApp: () => admin,
-    accepting: () => listener.getSnapshot().hasTag(TAGS.accepting),
+    accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => boundAddress(admin),
     inferenceAddress,
-    state: () => statusWord(listener),
+    state: () => statusWord(listenerRef()),
     async status() {
+      const listener = listenerRef();
       const { context } = listener.getSnapshot();
-      const ownPids = new Set(workers.statuses().flatMap((w) => (w.pid === null ? [] : [w.pid])));
-      const inventory: GpuStatus = await probeGpus(config.env, ownPids).catch((error: unknown) => ({
-        source: 'failed' as const,
-        gpus: [],
-        problem: (error as Error).message,
-      }));
+      const ownPidSet = ownPids();
+      const [inventory, ram] = await Promise.all([
+        probeGpus(config.env, ownPidSet).catch((error: unknown): GpuStatus => ({ source: 'failed', gpus: [], problem: (error as Error).message })),
+        readRamFacts(),
+      ]);
+      const supervised = supervisor.getSnapshot().context;
+      const report = diagnostics(supervised, { now: Date.now(), times: (id) => scheduler.times(id), since: (kind) => since.get(kind) ?? null });
       return {
         status: statusWord(listener),
         host: context.address.host,
@@ -219,20 +285,37 @@ export async function startService(config: Config, options: StartOptions): Promi
         error: context.error,
         secrets_problem: secrets.problem ?? null,
         counters: counters.snapshot(),
-        workers: workers.statuses(),
-        queue: { waiting: [], running: [] },
+        workers: [...report.workers, ...workers.statuses().filter((w) => !report.workers.some((r) => r.kind === w.kind))],
+        queue: report.queue,
         profiles: await catalog.views(),
         gpus: inventory.gpus,
         gpu_probe: { source: inventory.source, problem: inventory.problem ?? null },
-        memory: {},
+        memory: {
+          ram: {
+            source: ram.source,
+            host_total_mib: Math.floor(ram.hostTotalBytes / MIB),
+            host_available_mib: Math.floor(ram.hostAvailableBytes / MIB),
+            cgroup_limit_mib: ram.cgroup?.limitBytes == null ? null : Math.floor(ram.cgroup.limitBytes / MIB),
+            cgroup_usage_mib: ram.cgroup ? Math.floor(ram.cgroup.usageBytes / MIB) : null,
+            cgroup_inactive_file_mib: ram.cgroup ? Math.floor(ram.cgroup.inactiveFileBytes / MIB) : null,
+            oom_kills: ram.cgroup?.oomKills ?? null,
+            available_mib: Math.floor(ram.availableBytes / MIB),
+            reserve_mib: config.ramReserveMiB,
+            budget_mib: Math.floor(ramBudget(ram, config.ramReserveMiB * MIB).budgetBytes / MIB),
+            limited_by: ramBudget(ram, 0).limitedBy,
+            problem: ram.problem ?? null,
+          },
+          gpu_reserve_mib: inventory.gpus.map((g) => ({ uuid: g.uuid, reserve_mib: config.gpuReserveMiB.byGpu[g.uuid] ?? config.gpuReserveMiB.default })),
+          note: 'Memory forecasts are predictions from the model metadata and the profiles, not proof of error-free operation.',
+        },
       };
     },
     async shutdown() {
-      listener.send({ type: 'service.shutdown' });
-      await waitFor(listener, (s) => s.status === 'done', { timeout: config.drainLimitMs + 30_000 }).catch((error: unknown) => {
+      listenerRef().send({ type: 'service.shutdown' });
+      await waitFor(supervisor, (s) => s.status === 'done', { timeout: config.drainLimitMs + 90_000 }).catch((error: unknown) => {
         log.error({ err: error }, 'the listener did not stop in time');
       });
-      listener.stop();
+      supervisor.stop();
       await endpoint.flushed();
       await admin.close();
       await inspection.close();
@@ -242,9 +325,10 @@ export async function startService(config: Config, options: StartOptions): Promi
   const admin = await buildAdminApp(service);
   await admin.listen({ host: config.uiHost, port: options.adminPort ?? config.uiPort });
   log.info({ host: config.uiHost, port: service.adminAddress()?.port }, 'admin listener started');
-  listener.start();
+  supervisor.start();
+  watchRemembered();
   if (record.running) {
-    await waitFor(listener, (s) => !s.matches('starting') && !s.matches('restoring'), { timeout: 30_000 });
+    await waitFor(listenerRef(), (s) => !s.matches('starting') && !s.matches('restoring'), { timeout: 30_000 });
   }
   return opened.generatedToken === undefined ? { service } : { service, generatedToken: opened.generatedToken };
 }

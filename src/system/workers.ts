@@ -1,10 +1,10 @@
-// The hooks through which the listener's stop reaches the workers and the queue. The chat, image,
-// TTS and STT workers and the queue (later issues) register here; the listener machine's
-// `discardWaiting` and `unloadWorkers` actors call them in the spec's order.
+// The hooks through which the supervisor's decisions reach the worker adapters. The chat, image,
+// TTS and STT workers (later issues) register here: when the supervisor emits `worker.unload` for a
+// kind, that kind's hook unloads its process, and the system reports `worker.unloaded` back.
 export interface WorkerHook {
   name: string;
-  /** Reject every waiting request (endpoint stop): `endpoint_stopped`. */
-  discardWaiting?: () => Promise<void>;
+  /** The worker kind this hook unloads on the supervisor's `worker.unload`. */
+  kind?: WorkerStatus['kind'];
   /** Unload the worker: own processes get SIGTERM, then SIGKILL after a grace period. */
   unload?: () => Promise<void>;
   /** What the status object shows for this worker, if it is loaded. */
@@ -37,12 +37,9 @@ export class WorkerHooks {
     if (failed.length > 0) throw new Error(failed.join('; '));
   }
 
-  discardWaiting(): Promise<void> {
-    return this.#all((hook) => hook.discardWaiting);
-  }
-
-  unloadAll(): Promise<void> {
-    return this.#all((hook) => hook.unload);
+  /** Unloads the workers of one kind; nothing to do when none is registered. */
+  async unload(kind: WorkerStatus['kind']): Promise<void> {
+    await this.#all((hook) => (hook.kind === kind ? hook.unload : undefined));
   }
 
   statuses(): WorkerStatus[] {

@@ -1,6 +1,8 @@
 // Spec 4.7 endpoint routes and the stop sequence of spec 3.1 through the real listeners.
 import { createServer } from 'node:net';
 import t from 'tap';
+import { ReservationDenied } from '../../src/system/scheduler.js';
+import type { EndpointStatus } from '../../src/system/service.js';
 import { build, freePort } from '../helpers/build.js';
 
 const code = async (response: Response) => ((await response.json()) as { error: { code: string; param: string | null } }).error;
@@ -53,38 +55,80 @@ t.test('a busy port: the start fails with the reason and the endpoint stays stop
   t.match(await (await b.admin('GET', '/api/v1/endpoint')).json(), { status: 'stopped', remembered_running: false, error: { code: 'listen_failed' } });
 });
 
+/** An STT job as a route would reserve it (pocketsphinx on the CPU: no model file to read). */
+const sttJob = (profileId = 'p-stt') =>
+  ({
+    kind: 'stt',
+    source: 'api',
+    profileId,
+    revision: 1,
+    slots: 1,
+    device: 'cpu',
+    whenBusy: 'wait',
+    profile: { id: profileId, revision: 1, category: 'stt', params: { backend: 'pocketsphinx', threads: 2 } },
+  }) as const;
+
 t.test('stop: no new requests, waiting discarded, then workers unloaded; the status shows stopping', async (t) => {
   const b = await build(t);
   await b.startEndpoint();
   const calls: string[] = [];
-  let releaseDiscard = () => {};
+  let releaseUnload = () => {};
   b.service.workers.register({
     name: 'probe',
-    discardWaiting: () =>
+    kind: 'stt',
+    unload: () =>
       new Promise<void>((resolve) => {
-        calls.push('discardWaiting');
-        releaseDiscard = () => resolve();
+        calls.push('unload');
+        releaseUnload = () => resolve();
       }),
-    unload: async () => void calls.push('unload'),
-    describe: () => ({ kind: 'chat', profile_id: 'p', state: 'loaded', pid: 1, gpus: [], since: null }),
   });
+  const running = await b.service.scheduler.reserve(sttJob());
+  t.ok(running.start, 'the first job starts the STT worker');
+  const waiting = b.service.scheduler.reserve(sttJob()).catch((error: unknown) => {
+    calls.push(`waiting: ${(error as ReservationDenied).code}`);
+    return error;
+  });
+  await new Promise((r) => setTimeout(r, 20));
+  const queued = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
+  t.match(queued.queue, { waiting: [{ kind: 'stt', phase: 'waiting', position: 1 }], running: [{ kind: 'stt', reservation: { worker: 'stt', gpus: [] } }] });
   t.equal((await b.api('GET', '/v1/models')).status, 200);
   const stopping = b.admin('POST', '/api/v1/endpoint/stop', {});
-  while (calls.length === 0) await new Promise((r) => setTimeout(r, 5));
-  const refused = await b.api('GET', '/v1/models');
-  t.equal(refused.status, 503, 'no new request is accepted once the stop began');
-  t.equal((await code(refused)).code, 'endpoint_stopped');
-  const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { status: string; workers: unknown[] };
+  while (!calls.includes('unload')) await new Promise((r) => setTimeout(r, 5));
+  t.ok((await waiting) instanceof ReservationDenied);
+  t.same(calls, ['waiting: endpoint_stopped', 'unload'], 'waiting requests are discarded before the workers are unloaded');
+  t.match(running.signal.reason, { code: 'endpoint_stopped' }, 'a job still running at the unload loses its reservation');
+  const refused = await b.api('GET', '/v1/models').catch(() => undefined);
+  t.ok(refused === undefined || refused.status === 503, 'no new request is accepted once the stop began');
+  const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
   t.equal(status.status, 'stopping');
-  t.equal(status.workers.length, 1, 'registered workers appear in the status');
-  t.same(calls, ['discardWaiting'], 'workers are not unloaded before the waiting requests are discarded');
-  releaseDiscard();
+  t.match(status.workers, [{ kind: 'stt', state: 'unloading', last: 'endpoint stop' }], 'the worker being unloaded appears in the status');
+  releaseUnload();
   const stopped = await stopping;
   t.equal(stopped.status, 200);
-  t.match(await stopped.json(), { status: 'stopped' });
-  t.same(calls, ['discardWaiting', 'unload']);
+  t.match(await stopped.json(), { status: 'stopped', workers: [], queue: { waiting: [], running: [] } });
   await t.rejects(b.api('GET', '/v1/models'), 'the listener is closed');
   t.equal((await b.admin('POST', '/api/v1/endpoint/stop', {})).status, 200, 'stopping a stopped endpoint is harmless');
+});
+
+t.test('a refused stop-time reservation and a new one after the stop', async (t) => {
+  const b = await build(t);
+  await b.startEndpoint();
+  t.equal((await b.admin('POST', '/api/v1/endpoint/stop', {})).status, 200);
+  const lease = await b.service.scheduler.reserve(sttJob());
+  t.ok(lease.start, "the operator's tests still get a worker while the endpoint is stopped");
+  lease.release();
+  lease.release();
+});
+
+t.test('the status shows the memory budget and the reserves; forecasts are labelled as predictions', async (t) => {
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: '[{"uuid":"GPU-a","memoryTotalMiB":24576}]', SERVICE_DECK_GPU_RESERVE_MIB: '768,GPU-a=2048', SERVICE_DECK_RAM_RESERVE_MIB: '512' } });
+  const lease = await b.service.scheduler.reserve(sttJob());
+  const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
+  t.match(status.memory, { ram: { reserve_mib: 512, source: /cgroup|host/ }, gpu_reserve_mib: [{ uuid: 'GPU-a', reserve_mib: 2048 }], note: /predictions/ });
+  const ram = status.memory.ram as { budget_mib: number; available_mib: number };
+  t.equal(ram.budget_mib, Math.max(0, ram.available_mib - 512));
+  t.match(status.workers, [{ kind: 'stt', state: 'loading', plan: { forecast: { note: 'prediction' }, ram_budget: { reserve_mib: 512 } } }]);
+  lease.release();
 });
 
 t.test('publish: unknown profile is 404, body is checked', async (t) => {

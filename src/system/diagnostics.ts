@@ -1,0 +1,129 @@
+// Diagnostics per job and per worker for `GET /api/v1/endpoint` (spec 2.5, 7; CONTRACT section 6):
+// each job's phase, wait time, reservations and GPU occupancy; each started worker's memory
+// forecast with the reserve per GPU, the RAM budget and the GPU layer limit. A projection of the
+// supervisor's context, nothing more; forecasts are labelled as predictions.
+import type { JobRecord, StartPlan, SupervisorContext, WorkerKind, WorkerRecord } from '../../machines/supervisor/index.js';
+import type { JobTimes } from './scheduler.js';
+import type { WorkerStatus } from './workers.js';
+
+export interface PlanStatus {
+  gpu_layers: number | null;
+  tensor_split: number[] | null;
+  fit: string;
+  forecast: { ram_mib: number; gpu_mib: Record<string, number>; basis: string; note: 'prediction' };
+  gpu_budget: Array<{ uuid: string; free_mib: number; reserve_mib: number; available_mib: number; forecast_mib: number }>;
+  ram_budget: { available_mib: number; reserve_mib: number; forecast_mib: number; limited_by: string };
+}
+
+export interface JobStatus {
+  job_id: string;
+  kind: JobRecord['spec']['kind'];
+  profile_id: string;
+  revision: number;
+  source: 'api' | 'test';
+  /** waiting, checking (the memory check of its worker start), starting (its worker loads), running. */
+  phase: 'waiting' | 'checking' | 'starting' | 'running';
+  position: number | null;
+  waited_ms: number;
+  running_ms: number | null;
+  reservation: { worker: WorkerKind | null; gpus: string[] };
+}
+
+export interface QueueStatus {
+  waiting: JobStatus[];
+  running: JobStatus[];
+}
+
+export interface SupervisedWorker extends WorkerStatus {
+  revision: number | null;
+  slots: number;
+  active_jobs: number;
+  /** Why it was last unloaded or how it ended. */
+  last: string | null;
+  plan: PlanStatus | null;
+}
+
+export interface MemoryStatus {
+  ram: Record<string, number | string | null>;
+  gpu_reserve_mib: Array<{ uuid: string; reserve_mib: number }>;
+  note: string;
+}
+
+export function planStatus(plan: StartPlan): PlanStatus {
+  return {
+    gpu_layers: plan.gpuLayers,
+    tensor_split: plan.tensorSplit,
+    fit: plan.fit,
+    forecast: {
+      ram_mib: Math.ceil(plan.forecast.ramMiB),
+      gpu_mib: Object.fromEntries(Object.entries(plan.forecast.gpuMiB).map(([uuid, mib]) => [uuid, Math.ceil(mib)])),
+      basis: plan.forecast.basis,
+      note: 'prediction',
+    },
+    gpu_budget: plan.gpuBudget.map((g) => ({
+      uuid: g.uuid,
+      free_mib: g.freeMiB,
+      reserve_mib: g.reserveMiB,
+      available_mib: g.availableMiB,
+      forecast_mib: g.forecastMiB,
+    })),
+    ram_budget: {
+      available_mib: plan.ramBudget.availableMiB,
+      reserve_mib: plan.ramBudget.reserveMiB,
+      forecast_mib: plan.ramBudget.forecastMiB,
+      limited_by: plan.ramBudget.limitedBy,
+    },
+  };
+}
+
+interface Clocks {
+  now: number;
+  times: (jobId: string) => JobTimes | undefined;
+  since: (kind: WorkerKind) => string | null;
+}
+
+function jobStatus(id: string, job: JobRecord, workers: Record<WorkerKind, WorkerRecord>, clocks: Clocks, position: number | null): JobStatus {
+  const times = clocks.times(id);
+  const submitted = times?.submittedAt ?? job.spec.at;
+  const granted = times?.grantedAt ?? null;
+  let phase: JobStatus['phase'] = job.phase === 'checking' ? 'checking' : 'waiting';
+  if (job.phase === 'running') phase = job.worker && workers[job.worker].state === 'loading' ? 'starting' : 'running';
+  return {
+    job_id: id,
+    kind: job.spec.kind,
+    profile_id: job.spec.profileId,
+    revision: job.spec.revision,
+    source: job.spec.source,
+    phase,
+    position,
+    waited_ms: Math.max(0, (granted ?? clocks.now) - submitted),
+    running_ms: granted === null ? null : Math.max(0, clocks.now - granted),
+    reservation: { worker: job.worker, gpus: job.gpus },
+  };
+}
+
+export function diagnostics(context: SupervisorContext, clocks: Clocks): { queue: QueueStatus; workers: SupervisedWorker[] } {
+  const waiting = context.waiting.flatMap((id, index) => {
+    const job = context.jobs[id];
+    return job ? [jobStatus(id, job, context.workers, clocks, index + 1)] : [];
+  });
+  const running = Object.entries(context.jobs)
+    .filter(([, job]) => job.phase === 'running')
+    .map(([id, job]) => jobStatus(id, job, context.workers, clocks, null));
+  const workers = Object.values(context.workers)
+    .filter((w) => w.state !== 'unloaded')
+    .map((w) => ({
+      kind: w.kind,
+      profile_id: w.profileId,
+      revision: w.revision,
+      state: w.state,
+      pid: w.pid,
+      gpus: w.plan?.gpus ?? [],
+      since: clocks.since(w.kind),
+      slots: w.slots,
+      active_jobs: running.filter((j) => j.reservation.worker === w.kind).length,
+      last: w.last,
+      plan: w.plan ? planStatus(w.plan) : null,
+    }));
+  return { queue: { waiting, running }, workers };
+}

@@ -1,0 +1,136 @@
+// The door between a route (or an admin test) and the supervisor's reservation protocol. A route
+// calls `reserve()` with the job its profile snapshot describes and awaits a Lease; it runs its
+// work on the granted worker and calls `release()` when its answer has ended (a stream after its
+// last byte). Nothing is decided here: the supervisor grants, denies and revokes; this only turns
+// those events into a promise, an AbortSignal and a typed error, and keeps the times the
+// diagnostics show.
+import { randomUUID } from 'node:crypto';
+import type { Actor } from 'xstate';
+import type { DenialCode, JobSpec, RevocationCode, StartPlan, SupervisorEmitted, supervisorMachine } from '../../machines/supervisor/index.js';
+
+export type SupervisorActor = Actor<typeof supervisorMachine>;
+type Granted = Extract<SupervisorEmitted, { type: 'gpu.granted' }>;
+
+/** A reservation the supervisor refused (queue full, timeout, profile changed, stop, memory, busy). */
+export class ReservationDenied extends Error {
+  override name = 'ReservationDenied';
+  constructor(
+    readonly code: DenialCode,
+    message: string,
+    readonly retryAfterSeconds?: number,
+  ) {
+    super(message);
+  }
+}
+
+/** A running job whose reservation was taken back (foreign GPU process, worker death, stop). */
+export class ReservationRevoked extends Error {
+  override name = 'ReservationRevoked';
+  constructor(
+    readonly code: RevocationCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The client went away while its job waited: it left the queue. */
+export class ReservationAbandoned extends Error {
+  override name = 'ReservationAbandoned';
+}
+
+export interface Lease {
+  jobId: string;
+  worker: Granted['worker'];
+  /** The worker start plan when this job's grant starts the worker; null when it is already loaded. */
+  start: StartPlan | null;
+  gpus: string[];
+  /** Aborted with a ReservationRevoked when the supervisor takes the reservation back. */
+  signal: AbortSignal;
+  /** Gives the reservation back; safe to call more than once. */
+  release(): void;
+}
+
+export type JobRequest = Omit<JobSpec, 'id' | 'at'>;
+
+export interface JobTimes {
+  submittedAt: number;
+  grantedAt: number | null;
+  queuedPosition: number | null;
+}
+
+export class Scheduler {
+  readonly #supervisor: SupervisorActor;
+  readonly #now: () => number;
+  readonly #times = new Map<string, JobTimes>();
+
+  constructor(supervisor: SupervisorActor, now: () => number = Date.now) {
+    this.#supervisor = supervisor;
+    this.#now = now;
+  }
+
+  /** When each live job was submitted and granted (for `waited_ms` and `running_ms`). */
+  times(jobId: string): JobTimes | undefined {
+    return this.#times.get(jobId);
+  }
+
+  reserve(request: JobRequest, options: { signal?: AbortSignal; onQueued?: (position: number) => void } = {}): Promise<Lease> {
+    const supervisor = this.#supervisor;
+    const job: JobSpec = { ...request, id: randomUUID(), at: this.#now() };
+    const times: JobTimes = { submittedAt: job.at, grantedAt: null, queuedPosition: null };
+    this.#times.set(job.id, times);
+    const forget = () => this.#times.delete(job.id);
+
+    return new Promise<Lease>((resolve, reject) => {
+      let settled = false;
+      const revoked = new AbortController();
+      let released = false;
+      const release = () => {
+        if (released) return;
+        released = true;
+        subscription.unsubscribe();
+        forget();
+        supervisor.send({ type: 'gpu.release', jobId: job.id });
+      };
+      const onAbort = () => {
+        if (settled) return;
+        settled = true;
+        subscription.unsubscribe();
+        forget();
+        supervisor.send({ type: 'job.cancel', jobId: job.id });
+        reject(new ReservationAbandoned('the client went away while its job waited'));
+      };
+      const subscription = supervisor.on('*', (event: SupervisorEmitted) => {
+        if (!('jobId' in event) || event.jobId !== job.id) return;
+        if (event.type === 'job.queued') {
+          times.queuedPosition = event.position;
+          options.onQueued?.(event.position);
+        } else if (event.type === 'gpu.denied' && !settled) {
+          settled = true;
+          subscription.unsubscribe();
+          options.signal?.removeEventListener('abort', onAbort);
+          forget();
+          reject(new ReservationDenied(event.code, event.message, event.retryAfterSeconds));
+        } else if (event.type === 'gpu.granted' && !settled) {
+          settled = true;
+          options.signal?.removeEventListener('abort', onAbort);
+          times.grantedAt = this.#now();
+          resolve({ jobId: job.id, worker: event.worker, start: event.start, gpus: event.gpus, signal: revoked.signal, release });
+        } else if (event.type === 'gpu.revoked') {
+          released = true;
+          subscription.unsubscribe();
+          forget();
+          revoked.abort(new ReservationRevoked(event.code, event.message));
+        }
+      });
+      if (options.signal?.aborted) {
+        subscription.unsubscribe();
+        forget();
+        reject(new ReservationAbandoned('the client went away before its job was queued'));
+        return;
+      }
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      supervisor.send({ type: 'gpu.reserve', job });
+    });
+  }
+}

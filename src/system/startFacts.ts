@@ -1,0 +1,140 @@
+// The facts the memory check judges (spec 8), gathered fresh before every worker start: the real
+// GPU inventory (nvidia-smi, or the simulated one), the RAM budget from cgroup v2/v1 and the host,
+// the configured reserves, and what the worker will need: for chat the GGUF's own metadata (and,
+// without a fixed split, the fit that the build's own llama-fit-params reports), for image, TTS
+// and STT what their profiles say. The supervisor's `decideStart` turns these facts into a plan or
+// a refusal; nothing is decided here.
+import { stat } from 'node:fs/promises';
+import { fromCallback, fromPromise } from 'xstate';
+import type { BuildFit, CheckInput, GpuView, StartDemand, StartFacts, SupervisorEvent } from '../../machines/supervisor/index.js';
+import { MIB } from '../../machines/supervisor/index.js';
+import { runFitParams } from '../adapters/fitParams.js';
+import { modelFacts, readGgufInfo } from '../adapters/gguf.js';
+import { probeGpus, type Gpu } from '../adapters/gpus.js';
+import { ramBudget, readRamFacts } from '../adapters/memory.js';
+import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
+import type { Config } from '../config.js';
+import type { StoredProfile } from '../store/profile.schema.js';
+
+/** The compute buffer of an image worker grows with the picture: about 1 GiB per megapixel. */
+const IMAGE_MIB_PER_MEGAPIXEL = 1024;
+const TTS_RAM_MIB = 512;
+const STT_BASE_RAM_MIB = 200;
+
+export interface FactsDeps {
+  config: Config;
+  lookup: RuntimeLookup;
+  /** The pids of our own worker processes, for the probe's own/foreign marks. */
+  ownPids: () => ReadonlySet<number>;
+}
+
+export function gpuViews(gpus: Gpu[]): GpuView[] {
+  return gpus.map((g) => ({
+    uuid: g.uuid,
+    memoryTotalMiB: g.memoryTotalMiB,
+    memoryFreeMiB: g.memoryFreeMiB,
+    processes: g.processes.map((p) => ({ pid: p.pid, usedMiB: p.usedMiB })),
+  }));
+}
+
+async function fileMiB(file: string | undefined): Promise<number> {
+  if (!file) return 0;
+  return (await stat(file)).size / MIB;
+}
+
+async function chatDemand(profile: Extract<StoredProfile, { category: 'chat' }>, gpus: GpuView[], deps: FactsDeps, signal: AbortSignal): Promise<StartDemand> {
+  const { params } = profile;
+  const info = await readGgufInfo(params.model);
+  const facts = modelFacts(info);
+  // Without its own output.weight the model shares token_embd, which llama.cpp then loads a
+  // second time as the output layer (on the GPU once every layer is there).
+  const tiedOutput = info.tensors.some((t) => t.name === 'output.weight') ? 0 : (info.tensors.find((t) => t.name === 'token_embd.weight')?.bytes ?? 0);
+  let buildFit: BuildFit | null = null;
+  if (gpus.length > 0 && params.gpuSplit === null) {
+    const tool = await resolveRuntime('llama-fit-params', deps.lookup);
+    if (tool) {
+      const outcome = await runFitParams(
+        tool,
+        { model: params.model, context: params.context, slots: params.slots, reserveMiB: deps.config.gpuReserveMiB.default, kv: { typeK: 'q4_0', typeV: 'q4_0' } },
+        { env: deps.config.env, signal },
+      );
+      buildFit = outcome.ok ? { ok: true, gpuLayers: outcome.gpuLayers, tensorSplit: outcome.tensorSplit, overrides: outcome.overrides } : outcome;
+    }
+  }
+  return {
+    kind: 'chat',
+    model: {
+      layerCount: facts.layerCount,
+      headCountKv: facts.headCountKvPerLayer,
+      keyLength: facts.keyLength,
+      valueLength: facts.valueLength,
+      layerBytes: facts.layerBytes.slice(0, facts.layerCount),
+      inputBytes: facts.inputBytes,
+      outputBytes: facts.outputBytes + tiedOutput,
+    },
+    context: params.context,
+    slots: params.slots,
+    gpuSplit: params.gpuSplit,
+    gpuLayers: params.gpuLayers,
+    buildFit,
+  };
+}
+
+async function otherDemand(profile: StoredProfile): Promise<StartDemand> {
+  switch (profile.category) {
+    case 'tts': {
+      const { device, memoryMiB } = profile.params;
+      return { kind: 'tts', device, gpuMiB: memoryMiB, ramMiB: TTS_RAM_MIB, basis: `the TTS profile: ${memoryMiB} MiB on ${device}` };
+    }
+    case 'stt': {
+      const model = await fileMiB(profile.params.model);
+      return { kind: 'stt', device: 'cpu', gpuMiB: 0, ramMiB: Math.ceil(model * 1.2 + STT_BASE_RAM_MIB), basis: `the STT model file (${Math.ceil(model)} MiB) and the engine` };
+    }
+    case 'image': {
+      const { params } = profile;
+      const files = await Promise.all([params.model, ...Object.values(params.files)].map((f) => fileMiB(f)));
+      const weights = files.reduce((a, b) => a + b, 0);
+      const megapixels = (params.width * params.height) / (1024 * 1024);
+      const gpuMiB = Math.ceil(weights * 1.1 + megapixels * IMAGE_MIB_PER_MEGAPIXEL);
+      return { kind: 'image', device: 'first-gpu', gpuMiB, ramMiB: 512, basis: `the image model files (${Math.ceil(weights)} MiB) and ${params.width}x${params.height}` };
+    }
+    default:
+      throw new Error(`a ${profile.category} profile has no fixed demand`);
+  }
+}
+
+export async function gatherStartFacts(input: CheckInput, deps: FactsDeps, signal: AbortSignal): Promise<StartFacts> {
+  const profile = input.job.profile as StoredProfile;
+  const inventory = await probeGpus(deps.config.env, deps.ownPids());
+  if (inventory.problem) throw new Error(`the GPU probe failed: ${inventory.problem}`);
+  const gpus = gpuViews(inventory.gpus);
+  const ram = await readRamFacts();
+  const budget = ramBudget(ram, 0);
+  const { gpuReserveMiB, ramReserveMiB } = deps.config;
+  const demand = profile.category === 'chat' ? await chatDemand(profile, gpus, deps, signal) : await otherDemand(profile);
+  return {
+    gpus,
+    gpuReserveMiB: Object.fromEntries(gpus.map((g) => [g.uuid, gpuReserveMiB.byGpu[g.uuid] ?? gpuReserveMiB.default])),
+    ram: { availableMiB: ram.availableBytes / MIB, reserveMiB: ramReserveMiB, limitedBy: `${budget.limitedBy} (${ram.source})` },
+    demand,
+  };
+}
+
+/** The supervisor's real actors: the fact gatherer and the GPU watcher. */
+export function supervisorAdapters(deps: FactsDeps) {
+  return {
+    gatherStartFacts: fromPromise<StartFacts, CheckInput>(({ input, signal }) => gatherStartFacts(input, deps, signal)),
+    watchGpus: fromCallback<SupervisorEvent>(({ sendBack }) => {
+      let stopped = false;
+      const poll = async () => {
+        const inventory = await probeGpus(deps.config.env, deps.ownPids()).catch(() => undefined);
+        if (!stopped && inventory && !inventory.problem) sendBack({ type: 'gpu.inventory', gpus: gpuViews(inventory.gpus) });
+      };
+      const timer = setInterval(() => void poll(), deps.config.gpuPollMs);
+      return () => {
+        stopped = true;
+        clearInterval(timer);
+      };
+    }),
+  };
+}

@@ -1,0 +1,113 @@
+// The reservation door of the real service: a lease for a route, a client that leaves while it
+// waits, the HTTP answers of refusals and revocations, and the GPU watcher noticing a foreign
+// process that appears on the chat worker's GPU (only our own worker is unloaded).
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import t from 'tap';
+import { encodeGguf } from '../../src/adapters/gguf.js';
+import { toApiError } from '../../src/routes/errors.js';
+import { ReservationAbandoned, ReservationDenied, ReservationRevoked, type JobRequest } from '../../src/system/scheduler.js';
+import { build, tempDir } from '../helpers/build.js';
+
+const stt = (): JobRequest => ({
+  kind: 'stt',
+  source: 'api',
+  profileId: 'p-stt',
+  revision: 1,
+  slots: 1,
+  device: 'cpu',
+  whenBusy: 'wait',
+  profile: { category: 'stt', params: { backend: 'pocketsphinx' } },
+});
+
+t.test('refusals and revocations answer with the contract codes', async (t) => {
+  const cases: Array<[Error, number, string, Record<string, string>?]> = [
+    [new ReservationDenied('queue_full', 'full', 10), 429, 'queue_full', { 'retry-after': '10' }],
+    [new ReservationDenied('queue_timeout', 'late'), 503, 'queue_timeout'],
+    [new ReservationDenied('profile_changed', 'again'), 409, 'profile_changed'],
+    [new ReservationDenied('image_busy', 'busy'), 409, 'image_busy'],
+    [new ReservationDenied('endpoint_stopped', 'stop'), 503, 'endpoint_stopped'],
+    [new ReservationDenied('resources_busy', 'gpu'), 503, 'resources_busy'],
+    [new ReservationDenied('insufficient_memory', 'ram'), 503, 'insufficient_memory'],
+    [new ReservationRevoked('worker_failed', 'died'), 502, 'worker_failed'],
+    [new ReservationRevoked('resources_busy', 'foreign'), 503, 'resources_busy'],
+  ];
+  for (const [error, status, code, headers] of cases) {
+    const api = toApiError(error);
+    t.equal(api.statusCode, status, code);
+    t.equal(api.code, code);
+    t.equal(api.message, error.message);
+    if (headers) t.same(api.headers, headers);
+  }
+});
+
+t.test('a client that leaves while its job waits: the job leaves the queue at once', async (t) => {
+  const b = await build(t);
+  const first = await b.service.scheduler.reserve(stt());
+  const client = new AbortController();
+  let position = 0;
+  const second = b.service.scheduler.reserve(stt(), { signal: client.signal, onQueued: (p) => (position = p) });
+  const third = b.service.scheduler.reserve(stt());
+  await new Promise((r) => setTimeout(r, 20));
+  t.equal(position, 1);
+  t.equal(b.service.supervisor.getSnapshot().context.waiting.length, 2);
+  client.abort();
+  await t.rejects(second, ReservationAbandoned);
+  t.equal(b.service.supervisor.getSnapshot().context.waiting.length, 1, 'it left at once');
+  first.release();
+  const lease = await third;
+  t.equal(lease.start, null, 'the next job takes the loaded worker');
+  lease.release();
+  t.same(b.service.supervisor.getSnapshot().context.jobs, {}, 'nothing is left behind');
+  const gone = new AbortController();
+  gone.abort();
+  await t.rejects(b.service.scheduler.reserve(stt(), { signal: gone.signal }), ReservationAbandoned);
+});
+
+t.test('a foreign process that appears on the chat worker’s GPU ends only our own chat worker', async (t) => {
+  const dir = await tempDir(t);
+  const gpus = path.join(dir, 'gpus.json');
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576 }]));
+  const model = path.join(dir, 'm.gguf');
+  await writeFile(
+    model,
+    encodeGguf({
+      metadata: [
+        ['general.architecture', { type: 'string', value: 'llama' }],
+        ['llama.block_count', { type: 'uint32', value: 1 }],
+        ['llama.context_length', { type: 'uint32', value: 512 }],
+        ['llama.embedding_length', { type: 'uint32', value: 32 }],
+        ['llama.attention.head_count', { type: 'uint32', value: 1 }],
+      ],
+      tensors: [{ name: 'blk.0.attn_q.weight', dims: [32, 32], type: 0, data: new Uint8Array(32 * 32 * 4) }],
+    }),
+  );
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: gpus, SERVICE_DECK_GPU_POLL_MS: '100' } });
+  const unloads: string[] = [];
+  b.service.workers.register({ name: 'chat', kind: 'chat', unload: async () => void unloads.push('chat') });
+  b.service.workers.register({ name: 'tts', kind: 'tts', unload: async () => void unloads.push('tts') });
+  const lease = await b.service.scheduler.reserve({
+    kind: 'chat',
+    source: 'api',
+    profileId: 'p-chat',
+    revision: 1,
+    slots: 1,
+    device: 'cpu',
+    whenBusy: 'wait',
+    profile: { category: 'chat', params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null } },
+  });
+  t.same(lease.start?.gpus, ['GPU-a'], 'the chat worker was planned onto the GPU');
+  t.match(lease.start?.fit, /own search/, 'no llama-fit-params here: the own shallow search stood in');
+  b.service.supervisor.send({ type: 'worker.started', kind: 'chat', pid: 4242 });
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: 4242, usedMiB: 1000 }] }]));
+  await new Promise((r) => setTimeout(r, 350));
+  t.notOk(lease.signal.aborted, 'our own worker process is not foreign');
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: 4242, usedMiB: 1000 }, { pid: 31337, usedMiB: 5000 }] }]));
+  const reason = await new Promise<unknown>((resolve) => lease.signal.addEventListener('abort', () => resolve(lease.signal.reason)));
+  t.match(reason, { code: 'resources_busy', message: /pid 31337/ });
+  while (unloads.length === 0) await new Promise((r) => setTimeout(r, 10));
+  t.same(unloads, ['chat'], 'only the own chat worker is unloaded');
+  while (b.service.supervisor.getSnapshot().context.workers.chat.state !== 'unloaded') await new Promise((r) => setTimeout(r, 10));
+  t.match(b.service.supervisor.getSnapshot().context.workers.chat.last, /foreign process \(pid 31337\)/);
+  lease.release();
+});

@@ -1,0 +1,148 @@
+// The facts the memory check judges, gathered for real: a generated GGUF read for its metadata,
+// the simulated GPU inventory, the host's RAM, the configured reserves, and the build's
+// llama-fit-params (a fake executable that answers like the real one). Then the verdict on them.
+import { chmod, readFile, truncate, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import t from 'tap';
+import { decideStart, emptyWorker, type JobSpec } from '../../machines/supervisor/index.js';
+import { encodeGguf } from '../../src/adapters/gguf.js';
+import { loadConfig } from '../../src/config.js';
+import { gatherStartFacts } from '../../src/system/startFacts.js';
+import { tempDir } from '../helpers/build.js';
+
+const Q8_0 = 8;
+const F32 = 0;
+
+/** A llama-style GGUF: `blocks` blocks of 64x64 Q8_0 matrices, 4 heads, 2 KV heads, head size 32. */
+function tinyGguf(blocks: number, withOutput = true): Uint8Array {
+  const tensor = (name: string, dims: number[], type: number) => {
+    const bytes = type === F32 ? dims.reduce((a, b) => a * b, 1) * 4 : (dims.reduce((a, b) => a * b, 1) / 32) * 34;
+    return { name, dims, type, data: new Uint8Array(bytes) };
+  };
+  const tensors = [tensor('token_embd.weight', [64, 256], Q8_0)];
+  for (let i = 0; i < blocks; i++) {
+    tensors.push(tensor(`blk.${i}.attn_q.weight`, [64, 64], Q8_0), tensor(`blk.${i}.ffn_up.weight`, [64, 128], Q8_0), tensor(`blk.${i}.attn_norm.weight`, [64], F32));
+  }
+  tensors.push(tensor('output_norm.weight', [64], F32));
+  if (withOutput) tensors.push(tensor('output.weight', [64, 256], Q8_0));
+  return encodeGguf({
+    metadata: [
+      ['general.architecture', { type: 'string', value: 'llama' }],
+      ['llama.block_count', { type: 'uint32', value: blocks }],
+      ['llama.context_length', { type: 'uint32', value: 2048 }],
+      ['llama.embedding_length', { type: 'uint32', value: 64 }],
+      ['llama.attention.head_count', { type: 'uint32', value: 2 }],
+      ['llama.attention.head_count_kv', { type: 'uint32', value: 1 }],
+    ],
+    tensors,
+  });
+}
+
+function chatJob(modelFile: string, params: Partial<{ gpuSplit: number[] | null; gpuLayers: number | null; context: number; slots: number }> = {}): JobSpec {
+  const stored = { model: modelFile, context: 4096, slots: 2, gpuSplit: null, gpuLayers: null, sampling: {}, ...params };
+  return {
+    id: 'j1',
+    kind: 'chat',
+    source: 'api',
+    profileId: 'p',
+    revision: 1,
+    slots: stored.slots,
+    device: 'cpu',
+    whenBusy: 'wait',
+    at: 0,
+    profile: { id: 'p', revision: 1, name: 'p', category: 'chat', params: stored },
+  };
+}
+
+const workers = () => ({ chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt') });
+const signal = new AbortController().signal;
+
+t.test('chat on the CPU: the model shape comes from the GGUF, the RAM from the host, the reserve from the config', async (t) => {
+  const dir = await tempDir(t);
+  const file = path.join(dir, 'tiny.gguf');
+  await writeFile(file, tinyGguf(3));
+  const config = loadConfig({ stateDir: dir }, { SERVICE_DECK_GPUS: 'none', SERVICE_DECK_RAM_RESERVE_MIB: '700', PATH: '' });
+  const facts = await gatherStartFacts({ job: chatJob(file), workers: workers(), idle: [] }, { config, lookup: { env: config.env, cacheDir: dir }, ownPids: () => new Set() }, signal);
+  t.same(facts.gpus, []);
+  t.equal(facts.ram.reserveMiB, 700);
+  t.ok(facts.ram.availableMiB > 100, `RAM available: ${Math.round(facts.ram.availableMiB)} MiB`);
+  t.match(facts.ram.limitedBy, /cgroup|host/);
+  if (facts.demand.kind !== 'chat') throw new Error('chat demand expected');
+  const block = (64 * 64 + 64 * 128) / 32 * 34 + 64 * 4;
+  t.same(facts.demand.model, {
+    layerCount: 3,
+    headCountKv: [1, 1, 1],
+    keyLength: 32,
+    valueLength: 32,
+    layerBytes: [block, block, block],
+    inputBytes: (64 * 256) / 32 * 34,
+    outputBytes: 64 * 4 + (64 * 256) / 32 * 34,
+  });
+  t.equal(facts.demand.buildFit, null, 'no GPU: no fit to ask for');
+  const verdict = decideStart(facts, { job: chatJob(file), workers: workers(), idle: [] });
+  t.match(verdict, { verdict: 'start', plan: { gpus: [], gpuLayers: null, fit: /CPU only/ } });
+
+  await writeFile(file, tinyGguf(3, false));
+  const tied = await gatherStartFacts({ job: chatJob(file), workers: workers(), idle: [] }, { config, lookup: { env: config.env, cacheDir: dir }, ownPids: () => new Set() }, signal);
+  if (tied.demand.kind !== 'chat') throw new Error('chat demand expected');
+  t.equal(tied.demand.model.outputBytes, 64 * 4 + (64 * 256) / 32 * 34, 'shared embeddings: token_embd counts again as the output layer');
+});
+
+t.test('chat on two GPUs without a split: the build’s llama-fit-params is asked, with our reserve and the stored context', async (t) => {
+  const dir = await tempDir(t);
+  const file = path.join(dir, 'tiny.gguf');
+  await writeFile(file, tinyGguf(4));
+  const fit = path.join(dir, 'llama-fit-params');
+  const argsFile = path.join(dir, 'args');
+  await writeFile(fit, `#!/bin/sh\necho "$@" > '${argsFile}'\necho 'llama_params_fit: successfully fit params to free device memory' >&2\necho '-c 4096 -ngl 5 -ts 3,1'\n`);
+  await chmod(fit, 0o755);
+  const config = loadConfig(
+    { stateDir: dir },
+    {
+      SERVICE_DECK_GPUS: '[{"uuid":"GPU-b","memoryTotalMiB":8192},{"uuid":"GPU-a","memoryTotalMiB":24576}]',
+      SERVICE_DECK_GPU_RESERVE_MIB: '1500,GPU-b=900',
+      SERVICE_DECK_LLAMA_FIT_PARAMS: fit,
+      PATH: process.env.PATH,
+    },
+  );
+  const job = chatJob(file);
+  const facts = await gatherStartFacts({ job, workers: workers(), idle: [] }, { config, lookup: { env: config.env, cacheDir: dir }, ownPids: () => new Set() }, signal);
+  t.same(facts.gpus.map((g) => g.uuid), ['GPU-a', 'GPU-b'], 'GPUs in UUID order');
+  t.same(facts.gpuReserveMiB, { 'GPU-a': 1500, 'GPU-b': 900 });
+  t.match(facts.demand, { kind: 'chat', buildFit: { ok: true, gpuLayers: 5, tensorSplit: [3, 1] } });
+  const args = (await readFile(argsFile, 'utf8')).trim().split(' ');
+  t.equal(args[args.indexOf('-fitc') + 1], '4096', 'the context may not be shrunk');
+  t.equal(args[args.indexOf('-fitt') + 1], '1500', 'our reserve is its margin');
+  const verdict = decideStart(facts, { job, workers: workers(), idle: [] });
+  t.match(verdict, { verdict: 'start', plan: { gpus: ['GPU-a', 'GPU-b'], gpuLayers: 5, tensorSplit: [3, 1], fit: /llama-fit-params/ } });
+});
+
+t.test('image, TTS and STT demands come from their profiles and files; a failing probe fails the check', async (t) => {
+  const dir = await tempDir(t);
+  const model = path.join(dir, 'sd.gguf');
+  await writeFile(model, '');
+  await truncate(model, 2048 * 1024 * 1024);
+  const config = loadConfig({ stateDir: dir }, { SERVICE_DECK_GPUS: '[{"uuid":"GPU-a","memoryTotalMiB":24576}]', PATH: '' });
+  const deps = { config, lookup: { env: config.env, cacheDir: dir }, ownPids: () => new Set<number>() };
+  const job = (kind: JobSpec['kind'], profile: unknown): JobSpec => ({ ...chatJob(model), kind, profile });
+  const image = await gatherStartFacts(
+    { job: job('image', { category: 'image', params: { model, files: {}, width: 1024, height: 1024 } }), workers: workers(), idle: [] },
+    deps,
+    signal,
+  );
+  t.match(image.demand, { kind: 'image', device: 'first-gpu', gpuMiB: Math.ceil(2048 * 1.1 + 1024), basis: /2048 MiB.*1024x1024/ });
+  const tts = await gatherStartFacts({ job: job('tts', { category: 'tts', params: { device: 'GPU-a', memoryMiB: 7168 } }), workers: workers(), idle: [] }, deps, signal);
+  t.match(tts.demand, { kind: 'tts', device: 'GPU-a', gpuMiB: 7168 });
+  const stt = await gatherStartFacts({ job: job('stt', { category: 'stt', params: { backend: 'whisper.cpp', model } }), workers: workers(), idle: [] }, deps, signal);
+  t.match(stt.demand, { kind: 'stt', device: 'cpu', gpuMiB: 0, ramMiB: Math.ceil(2048 * 1.2 + 200) });
+
+  const smiDir = await tempDir(t);
+  await writeFile(path.join(smiDir, 'nvidia-smi'), '#!/bin/sh\necho "NVIDIA-SMI has failed" >&2\nexit 9\n');
+  await chmod(path.join(smiDir, 'nvidia-smi'), 0o755);
+  const broken = loadConfig({ stateDir: dir }, { PATH: smiDir });
+  await t.rejects(
+    gatherStartFacts({ job: job('stt', { category: 'stt', params: { backend: 'pocketsphinx' } }), workers: workers(), idle: [] }, { ...deps, config: broken, lookup: { env: broken.env, cacheDir: dir } }, signal),
+    /GPU probe failed/,
+    'never start blind when the probe fails',
+  );
+});
