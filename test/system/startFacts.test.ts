@@ -6,7 +6,7 @@ import path from 'node:path';
 import t from 'tap';
 import { decideStart, emptyWorker, type JobSpec } from '../../machines/supervisor/index.js';
 import { encodeGguf } from '../../src/adapters/gguf.js';
-import { loadConfig } from '../../src/config.js';
+import { loadConfig, parseGpuReserve } from '../../src/config.js';
 import { gatherStartFacts } from '../../src/system/startFacts.js';
 import { tempDir } from '../helpers/build.js';
 
@@ -145,4 +145,15 @@ t.test('image, TTS and STT demands come from their profiles and files; a failing
     /GPU probe failed/,
     'never start blind when the probe fails',
   );
+});
+
+t.test('reserves and the poll interval are read once from the environment, and refused when malformed', async (t) => {
+  const config = loadConfig({ stateDir: '/tmp/x' }, {});
+  t.same(config.gpuReserveMiB, { default: 1024, byGpu: {} });
+  t.equal(config.ramReserveMiB, 1024);
+  t.equal(config.gpuPollMs, 2000);
+  t.same(parseGpuReserve('2048, GPU-a=512 ,GPU-b=0'), { default: 2048, byGpu: { 'GPU-a': 512, 'GPU-b': 0 } });
+  t.throws(() => loadConfig({ stateDir: '/tmp/x' }, { SERVICE_DECK_GPU_RESERVE_MIB: 'GPU-a=lots' }), /GPU_RESERVE_MIB \(GPU-a\).*whole number of MiB/);
+  t.throws(() => loadConfig({ stateDir: '/tmp/x' }, { SERVICE_DECK_RAM_RESERVE_MIB: '-1' }), /RAM_RESERVE_MIB/);
+  t.throws(() => loadConfig({ stateDir: '/tmp/x' }, { SERVICE_DECK_GPU_POLL_MS: '1.5' }), /whole number of milliseconds/);
 });

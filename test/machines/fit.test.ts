@@ -1,0 +1,169 @@
+// Spec 8, the memory check and the shallow fit search, on the pure functions: a fixed tensor split
+// is searched in at most ten steps for the largest GPU layer count that fits (ratios and context
+// never rewritten); without a split the build's own fit applies; reserves per GPU and for RAM;
+// the TTS worker's 7 GiB; our own workers counted once, foreign memory never freed.
+import t from 'tap';
+import {
+  decideStart,
+  emptyWorker,
+  FIT_STEP_LIMIT,
+  gpuAvailableMiB,
+  kvMiBPerLayer,
+  placeChat,
+  type BuildFit,
+  type CheckInput,
+  type JobSpec,
+  type ModelShape,
+  type StartFacts,
+  type WorkerRecord,
+} from '../../machines/supervisor/index.js';
+import { GIB, gpu, model } from '../helpers/supervisor.js';
+
+const job = (over: Partial<JobSpec> = {}): JobSpec => ({
+  id: 'j',
+  kind: 'chat',
+  source: 'api',
+  profileId: 'p',
+  revision: 1,
+  slots: 1,
+  device: 'cpu',
+  whenBusy: 'wait',
+  profile: null,
+  at: 0,
+  ...over,
+});
+const workers = (over: Partial<Record<'chat' | 'tts' | 'stt' | 'image', WorkerRecord>> = {}) => ({
+  chat: emptyWorker('chat'),
+  image: emptyWorker('image'),
+  tts: emptyWorker('tts'),
+  stt: emptyWorker('stt'),
+  ...over,
+});
+const input = (over: Partial<CheckInput> = {}): CheckInput => ({ job: job(), workers: workers(), idle: [], ...over });
+
+function chatFacts(m: ModelShape, free: number[], opts: { split?: number[] | null; limit?: number | null; fit?: BuildFit | null; ram?: number; context?: number } = {}): StartFacts {
+  const gpus = free.map((f, i) => gpu(`GPU-${String.fromCharCode(97 + i)}`, 24 * GIB, f));
+  return {
+    gpus,
+    gpuReserveMiB: Object.fromEntries(gpus.map((g) => [g.uuid, 512])),
+    ram: { availableMiB: opts.ram ?? 64 * GIB, reserveMiB: 1024, limitedBy: 'host' },
+    demand: { kind: 'chat', model: m, context: opts.context ?? 8192, slots: 1, gpuSplit: opts.split ?? null, gpuLayers: opts.limit ?? null, buildFit: opts.fit ?? null },
+  };
+}
+
+const steps = (fit: string) => Number(/in (\d+) steps/.exec(fit)?.[1] ?? /\((\d+) step\)/.exec(fit)?.[1] ?? NaN);
+
+t.test('KV cache: q4_0 for the stored total context, per layer from the model’s own heads', async (t) => {
+  const m = model(4, 100);
+  const kv = kvMiBPerLayer(m, 8192);
+  t.equal(kv.length, 4);
+  t.equal(kv[0], (8192 * 8 * (128 + 128) * 18) / 32 / 1024 / 1024, '8 KV heads x (128+128) values x 18/32 bytes per token');
+  t.equal(kvMiBPerLayer(m, 16384)[0], kv[0]! * 2, 'twice the context, twice the cache');
+});
+
+t.test('placement: the last blocks go to the GPUs by cumulative ratio, the output layer only above the block count', async (t) => {
+  const m = model(4, 100);
+  const kv = kvMiBPerLayer(m, 1024)[0]!;
+  const none = placeChat(m, 1024, 0, [1, 1]);
+  t.same(none.gpuMiB, [0, 0]);
+  const two = placeChat(m, 1024, 2, [1, 1]);
+  t.same(two.gpuMiB, [100 + kv + 512, 100 + kv + 512], 'one block each, plus the per-GPU overhead');
+  const all = placeChat(m, 1024, 5, [3, 1]);
+  t.same(all.gpuMiB, [300 + 3 * kv + 512, 100 + kv + 250 + 512], '3:1, and the output layer on the last GPU');
+  t.equal(all.ramMiB, 250 + 256, 'only the input embeddings and the overhead stay in RAM');
+});
+
+t.test('fixed split: everything fits in one step, ratios kept', async (t) => {
+  const verdict = decideStart(chatFacts(model(32, 200), [24 * GIB, 24 * GIB], { split: [1, 1] }), input());
+  t.match(verdict, { verdict: 'start', plan: { gpuLayers: 33, tensorSplit: [1, 1], gpus: ['GPU-a', 'GPU-b'] } });
+  if (verdict.verdict === 'start') t.equal(steps(verdict.plan.fit), 1);
+});
+
+t.test('fixed split: the shallow search finds the largest fitting layer count within ten steps', async (t) => {
+  let seed = 99;
+  const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  for (let run = 0; run < 300; run++) {
+    const layers = 1 + Math.floor(random() * 300);
+    const m = model(layers, 20 + Math.floor(random() * 400));
+    const free = [Math.floor(random() * 24 * GIB), Math.floor(random() * 24 * GIB)];
+    const split = [Math.floor(random() * 4), 1 + Math.floor(random() * 4)];
+    const context = 512 * (1 + Math.floor(random() * 32));
+    const facts = chatFacts(m, free, { split, context, ram: 1024 * GIB });
+    const verdict = decideStart(facts, input());
+    if (verdict.verdict !== 'start') {
+      t.fail(`run ${run}: ${JSON.stringify(verdict)}`);
+      continue;
+    }
+    const { plan } = verdict;
+    const n = plan.gpuLayers ?? 0;
+    const available = facts.gpus.map((g) => g.memoryFreeMiB - 512);
+    const fits = (k: number) => placeChat(m, context, k, split).gpuMiB.every((mib, i) => mib === 0 || mib <= available[i]!);
+    if (!fits(n)) t.fail(`run ${run}: ${n} layers do not fit`);
+    if (steps(plan.fit) > FIT_STEP_LIMIT) t.fail(`run ${run}: ${plan.fit}`);
+    if (layers + 1 <= 2 ** (FIT_STEP_LIMIT - 1) && n < layers + 1 && fits(n + 1)) t.fail(`run ${run}: ${n + 1} layers would fit too`);
+    if (JSON.stringify(plan.tensorSplit ?? split) !== JSON.stringify(split) && plan.gpus.length > 1) t.fail(`run ${run}: the split was rewritten`);
+  }
+  t.pass('300 random models and GPUs: a fitting, maximal layer count in at most ten steps, ratios kept');
+});
+
+t.test('the profile’s GPU layer limit caps the search; a split for more GPUs than present is refused', async (t) => {
+  t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { split: [1], limit: 10 }), input()), { verdict: 'start', plan: { gpuLayers: 10 } });
+  t.match(decideStart(chatFacts(model(8, 100), [24 * GIB], { split: [1, 1] }), input()), {
+    verdict: 'refuse',
+    code: 'start_check_failed',
+    message: /2 ratios but 1 GPU/,
+  });
+});
+
+t.test('without a split the build’s fit applies, within the profile’s limit; its failure is a refusal naming why', async (t) => {
+  const fit: BuildFit = { ok: true, gpuLayers: 20, tensorSplit: [2, 1], overrides: ['blk\\.3\\.ffn=CPU'] };
+  t.match(decideStart(chatFacts(model(32, 100), [24 * GIB, 24 * GIB], { fit }), input()), {
+    verdict: 'start',
+    plan: { gpuLayers: 20, tensorSplit: [2, 1], overrides: ['blk\\.3\\.ffn=CPU'], fit: /llama-fit-params: -ngl 20/ },
+  });
+  t.match(decideStart(chatFacts(model(32, 100), [24 * GIB, 24 * GIB], { fit, limit: 12 }), input()), { verdict: 'start', plan: { gpuLayers: 12, fit: /profile limit 12/ } });
+  t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { fit: { ok: false, reason: 'would shrink the context from 8192 to 4096' } }), input()), {
+    verdict: 'refuse',
+    code: 'insufficient_memory',
+    message: /shrink the context/,
+  });
+});
+
+t.test('RAM: the budget after the reserve decides; a CPU-only start needs it all in RAM', async (t) => {
+  const m = model(32, 200);
+  t.match(decideStart(chatFacts(m, [], { ram: 9 * GIB }), input()), { verdict: 'start', plan: { gpus: [], ramBudget: { reserveMiB: 1024 } } });
+  t.match(decideStart(chatFacts(m, [], { ram: 8 * GIB }), input()), { verdict: 'refuse', code: 'insufficient_memory', message: /RAM.*not a proof/ });
+});
+
+t.test('the TTS worker starts only while its GPU offers 7 GiB after the reserve', async (t) => {
+  const tts = (freeMiB: number): StartFacts => ({
+    gpus: [gpu('GPU-a', 24 * GIB, freeMiB)],
+    gpuReserveMiB: { 'GPU-a': 512 },
+    ram: { availableMiB: 8 * GIB, reserveMiB: 1024, limitedBy: 'host' },
+    demand: { kind: 'tts', device: 'GPU-a', gpuMiB: 7168, ramMiB: 512, basis: 'TTS profile' },
+  });
+  const ttsJob = input({ job: job({ kind: 'tts', device: 'GPU-a' }) });
+  t.match(decideStart(tts(7168 + 512), ttsJob), { verdict: 'start', plan: { gpus: ['GPU-a'] } });
+  t.match(decideStart(tts(7168 + 511), ttsJob), { verdict: 'refuse', code: 'insufficient_memory' });
+  t.match(decideStart({ ...tts(20 * GIB), demand: { kind: 'tts', device: 'GPU-z', gpuMiB: 7168, ramMiB: 512, basis: '' } }, ttsJob), {
+    verdict: 'refuse',
+    code: 'start_check_failed',
+    message: /GPU-z is not present/,
+  });
+});
+
+t.test('our own workers are counted once (measured or forecast, the larger); foreign memory is never counted as free', async (t) => {
+  const chat: WorkerRecord = {
+    ...emptyWorker('chat'),
+    state: 'loaded',
+    pid: 10,
+    plan: { gpus: ['GPU-a'], gpuLayers: 10, tensorSplit: null, overrides: [], forecast: { ramMiB: 0, gpuMiB: { 'GPU-a': 6000 }, basis: '' }, gpuBudget: [], ramBudget: { availableMiB: 0, reserveMiB: 0, forecastMiB: 0, limitedBy: '' }, foreignAtStart: [], fit: '' },
+  };
+  const measured = gpu('GPU-a', 24 * GIB, 24 * GIB - 5000 - 3000, [{ pid: 10, usedMiB: 5000 }, { pid: 77, usedMiB: 3000 }]);
+  t.equal(gpuAvailableMiB(measured, 512, [chat], []), 24 * GIB - 3000 - 6000 - 512, 'the forecast stands in while it exceeds the measurement');
+  const grown = gpu('GPU-a', 24 * GIB, 24 * GIB - 9000 - 3000, [{ pid: 10, usedMiB: 9000 }, { pid: 77, usedMiB: 3000 }]);
+  t.equal(gpuAvailableMiB(grown, 512, [chat], []), 24 * GIB - 3000 - 9000 - 512, 'the measurement once it is larger');
+  t.equal(gpuAvailableMiB(grown, 512, [], [chat]), 24 * GIB - 3000 - 512, 'a worker that goes frees its memory; the foreign 3000 MiB stay taken');
+  const simulated = gpu('GPU-a', 24 * GIB, 24 * GIB);
+  t.equal(gpuAvailableMiB(simulated, 512, [chat], []), 24 * GIB - 6000 - 512, 'a simulated GPU that does not show our worker: its forecast counts');
+});
