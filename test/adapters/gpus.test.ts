@@ -1,6 +1,6 @@
 // The GPU probe: nvidia-smi output parsed and ordered by UUID, own and foreign processes told
 // apart; the simulated inventory of CONTRACT section 1, inline or from a file re-read per probe.
-import { chmod, writeFile } from 'node:fs/promises';
+import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { parseNvidiaSmi, probeGpus } from '../../src/adapters/gpus.js';
@@ -73,4 +73,21 @@ t.test('SERVICE_DECK_GPUS: none, inline JSON, and a file re-read at every probe'
   t.same(changed.gpus[0]?.processes, [{ pid: 999, usedMiB: 20000, own: false }], 'a foreign process appeared at run time');
   t.equal(changed.gpus[0]?.memoryFreeMiB, 4576);
   await t.rejects(probeGpus({ SERVICE_DECK_GPUS: '[{"uuid":"GPU-a"}]' }), /SERVICE_DECK_GPUS \(inline\)/);
+});
+
+t.test('fixture files in nvidia-smi’s csv,noheader,nounits format: UUID order, own pid, [N/A] memory', async (t) => {
+  const dir = path.join(import.meta.dirname, '..', 'fixtures', 'nvidia-smi');
+  const gpus = parseNvidiaSmi(await readFile(path.join(dir, 'query-gpu.csv'), 'utf8'), await readFile(path.join(dir, 'query-compute-apps.csv'), 'utf8'), new Set([41873]));
+  t.same(
+    gpus.map((g) => [g.uuid.slice(0, 12), g.name, g.memoryTotalMiB, g.memoryFreeMiB]),
+    [
+      ['GPU-0b3e5d6a', 'NVIDIA GeForce RTX 3090', 24576, 24237],
+      ['GPU-f2d1c4a0', 'NVIDIA GeForce RTX 4090', 24564, 1873],
+    ],
+  );
+  t.same(gpus[1]?.processes, [
+    { pid: 41873, usedMiB: 20112, own: true },
+    { pid: 2290, usedMiB: 2048, own: false },
+  ]);
+  t.same(gpus[0]?.processes, [{ pid: 3310, usedMiB: 0, own: false }], 'a process whose memory nvidia-smi cannot read still counts as a process on that GPU');
 });
