@@ -156,7 +156,7 @@ function plan(
   room: Room,
   used: number[],
   forecast: Forecast,
-  parts: Pick<StartPlan, 'gpuLayers' | 'tensorSplit' | 'overrides' | 'fit'>,
+  parts: Pick<StartPlan, 'gpuLayers' | 'gpuLayerLimit' | 'tensorSplit' | 'overrides' | 'fit'>,
   foreign: number[],
 ): StartPlan {
   return {
@@ -205,7 +205,9 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
     if (placed.ramMiB > room.ramAvailableMiB) return { ok: false, code: 'insufficient_memory', message: `${ramShort(placed.ramMiB, room)} (${layers} GPU layers)` };
     const used = placed.gpuMiB.flatMap((m, i) => (m > 0 ? [i] : []));
     const split = used.length > 1 ? ratios : null;
-    return { ok: true, plan: plan(facts, room, used, forecast, { gpuLayers: facts.gpus.length === 0 ? null : layers, tensorSplit: split, ...parts }, foreign) };
+    const onGpus = facts.gpus.length > 0;
+    const parts2 = { gpuLayers: onGpus ? layers : null, gpuLayerLimit: onGpus ? limit : null, tensorSplit: split, ...parts };
+    return { ok: true, plan: plan(facts, room, used, forecast, parts2, foreign) };
   };
 
   if (facts.gpus.length === 0) return finish(0, [], { overrides: [], fit: 'CPU only: no GPU present' });
@@ -276,7 +278,7 @@ function fixedAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'i
   } else forecast.ramMiB += demand.gpuMiB;
   if (forecast.ramMiB > room.ramAvailableMiB) return { ok: false, code: 'insufficient_memory', message: ramShort(forecast.ramMiB, room) };
   const used = index >= 0 ? [index] : [];
-  return { ok: true, plan: plan(facts, room, used, forecast, { gpuLayers: null, tensorSplit: null, overrides: [], fit: demand.basis }, foreign) };
+  return { ok: true, plan: plan(facts, room, used, forecast, { gpuLayers: null, gpuLayerLimit: null, tensorSplit: null, overrides: [], fit: demand.basis }, foreign) };
 }
 
 /** GPUs a start needs free of foreign processes: the image job all, chat all it may use, TTS its own. */

@@ -46,6 +46,8 @@ export interface StartPlan {
   gpus: string[];
   /** chat: `-ngl`, the GPU layer count (null on the CPU). */
   gpuLayers: number | null;
+  /** chat: the most layers the fit could give: the block count plus the output layer, or the profile's `gpuLayers`. */
+  gpuLayerLimit: number | null;
   /** chat: `-ts`, the split ratios over `gpus` (null: one GPU or CPU). */
   tensorSplit: number[] | null;
   /** chat: `-ot` tensor overrides reported by the build's own fit. */

@@ -8,6 +8,7 @@ import type { WorkerStatus } from './workers.js';
 
 export interface PlanStatus {
   gpu_layers: number | null;
+  gpu_layer_limit: number | null;
   tensor_split: number[] | null;
   fit: string;
   forecast: { ram_mib: number; gpu_mib: Record<string, number>; basis: string; note: 'prediction' };
@@ -27,6 +28,8 @@ export interface JobStatus {
   waited_ms: number;
   running_ms: number | null;
   reservation: { worker: WorkerKind | null; gpus: string[] };
+  /** The memory check's plan of the worker this job runs on (forecast, reserves, RAM budget, layers). */
+  memory: PlanStatus | null;
 }
 
 export interface QueueStatus {
@@ -52,6 +55,7 @@ export interface MemoryStatus {
 export function planStatus(plan: StartPlan): PlanStatus {
   return {
     gpu_layers: plan.gpuLayers,
+    gpu_layer_limit: plan.gpuLayerLimit,
     tensor_split: plan.tensorSplit,
     fit: plan.fit,
     forecast: {
@@ -99,6 +103,7 @@ function jobStatus(id: string, job: JobRecord, workers: Record<WorkerKind, Worke
     waited_ms: Math.max(0, (granted ?? clocks.now) - submitted),
     running_ms: granted === null ? null : Math.max(0, clocks.now - granted),
     reservation: { worker: job.worker, gpus: job.gpus },
+    memory: job.worker && workers[job.worker].plan ? planStatus(workers[job.worker].plan!) : null,
   };
 }
 

@@ -107,7 +107,7 @@ t.test('fixed split: the shallow search finds the largest fitting layer count wi
 });
 
 t.test('the profile’s GPU layer limit caps the search; a split for more GPUs than present is refused', async (t) => {
-  t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { split: [1], limit: 10 }), input()), { verdict: 'start', plan: { gpuLayers: 10 } });
+  t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { split: [1], limit: 10 }), input()), { verdict: 'start', plan: { gpuLayers: 10, gpuLayerLimit: 10 } });
   t.match(decideStart(chatFacts(model(8, 100), [24 * GIB], { split: [1, 1] }), input()), {
     verdict: 'refuse',
     code: 'start_check_failed',
@@ -157,7 +157,7 @@ t.test('our own workers are counted once (measured or forecast, the larger); for
     ...emptyWorker('chat'),
     state: 'loaded',
     pid: 10,
-    plan: { gpus: ['GPU-a'], gpuLayers: 10, tensorSplit: null, overrides: [], forecast: { ramMiB: 0, gpuMiB: { 'GPU-a': 6000 }, basis: '' }, gpuBudget: [], ramBudget: { availableMiB: 0, reserveMiB: 0, forecastMiB: 0, limitedBy: '' }, foreignAtStart: [], fit: '' },
+    plan: { gpus: ['GPU-a'], gpuLayers: 10, gpuLayerLimit: 33, tensorSplit: null, overrides: [], forecast: { ramMiB: 0, gpuMiB: { 'GPU-a': 6000 }, basis: '' }, gpuBudget: [], ramBudget: { availableMiB: 0, reserveMiB: 0, forecastMiB: 0, limitedBy: '' }, foreignAtStart: [], fit: '' },
   };
   const measured = gpu('GPU-a', 24 * GIB, 24 * GIB - 5000 - 3000, [{ pid: 10, usedMiB: 5000 }, { pid: 77, usedMiB: 3000 }]);
   t.equal(gpuAvailableMiB(measured, 512, [chat], []), 24 * GIB - 3000 - 6000 - 512, 'the forecast stands in while it exceeds the measurement');

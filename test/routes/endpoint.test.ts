@@ -127,7 +127,8 @@ t.test('the status shows the memory budget and the reserves; forecasts are label
   t.match(status.memory, { ram: { reserve_mib: 512, source: /cgroup|host/ }, gpu_reserve_mib: [{ uuid: 'GPU-a', reserve_mib: 2048 }], note: /predictions/ });
   const ram = status.memory.ram as { budget_mib: number; available_mib: number };
   t.equal(ram.budget_mib, Math.max(0, ram.available_mib - 512));
-  t.match(status.workers, [{ kind: 'stt', state: 'loading', plan: { forecast: { note: 'prediction' }, ram_budget: { reserve_mib: 512 } } }]);
+  t.match(status.workers, [{ kind: 'stt', state: 'loading', plan: { forecast: { note: 'prediction' }, ram_budget: { reserve_mib: 512 }, gpu_layer_limit: null } }]);
+  t.match(status.queue.running, [{ kind: 'stt', phase: 'starting', reservation: { worker: 'stt', gpus: [] }, memory: { ram_budget: { reserve_mib: 512 } } }], 'each job shows the memory plan of its worker');
   lease.release();
 });
 
