@@ -33,6 +33,9 @@ import { WorkerHooks } from './workers.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
 
+/** The longest a worker adapter may take to report an unload (its own SIGTERM grace included). */
+const UNLOAD_LIMIT_MS = 60_000;
+
 export interface Service {
   config: Config;
   log: Logger;
@@ -198,12 +201,19 @@ export async function startService(config: Config, options: StartOptions): Promi
 
   // The supervisor decides which worker goes; the worker adapters carry it out and report back.
   const since = new Map<WorkerKind, string>();
+  // A worker adapter kills its process with SIGKILL after its grace period, so an unload always
+  // ends; should one hang anyway, the supervisor is not left waiting for ever (it would refuse
+  // every later job): after UNLOAD_LIMIT_MS the worker counts as gone, and the log says so.
   supervisor.on('worker.unload', (event) => {
     log.info({ worker: event.kind, reason: event.reason }, 'unloading worker');
-    workers
-      .unload(event.kind)
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise<void>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no unload report within ${UNLOAD_LIMIT_MS} ms`)), UNLOAD_LIMIT_MS);
+    });
+    Promise.race([workers.unload(event.kind), limit])
       .catch((error: unknown) => log.error({ err: error, worker: event.kind }, 'worker did not unload cleanly'))
       .finally(() => {
+        clearTimeout(timer);
         since.delete(event.kind);
         supervisor.send({ type: 'worker.unloaded', kind: event.kind });
       });
