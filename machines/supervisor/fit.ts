@@ -20,6 +20,8 @@ export const Q4_0_BYTES_PER_VALUE = 18 / 32;
 export const GPU_OVERHEAD_MIB = 512;
 /** In RAM: the process, its compute buffers on the CPU and the HTTP server. */
 export const RAM_OVERHEAD_MIB = 256;
+/** Spec 3.4, 8: the TTS worker's GPU needs at least 7 GiB free. */
+export const TTS_MIN_FREE_MIB = 7 * 1024;
 /** The shallow search's step budget (spec 8). */
 export const FIT_STEP_LIMIT = 10;
 
@@ -87,33 +89,33 @@ export function kvMiBPerLayer(model: ModelShape, context: number): number[] {
 }
 
 /**
- * Where `-ngl n` with split `ratios` puts the model: the last n blocks go to the GPUs (the output
- * layer too once n exceeds the block count), spread over the GPUs by cumulative ratio as
- * llama.cpp does; the rest stays in RAM.
+ * Where `-ngl n` with split `ratios` puts the model, as llama.cpp's `load_tensors` does it: there
+ * are block count + 1 slots, the last one the output layer; the last `n` slots go to the GPUs (so
+ * any `n >= 1` puts the output layer there, and only `n` above the block count puts every block
+ * there), each slot on the first GPU whose cumulative split share exceeds its position among the
+ * offloaded slots; the input embeddings and the rest stay in RAM. Ratios that sum to 0 place
+ * nothing on a GPU.
  */
 export function placeChat(model: ModelShape, context: number, gpuLayers: number, ratios: number[]): { gpuMiB: number[]; ramMiB: number } {
   const layers = model.layerCount;
   const kv = kvMiBPerLayer(model, context);
-  const offloaded = Math.max(0, Math.min(gpuLayers, layers));
-  const firstOnGpu = layers - offloaded;
   const total = sum(ratios);
-  const cumulative = ratios.map((_, i) => sum(ratios.slice(0, i + 1)) / (total || 1));
+  const offloaded = total > 0 ? Math.max(0, Math.min(gpuLayers, layers + 1)) : 0;
+  const firstOnGpu = layers + 1 - offloaded;
+  const cumulative = ratios.map((_, i) => sum(ratios.slice(0, i + 1)) / total);
   const gpuMiB = ratios.map(() => 0);
   let ramMiB = toMiB(model.inputBytes) + RAM_OVERHEAD_MIB;
-  for (let i = 0; i < layers; i++) {
-    const size = toMiB(model.layerBytes[i] ?? 0) + (kv[i] ?? 0);
-    if (i < firstOnGpu || ratios.length === 0) {
+  for (let slot = 0; slot <= layers; slot++) {
+    const size = slot < layers ? toMiB(model.layerBytes[slot] ?? 0) + (kv[slot] ?? 0) : toMiB(model.outputBytes);
+    if (slot < firstOnGpu) {
       ramMiB += size;
       continue;
     }
-    const position = (i - firstOnGpu) / offloaded;
-    const device = Math.max(0, cumulative.findIndex((c) => c > position));
+    const position = (slot - firstOnGpu) / offloaded;
+    const found = cumulative.findIndex((c) => c > position);
+    const device = found >= 0 ? found : ratios.length - 1;
     gpuMiB[device] = (gpuMiB[device] ?? 0) + size;
   }
-  // With -ngl above the block count the output layer follows the last block onto the last GPU.
-  const lastGpu = ratios.reduce((last, r, i) => (r > 0 ? i : last), -1);
-  if (gpuLayers > layers && lastGpu >= 0) gpuMiB[lastGpu] = (gpuMiB[lastGpu] ?? 0) + toMiB(model.outputBytes);
-  else ramMiB += toMiB(model.outputBytes);
   return { gpuMiB: gpuMiB.map((m) => (m > 0 ? m + GPU_OVERHEAD_MIB : 0)), ramMiB };
 }
 
@@ -168,10 +170,10 @@ function plan(
       freeMiB: g.memoryFreeMiB,
       reserveMiB: facts.gpuReserveMiB[g.uuid] ?? 0,
       forecastMiB: round(forecast.gpuMiB[g.uuid] ?? 0),
-      availableMiB: round(room.availableMiB[i] ?? 0),
+      availableMiB: Math.floor(room.availableMiB[i] ?? 0),
     })),
     ramBudget: {
-      availableMiB: round(facts.ram.availableMiB),
+      availableMiB: Math.floor(room.ramAvailableMiB + facts.ram.reserveMiB),
       reserveMiB: facts.ram.reserveMiB,
       forecastMiB: round(forecast.ramMiB),
       limitedBy: facts.ram.limitedBy,
@@ -200,11 +202,11 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
     return { placed, forecast: { ramMiB: placed.ramMiB, gpuMiB, basis } };
   };
   const gpuFits = (placed: { gpuMiB: number[] }) => placed.gpuMiB.every((m, i) => m === 0 || m <= (room.availableMiB[i] ?? 0));
-  const finish = (layers: number, ratios: number[], parts: Pick<StartPlan, 'overrides' | 'fit'>): Attempt => {
+  const finish = (layers: number, ratios: number[], parts: Pick<StartPlan, 'overrides' | 'fit'>, passSplit = true): Attempt => {
     const { placed, forecast } = forecastOf(layers, ratios);
     if (placed.ramMiB > room.ramAvailableMiB) return { ok: false, code: 'insufficient_memory', message: `${ramShort(placed.ramMiB, room)} (${layers} GPU layers)` };
     const used = placed.gpuMiB.flatMap((m, i) => (m > 0 ? [i] : []));
-    const split = used.length > 1 ? ratios : null;
+    const split = used.length > 1 && passSplit ? ratios : null;
     const onGpus = facts.gpus.length > 0;
     const parts2 = { gpuLayers: onGpus ? layers : null, gpuLayerLimit: onGpus ? limit : null, tensorSplit: split, ...parts };
     return { ok: true, plan: plan(facts, room, used, forecast, parts2, foreign) };
@@ -223,11 +225,18 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
     }
     ratios = facts.gpus.map((_, i) => demand.gpuSplit?.[i] ?? 0);
   } else if (demand.buildFit?.ok) {
+    // The build's fit saw the probe's free memory; our own workers still loading and the reserves
+    // per GPU are checked here on its placement. Without a -ts of its own, llama.cpp splits by
+    // free memory, which the forecast follows; the plan then passes no split.
     const fit = demand.buildFit;
     const fitted = fit.gpuLayers === 'all' || fit.gpuLayers === null ? maxLayers : fit.gpuLayers;
     const layers = Math.min(fitted, limit);
-    const split = fit.tensorSplit ? facts.gpus.map((_, i) => fit.tensorSplit?.[i] ?? 0) : room.availableMiB.map((m) => Math.max(0, m));
-    return finish(layers, split, { overrides: fit.overrides, fit: `the build's llama-fit-params: -ngl ${layers}${layers < fitted ? ` (profile limit ${limit})` : ''}` });
+    const split = fit.tensorSplit ? facts.gpus.map((_, i) => fit.tensorSplit?.[i] ?? 0) : facts.gpus.map((g) => g.memoryFreeMiB);
+    if (!gpuFits(forecastOf(layers, split).placed)) {
+      return { ok: false, code: 'insufficient_memory', message: `the build's fit (-ngl ${layers}) does not fit beside our other workers and the reserves` };
+    }
+    const note = `the build's llama-fit-params: -ngl ${layers}${layers < fitted ? ` (profile limit ${limit})` : ''}`;
+    return finish(layers, split, { overrides: fit.overrides, fit: note }, fit.tensorSplit !== null);
   } else if (demand.buildFit && !demand.buildFit.ok) {
     return { ok: false, code: 'insufficient_memory', message: `the build's fit found no parameters that fit: ${demand.buildFit.reason}` };
   } else {
@@ -266,14 +275,29 @@ function fixedAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'i
   }
   if (index >= 0) {
     const gpu = facts.gpus[index]!;
-    forecast.gpuMiB[gpu.uuid] = demand.gpuMiB;
     const available = room.availableMiB[index] ?? 0;
-    if (demand.gpuMiB > available) {
-      return {
-        ok: false,
-        code: 'insufficient_memory',
-        message: `GPU ${gpu.uuid} offers ${Math.max(0, Math.floor(available))} MiB after the reserve; the ${demand.kind} worker needs ${demand.gpuMiB} MiB free`,
-      };
+    if (demand.kind === 'tts') {
+      // Spec 3.4: the designated GPU has at least 7 GiB free. That threshold is the TTS worker's
+      // margin itself, so it is compared with the free memory before the reserve.
+      const need = Math.max(TTS_MIN_FREE_MIB, demand.gpuMiB);
+      const free = available + (facts.gpuReserveMiB[gpu.uuid] ?? 0);
+      forecast.gpuMiB[gpu.uuid] = need;
+      if (need > free) {
+        return {
+          ok: false,
+          code: 'insufficient_memory',
+          message: `GPU ${gpu.uuid} has ${Math.max(0, Math.floor(free))} MiB free for us; the TTS worker starts only with at least ${need} MiB free`,
+        };
+      }
+    } else {
+      forecast.gpuMiB[gpu.uuid] = demand.gpuMiB;
+      if (demand.gpuMiB > available) {
+        return {
+          ok: false,
+          code: 'insufficient_memory',
+          message: `GPU ${gpu.uuid} offers ${Math.max(0, Math.floor(available))} MiB after the reserve; the ${demand.kind} worker needs ${demand.gpuMiB} MiB free`,
+        };
+      }
     }
   } else forecast.ramMiB += demand.gpuMiB;
   if (forecast.ramMiB > room.ramAvailableMiB) return { ok: false, code: 'insufficient_memory', message: ramShort(forecast.ramMiB, room) };

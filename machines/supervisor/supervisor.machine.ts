@@ -106,7 +106,11 @@ export const supervisorMachine = setup({
     emitted: {} as SupervisorEmitted,
   },
   actors: supervisorActors,
+  delays: {
+    closingLimit: 60_000,
+  },
   guards: {
+    allUnloaded: ({ context }) => WORKER_KINDS.every((k) => context.workers[k].state === 'unloaded'),
     checkPending: ({ context }) => context.checking !== null,
     chatWorkerOnGpu: ({ context }) => {
       const chat = context.workers.chat;
@@ -119,6 +123,12 @@ export const supervisorMachine = setup({
       const { job } = event;
       if (!context.accepting) {
         enqueue.emit({ type: 'gpu.denied', jobId: job.id, code: 'endpoint_stopped', message: DENIALS.endpoint_stopped(context) });
+        return;
+      }
+      // A snapshot taken before a save that already reached us is stale: it may not reload an old revision.
+      const latest = context.revisions[job.profileId];
+      if (latest === null || (latest !== undefined && job.revision < latest)) {
+        enqueue.emit({ type: 'gpu.denied', jobId: job.id, code: 'profile_changed', message: DENIALS.profile_changed(context) });
         return;
       }
       enqueue.assign({ jobs: { ...context.jobs, [job.id]: { spec: job, phase: 'submitted', worker: null, gpus: [] } } });
@@ -156,7 +166,7 @@ export const supervisorMachine = setup({
       const kind = job.worker;
       // loading | cancel in the chat test | own start | unloaded: the start is aborted.
       if (event.type === 'job.cancel' && job.spec.source === 'test' && kind && workers[kind].state === 'loading' && runningOn(jobs, kind) === 0) {
-        unload(enqueue, workers, kind, 'the chat test was cancelled during its own model start: the start is aborted');
+        unload(enqueue, workers, kind, `the ${kind} test was cancelled during its own worker start: the start is aborted`);
       }
       enqueue.assign({
         workers,
@@ -166,19 +176,31 @@ export const supervisorMachine = setup({
       });
     }),
     workerReport: enqueueActions(({ context, event, enqueue }) => {
+      if (!event.type.startsWith('worker.') || !('kind' in event)) return;
       const workers = { ...context.workers };
       const jobs = { ...context.jobs };
+      const current = workers[event.kind];
+      // A report that names another process than the one we know is about an older start.
+      const reportedPid = 'pid' in event ? event.pid : undefined;
+      const otherProcess = event.type !== 'worker.started' && reportedPid !== undefined && current.pid !== null && reportedPid !== current.pid;
       switch (event.type) {
         case 'worker.started':
-          workers[event.kind] = { ...workers[event.kind], pid: event.pid };
+          // The pid of the process we asked for: from now on it is ours, never foreign.
+          if ((current.state === 'loading' || current.state === 'unloading') && current.pid === null) workers[event.kind] = { ...current, pid: event.pid };
           break;
         case 'worker.loaded':
-          if (workers[event.kind].state === 'loading') workers[event.kind] = { ...workers[event.kind], state: 'loaded' };
+          if (current.state === 'loading') workers[event.kind] = { ...current, state: 'loaded' };
           break;
         case 'worker.unloaded':
-          workers[event.kind] = emptyWorker(event.kind, workers[event.kind].last);
+          // Only the unload we asked for ends a worker: a late report must not wipe a newer start.
+          if (current.state === 'unloading' && !otherProcess) workers[event.kind] = emptyWorker(event.kind, current.last);
           break;
         case 'worker.exited':
+          if (otherProcess || current.state === 'unloaded') break;
+          if (current.state === 'unloading') {
+            workers[event.kind] = emptyWorker(event.kind, current.last);
+            break;
+          }
           workers[event.kind] = emptyWorker(event.kind, `${event.cause}: ${event.message}`);
           revoke(enqueue, jobs, (job) => job.worker === event.kind, 'worker_failed', event.message);
           break;
@@ -212,8 +234,10 @@ export const supervisorMachine = setup({
           workers[kind] = { ...w, stale: true };
         }
       }
-      enqueue.assign({ workers });
+      enqueue.assign({ workers, revisions: { ...context.revisions, [event.profileId]: event.revision } });
     }),
+    /** The inference listener is bound again: a stop that never saw every unload confirmed no longer blocks new jobs. */
+    opened: assign({ accepting: true, unloadWaiters: [] }),
     discard: enqueueActions(({ event, enqueue }) => {
       if (event.type !== 'endpoint.discard') return;
       enqueue.assign({ accepting: false });
@@ -240,6 +264,17 @@ export const supervisorMachine = setup({
       revoke(enqueue, jobs, () => true, 'endpoint_stopped', DENIALS.endpoint_stopped(context));
       for (const kind of WORKER_KINDS) unload(enqueue, workers, kind, 'endpoint stop');
       enqueue.assign({ workers, jobs, accepting: false, unloadWaiters: [...context.unloadWaiters, event.requestId] });
+    }),
+    /** The listener is off for good: refuse what waits, revoke what runs, unload every worker. */
+    closeDown: enqueueActions(({ context, enqueue }) => {
+      const jobs = { ...context.jobs };
+      const workers = { ...context.workers };
+      for (const [jobId, job] of Object.entries(context.jobs)) {
+        if (job.phase !== 'running') deny(enqueue, jobs, jobId, 'endpoint_stopped', DENIALS.endpoint_stopped(context));
+      }
+      revoke(enqueue, jobs, () => true, 'endpoint_stopped', DENIALS.endpoint_stopped(context));
+      for (const kind of WORKER_KINDS) unload(enqueue, workers, kind, 'the service is ending');
+      enqueue.assign({ jobs, workers, waiting: [], checking: null, accepting: false });
     }),
     replyUnloadWaiters: enqueueActions(({ context, enqueue }) => {
       if (context.unloadWaiters.length === 0 || WORKER_KINDS.some((k) => context.workers[k].state !== 'unloaded')) return;
@@ -344,6 +379,7 @@ export const supervisorMachine = setup({
     workers: { chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt') },
     checking: null,
     checkRunning: null,
+    revisions: {},
     gpus: [],
     accepting: true,
     unloadWaiters: [],
@@ -364,7 +400,11 @@ export const supervisorMachine = setup({
           systemId: SYSTEM_IDS.listener,
           src: 'listener',
           input: ({ context }) => context.listenerInput,
-          onDone: { target: 'off', description: 'the service ends once the listener is off' },
+          onDone: {
+            target: 'closing',
+            actions: ['closeDown'],
+            description: 'the service ends once the listener is off: nothing waits any more, and every worker is unloaded (also those an admin test loaded while the endpoint was stopped)',
+          },
         },
         {
           id: SYSTEM_IDS.queue,
@@ -411,6 +451,7 @@ export const supervisorMachine = setup({
           description: 'waiting requests of a changed or deactivated profile are rejected; a new revision unloads and restarts the worker',
         },
         'endpoint.discard': { actions: ['discard'], description: 'endpoint stop: waiting requests are discarded; no new requests accepted' },
+        'endpoint.opened': { actions: ['opened', 'schedule'], description: 'the inference listener is bound: new reservations are accepted' },
         'worker.unloadRequest': {
           actions: ['unloadRequest', 'schedule'],
           description: 'loaded | explicit unload in the chat test | no active requests | unloaded; with active requests the unload is rejected',
@@ -459,6 +500,17 @@ export const supervisorMachine = setup({
             },
           },
         },
+      },
+    },
+    closing: {
+      description: 'the service is ending: it waits until every worker has reported its unload (at most closingLimit)',
+      always: { guard: 'allUnloaded', target: 'off' },
+      after: { closingLimit: { target: 'off', description: 'a worker that never reports its unload does not keep the service from ending' } },
+      on: {
+        'gpu.reserve': { actions: 'submit', description: 'no new reservations while the service ends' },
+        'worker.started': { actions: 'workerReport' },
+        'worker.unloaded': { actions: 'workerReport' },
+        'worker.exited': { actions: 'workerReport' },
       },
     },
     off: { type: 'final', description: 'the service has ended' },

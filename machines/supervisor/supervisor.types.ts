@@ -130,6 +130,8 @@ export interface SupervisorContext {
   checking: string | null;
   /** The job the running check gathers facts for; differs from `checking` once that job left. */
   checkRunning: string | null;
+  /** The latest revision seen per profile (null: deleted); an older snapshot is refused. */
+  revisions: Record<string, number | null>;
   gpus: GpuView[];
   /** False between an endpoint stop's discard and the end of its unload: new reservations are refused. */
   accepting: boolean;
@@ -154,8 +156,9 @@ export type SupervisorEvent =
   /** From the worker adapters. */
   | { type: 'worker.started'; kind: WorkerKind; pid: number }
   | { type: 'worker.loaded'; kind: WorkerKind }
-  | { type: 'worker.unloaded'; kind: WorkerKind }
-  | { type: 'worker.exited'; kind: WorkerKind; cause: string; message: string }
+  /** `pid`, when the adapter knows it, names the process the report is about. */
+  | { type: 'worker.unloaded'; kind: WorkerKind; pid?: number }
+  | { type: 'worker.exited'; kind: WorkerKind; pid?: number; cause: string; message: string }
   /** From the GPU watcher: the probe's latest view. */
   | { type: 'gpu.inventory'; gpus: GpuView[] }
   /** A profile got a new revision (revision), was deleted (null), or lost or gained its publication. */
@@ -164,6 +167,8 @@ export type SupervisorEvent =
   | { type: 'endpoint.discard'; requestId: string }
   /** Endpoint stop, last step: every worker is unloaded. */
   | { type: 'workers.unloadAll'; requestId: string }
+  /** The inference listener is bound (again). */
+  | { type: 'endpoint.opened' }
   /** The chat test's explicit unload (3.2): rejected while requests are active. */
   | { type: 'worker.unloadRequest'; kind: WorkerKind; requestId: string };
 

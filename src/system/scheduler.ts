@@ -49,6 +49,11 @@ export interface Lease {
   signal: AbortSignal;
   /** Gives the reservation back; safe to call more than once. */
   release(): void;
+  /**
+   * The client went away while the job ran: like release, and a worker start this job began and
+   * no other job uses is aborted (spec 3.2: cancel in the chat test during its own model start).
+   */
+  cancel(): void;
 }
 
 export type JobRequest = Omit<JobSpec, 'id' | 'at'>;
@@ -85,12 +90,12 @@ export class Scheduler {
       let settled = false;
       const revoked = new AbortController();
       let released = false;
-      const release = () => {
+      const giveBack = (type: 'gpu.release' | 'job.cancel') => {
         if (released) return;
         released = true;
         subscription.unsubscribe();
         forget();
-        supervisor.send({ type: 'gpu.release', jobId: job.id });
+        supervisor.send({ type, jobId: job.id });
       };
       const onAbort = () => {
         if (settled) return;
@@ -115,7 +120,15 @@ export class Scheduler {
           settled = true;
           options.signal?.removeEventListener('abort', onAbort);
           times.grantedAt = this.#now();
-          resolve({ jobId: job.id, worker: event.worker, start: event.start, gpus: event.gpus, signal: revoked.signal, release });
+          resolve({
+            jobId: job.id,
+            worker: event.worker,
+            start: event.start,
+            gpus: event.gpus,
+            signal: revoked.signal,
+            release: () => giveBack('gpu.release'),
+            cancel: () => giveBack('job.cancel'),
+          });
         } else if (event.type === 'gpu.revoked') {
           released = true;
           subscription.unsubscribe();

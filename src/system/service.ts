@@ -33,8 +33,6 @@ import { WorkerHooks } from './workers.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
 
-/** The longest a worker adapter may take to report an unload (its own SIGTERM grace included). */
-const UNLOAD_LIMIT_MS = 60_000;
 
 export interface Service {
   config: Config;
@@ -153,6 +151,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         }
         inference = app;
         inferenceClosing = undefined;
+        supervisor.send({ type: 'endpoint.opened' });
         log.info({ host: input.host, port: inferenceAddress()?.port }, 'inference listener started');
       }),
       discardWaiting: fromPromise(async () => {
@@ -201,19 +200,12 @@ export async function startService(config: Config, options: StartOptions): Promi
 
   // The supervisor decides which worker goes; the worker adapters carry it out and report back.
   const since = new Map<WorkerKind, string>();
-  // A worker adapter kills its process with SIGKILL after its grace period, so an unload always
-  // ends; should one hang anyway, the supervisor is not left waiting for ever (it would refuse
-  // every later job): after UNLOAD_LIMIT_MS the worker counts as gone, and the log says so.
   supervisor.on('worker.unload', (event) => {
     log.info({ worker: event.kind, reason: event.reason }, 'unloading worker');
-    let timer: NodeJS.Timeout | undefined;
-    const limit = new Promise<void>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no unload report within ${UNLOAD_LIMIT_MS} ms`)), UNLOAD_LIMIT_MS);
-    });
-    Promise.race([workers.unload(event.kind), limit])
+    workers
+      .unload(event.kind)
       .catch((error: unknown) => log.error({ err: error, worker: event.kind }, 'worker did not unload cleanly'))
       .finally(() => {
-        clearTimeout(timer);
         since.delete(event.kind);
         supervisor.send({ type: 'worker.unloaded', kind: event.kind });
       });

@@ -125,15 +125,20 @@ export function supervisorAdapters(deps: FactsDeps) {
   return {
     gatherStartFacts: fromPromise<StartFacts, CheckInput>(({ input, signal }) => gatherStartFacts(input, deps, signal)),
     watchGpus: fromCallback<SupervisorEvent>(({ sendBack }) => {
+      // One probe at a time: the next is scheduled when the last has answered, so a slow
+      // nvidia-smi never piles up and answers never arrive out of order.
       let stopped = false;
+      let timer: NodeJS.Timeout | undefined;
       const poll = async () => {
         const inventory = await probeGpus(deps.config.env, deps.ownPids()).catch(() => undefined);
-        if (!stopped && inventory && !inventory.problem) sendBack({ type: 'gpu.inventory', gpus: gpuViews(inventory.gpus) });
+        if (stopped) return;
+        if (inventory && !inventory.problem) sendBack({ type: 'gpu.inventory', gpus: gpuViews(inventory.gpus) });
+        timer = setTimeout(() => void poll(), deps.config.gpuPollMs);
       };
-      const timer = setInterval(() => void poll(), deps.config.gpuPollMs);
+      timer = setTimeout(() => void poll(), deps.config.gpuPollMs);
       return () => {
         stopped = true;
-        clearInterval(timer);
+        clearTimeout(timer);
       };
     }),
   };

@@ -61,16 +61,19 @@ t.test('KV cache: q4_0 for the stored total context, per layer from the model’
   t.equal(kvMiBPerLayer(m, 16384)[0], kv[0]! * 2, 'twice the context, twice the cache');
 });
 
-t.test('placement: the last blocks go to the GPUs by cumulative ratio, the output layer only above the block count', async (t) => {
+t.test('placement as llama.cpp loads it: the output layer is the last of block count + 1 slots; the last n slots go to the GPUs by cumulative ratio', async (t) => {
   const m = model(4, 100);
   const kv = kvMiBPerLayer(m, 1024)[0]!;
-  const none = placeChat(m, 1024, 0, [1, 1]);
-  t.same(none.gpuMiB, [0, 0]);
+  t.same(placeChat(m, 1024, 0, [1, 1]).gpuMiB, [0, 0], '-ngl 0: nothing on a GPU');
+  const one = placeChat(m, 1024, 1, [1, 1]);
+  t.same(one.gpuMiB, [250 + 512, 0], '-ngl 1 puts the output layer on the GPU first');
+  t.equal(one.ramMiB, 250 + 256 + 4 * (100 + kv), 'every block stays in RAM');
   const two = placeChat(m, 1024, 2, [1, 1]);
-  t.same(two.gpuMiB, [100 + kv + 512, 100 + kv + 512], 'one block each, plus the per-GPU overhead');
+  t.same(two.gpuMiB, [100 + kv + 512, 250 + 512], '-ngl 2: the last block and the output layer, one slot per GPU');
   const all = placeChat(m, 1024, 5, [3, 1]);
-  t.same(all.gpuMiB, [300 + 3 * kv + 512, 100 + kv + 250 + 512], '3:1, and the output layer on the last GPU');
+  t.same(all.gpuMiB, [400 + 4 * kv + 512, 250 + 512], '3:1 over five slots: four blocks, then the output layer');
   t.equal(all.ramMiB, 250 + 256, 'only the input embeddings and the overhead stay in RAM');
+  t.same(placeChat(m, 1024, 5, [0, 0]).gpuMiB, [0, 0], 'ratios that sum to 0 place nothing on a GPU');
 });
 
 t.test('fixed split: everything fits in one step, ratios kept', async (t) => {
@@ -135,21 +138,37 @@ t.test('RAM: the budget after the reserve decides; a CPU-only start needs it all
   t.match(decideStart(chatFacts(m, [], { ram: 8 * GIB }), input()), { verdict: 'refuse', code: 'insufficient_memory', message: /RAM.*not a proof/ });
 });
 
-t.test('the TTS worker starts only while its GPU offers 7 GiB after the reserve', async (t) => {
-  const tts = (freeMiB: number): StartFacts => ({
+t.test('the TTS worker starts only while its designated GPU has at least 7 GiB free (its own margin, not on top of the reserve)', async (t) => {
+  const tts = (freeMiB: number, memoryMiB = 7168): StartFacts => ({
     gpus: [gpu('GPU-a', 24 * GIB, freeMiB)],
     gpuReserveMiB: { 'GPU-a': 512 },
     ram: { availableMiB: 8 * GIB, reserveMiB: 1024, limitedBy: 'host' },
-    demand: { kind: 'tts', device: 'GPU-a', gpuMiB: 7168, ramMiB: 512, basis: 'TTS profile' },
+    demand: { kind: 'tts', device: 'GPU-a', gpuMiB: memoryMiB, ramMiB: 512, basis: 'TTS profile' },
   });
   const ttsJob = input({ job: job({ kind: 'tts', device: 'GPU-a' }) });
-  t.match(decideStart(tts(7168 + 512), ttsJob), { verdict: 'start', plan: { gpus: ['GPU-a'] } });
-  t.match(decideStart(tts(7168 + 511), ttsJob), { verdict: 'refuse', code: 'insufficient_memory' });
+  t.match(decideStart(tts(7168), ttsJob), { verdict: 'start', plan: { gpus: ['GPU-a'], forecast: { gpuMiB: { 'GPU-a': 7168 } } } }, 'exactly 7 GiB free: it starts');
+  t.match(decideStart(tts(7167), ttsJob), { verdict: 'refuse', code: 'insufficient_memory', message: /7167 MiB free.*at least 7168 MiB/ });
+  t.match(decideStart(tts(4096, 1024), ttsJob), { verdict: 'refuse', code: 'insufficient_memory' }, 'a profile asking for less still needs the 7 GiB');
+  t.match(decideStart(tts(12 * GIB, 10 * GIB), ttsJob), { verdict: 'start', plan: { forecast: { gpuMiB: { 'GPU-a': 10 * GIB } } } }, 'a profile asking for more gets more');
+  t.match(decideStart(tts(10 * GIB, 10 * GIB + 1), ttsJob), { verdict: 'refuse' });
   t.match(decideStart({ ...tts(20 * GIB), demand: { kind: 'tts', device: 'GPU-z', gpuMiB: 7168, ramMiB: 512, basis: '' } }, ttsJob), {
     verdict: 'refuse',
     code: 'start_check_failed',
     message: /GPU-z is not present/,
   });
+});
+
+t.test('the build’s fit is checked against our own loading workers and the reserves; its missing split stays missing', async (t) => {
+  const fit: BuildFit = { ok: true, gpuLayers: 33, tensorSplit: null, overrides: [] };
+  const facts = chatFacts(model(32, 400), [24 * GIB], { fit });
+  t.match(decideStart(facts, input()), { verdict: 'start', plan: { gpuLayers: 33, tensorSplit: null } });
+  const loadingTts: WorkerRecord = {
+    ...emptyWorker('tts'),
+    state: 'loading',
+    plan: { gpus: ['GPU-a'], gpuLayers: null, gpuLayerLimit: null, tensorSplit: null, overrides: [], forecast: { ramMiB: 0, gpuMiB: { 'GPU-a': 12 * GIB }, basis: '' }, gpuBudget: [], ramBudget: { availableMiB: 0, reserveMiB: 0, forecastMiB: 0, limitedBy: '' }, foreignAtStart: [], fit: '' },
+  };
+  t.match(decideStart(facts, input({ workers: workers({ tts: loadingTts }) })), { verdict: 'refuse', code: 'insufficient_memory', message: /build's fit \(-ngl 33\) does not fit beside our other workers/ });
+  t.match(decideStart(facts, input({ workers: workers({ tts: { ...loadingTts, state: 'loaded' } }), idle: ['tts'] })), { verdict: 'unload-first', kinds: ['tts'] }, 'an idle TTS worker in the way is unloaded first');
 });
 
 t.test('our own workers are counted once (measured or forecast, the larger); foreign memory is never counted as free', async (t) => {

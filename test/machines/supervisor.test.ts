@@ -222,6 +222,86 @@ const chatRows: Row[] = [
   },
 ];
 
+const reportRows: Row[] = [
+  {
+    row: 'a late unload report does not wipe a worker started since: never two chat processes',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false });
+      const a = await h.submit({ profileId: 'a' });
+      await h.send({ type: 'worker.started', kind: 'chat', pid: 1 });
+      await h.send({ type: 'worker.loaded', kind: 'chat' });
+      await h.release(a);
+      const b = await h.submit({ profileId: 'b' });
+      t.equal(h.worker('chat').state, 'unloading');
+      await h.send({ type: 'worker.exited', kind: 'chat', pid: 1, cause: 'stopped', message: 'SIGTERM' });
+      t.same(h.outcome(b), ['job.queued', 'granted +start'], 'the exit of the process we stopped completes the unload');
+      await h.send({ type: 'worker.started', kind: 'chat', pid: 2 });
+      await h.send({ type: 'worker.unloaded', kind: 'chat' });
+      await h.send({ type: 'worker.exited', kind: 'chat', pid: 1, cause: 'unclear', message: 'late' });
+      t.match(h.worker('chat'), { state: 'loading', profileId: 'b', pid: 2 }, 'late reports about the old process change nothing');
+      const c = await h.submit({ profileId: 'c' });
+      t.same(h.outcome(c), ['job.queued'], 'c waits for b instead of starting a second process');
+      t.same(h.outcome(b), ['job.queued', 'granted +start'], 'b was not revoked');
+    },
+  },
+  {
+    row: 'a snapshot of an older revision than one already seen is refused: it may not reload the old revision',
+    async run(t) {
+      const h = supervisorHarness();
+      await h.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
+      const fresh = await h.submit({ profileId: 'a', revision: 2 });
+      t.same(h.outcome(fresh), ['job.queued', 'granted +start']);
+      const old = await h.submit({ profileId: 'a', revision: 1 });
+      t.same(h.outcome(old), ['denied profile_changed']);
+      t.same(h.unloads(), [], 'the newer worker stays');
+      await h.send({ type: 'profile.changed', profileId: 'a', revision: null, published: false });
+      t.same(h.outcome(await h.submit({ profileId: 'a', revision: 2 })), ['denied profile_changed'], 'a deleted profile takes no jobs');
+    },
+  },
+  {
+    row: '3.1 the service ends while the endpoint is stopped: workers an admin test loaded are unloaded too',
+    async run(t) {
+      const h = supervisorHarness();
+      const test = await h.submit({ source: 'test' });
+      const waiting = await h.submit({ source: 'test', profileId: 'b' });
+      h.actor.system.get('listener')?.send({ type: 'service.shutdown' });
+      await h.settle();
+      t.same(h.outcome(waiting), ['job.queued', 'denied endpoint_stopped']);
+      t.same(h.outcome(test), ['job.queued', 'granted +start', 'revoked endpoint_stopped']);
+      t.same(h.unloads().map((u) => [u.kind, u.reason]), [['chat', 'the service is ending']]);
+      t.equal(h.actor.getSnapshot().status, 'done', 'the supervisor ends once every worker reported');
+    },
+  },
+  {
+    row: 'the service ends: a worker that never reports its unload holds the end for at most the closing limit',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false });
+      await h.submit();
+      h.actor.system.get('listener')?.send({ type: 'service.shutdown' });
+      await h.settle();
+      t.match(h.actor.getSnapshot().value, 'closing');
+      h.clock.increment(60_000);
+      t.equal(h.actor.getSnapshot().status, 'done');
+    },
+  },
+  {
+    row: 'a stop whose unload was never confirmed does not block the endpoint once it is started again',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false });
+      const id = await h.submit();
+      await h.release(id);
+      await h.send({ type: 'endpoint.discard', requestId: 'd' });
+      await h.send({ type: 'workers.unloadAll', requestId: 'u' });
+      t.same(h.outcome(await h.submit({ profileId: 'x' })), ['denied endpoint_stopped']);
+      await h.send({ type: 'endpoint.opened' });
+      const next = await h.submit({ kind: 'stt', profileId: 's' });
+      t.same(h.outcome(next), ['job.queued'], 'accepted again; its start waits while memory is in flux');
+      await h.send({ type: 'worker.unloaded', kind: 'chat' });
+      t.same(h.outcome(next), ['job.queued', 'granted +start'], 'and runs once the old worker is gone');
+    },
+  },
+];
+
 const imageRows: Row[] = [
   {
     row: '3.3 API image requests wait for a busy reservation',
@@ -285,10 +365,10 @@ const ttsRows: Row[] = [
   {
     row: '3.4 unloaded | first speech request | less than 7 GiB free on the designated GPU | stays unloaded: 503 insufficient_memory',
     async run(t) {
-      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB, 7 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB, 7 * GIB - 1)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
       const id = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
-      t.same(h.outcome(id), ['job.queued', 'denied insufficient_memory'], '7 GiB free minus the 512 MiB reserve is too little');
-      t.match(h.denial(id)?.message, /GPU-a offers 6656 MiB.*7168 MiB/);
+      t.same(h.outcome(id), ['job.queued', 'denied insufficient_memory'], 'one MiB short of 7 GiB');
+      t.match(h.denial(id)?.message, /GPU-a has 7167 MiB free.*at least 7168 MiB/);
     },
   },
   {
@@ -302,8 +382,13 @@ const ttsRows: Row[] = [
       const speech = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
       t.same(h.outcome(speech), ['job.queued', 'granted +start'], 'TTS loads beside it');
       t.equal(h.worker('chat').state, 'loaded');
-      const big = { model: model(40, 400), context: 4096, gpuSplit: null, gpuLayers: null };
-      h.world.chat.a = big;
+      h.world.chat.big = { model: model(40, 500), context: 4096, gpuSplit: [1], gpuLayers: null };
+      const big = await h.submit({ profileId: 'big' });
+      const plan = h.grant(big)?.start;
+      t.ok(plan, 'a bigger chat profile starts while the speech job runs');
+      t.ok((plan?.forecast.gpuMiB['GPU-a'] ?? Infinity) + 7 * GIB <= 24 * GIB - 512, `it leaves the TTS worker its 7 GiB (${Math.round(plan?.forecast.gpuMiB['GPU-a'] ?? 0)} MiB on GPU-a)`);
+      t.ok((plan?.gpuLayers ?? 41) < 41, `so only ${plan?.gpuLayers} of 41 layers go to the GPU`);
+      t.same(h.unloads('tts'), [], 'the busy TTS worker stays');
       await h.release(speech);
     },
   },
@@ -502,6 +587,7 @@ const queueRows: Row[] = [
 
 for (const [name, rows] of [
   ['spec 3.2 chat worker', chatRows],
+  ['worker reports, revisions and the end of the service', reportRows],
   ['spec 3.3 image worker', imageRows],
   ['spec 3.4 TTS worker', ttsRows],
   ['spec 3.5 STT worker', sttRows],

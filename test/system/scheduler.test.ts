@@ -111,3 +111,19 @@ t.test('a foreign process that appears on the chat worker’s GPU ends only our 
   t.match(b.service.supervisor.getSnapshot().context.workers.chat.last, /foreign process \(pid 31337\)/);
   lease.release();
 });
+
+t.test('a lease cancelled during its own worker start aborts that start', async (t) => {
+  const b = await build(t);
+  const unloads: string[] = [];
+  b.service.workers.register({ name: 'stt', kind: 'stt', unload: async () => void unloads.push('stt') });
+  const lease = await b.service.scheduler.reserve({ ...stt(), source: 'test' });
+  t.ok(lease.start);
+  lease.cancel();
+  while (b.service.supervisor.getSnapshot().context.workers.stt.state !== 'unloaded') await new Promise((r) => setTimeout(r, 5));
+  t.same(unloads, ['stt']);
+  t.match(b.service.supervisor.getSnapshot().context.workers.stt.last, /cancelled during its own worker start/);
+  lease.release();
+  const done = await b.service.scheduler.reserve(stt());
+  done.release();
+  t.equal(b.service.supervisor.getSnapshot().context.workers.stt.state, 'loading', 'a plain release keeps the worker');
+});
