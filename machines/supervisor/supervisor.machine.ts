@@ -42,7 +42,7 @@ interface Enqueue {
 }
 
 export function emptyWorker(kind: WorkerKind, last: string | null = null): WorkerRecord {
-  return { kind, state: 'unloaded', profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: false, last };
+  return { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: false, last };
 }
 
 const DENIALS: Record<Exclude<DenialCode, 'resources_busy' | 'insufficient_memory' | 'image_busy' | 'start_check_failed'>, (c: SupervisorContext) => string> = {
@@ -76,7 +76,7 @@ function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kin
   const worker = workers[kind];
   if (worker.state === 'unloaded' || worker.state === 'unloading') return;
   workers[kind] = { ...worker, state: 'unloading', last: reason };
-  enqueue.emit({ type: 'worker.unload', kind, reason });
+  enqueue.emit({ type: 'worker.unload', kind, generation: worker.generation, reason });
 }
 
 /** What the start check of the job under check needs to know. */
@@ -180,23 +180,21 @@ export const supervisorMachine = setup({
       const workers = { ...context.workers };
       const jobs = { ...context.jobs };
       const current = workers[event.kind];
-      // A report that names another process than the one we know is about an older start.
-      const reportedPid = 'pid' in event ? event.pid : undefined;
-      const otherProcess = event.type !== 'worker.started' && reportedPid !== undefined && current.pid !== null && reportedPid !== current.pid;
+      // A report about an earlier start (late, repeated, or about a process we replaced) changes nothing.
+      if (!('generation' in event) || event.generation !== current.generation || current.state === 'unloaded') return;
       switch (event.type) {
         case 'worker.started':
           // The pid of the process we asked for: from now on it is ours, never foreign.
-          if ((current.state === 'loading' || current.state === 'unloading') && current.pid === null) workers[event.kind] = { ...current, pid: event.pid };
+          if (current.pid === null) workers[event.kind] = { ...current, pid: event.pid };
           break;
         case 'worker.loaded':
           if (current.state === 'loading') workers[event.kind] = { ...current, state: 'loaded' };
           break;
         case 'worker.unloaded':
-          // Only the unload we asked for ends a worker: a late report must not wipe a newer start.
-          if (current.state === 'unloading' && !otherProcess) workers[event.kind] = emptyWorker(event.kind, current.last);
+          // Only the unload we asked for ends a worker.
+          if (current.state === 'unloading') workers[event.kind] = emptyWorker(event.kind, current.last);
           break;
         case 'worker.exited':
-          if (otherProcess || current.state === 'unloaded') break;
           if (current.state === 'unloading') {
             workers[event.kind] = emptyWorker(event.kind, current.last);
             break;
@@ -305,7 +303,7 @@ export const supervisorMachine = setup({
           jobs[step.jobId] = { ...job, phase: 'running', worker: step.worker, gpus };
           left.add(step.jobId);
           toQueue(enqueue, { type: 'job.dispatch', jobId: step.jobId });
-          enqueue.emit({ type: 'gpu.granted', jobId: step.jobId, worker: step.worker, start: null, gpus });
+          enqueue.emit({ type: 'gpu.granted', jobId: step.jobId, worker: step.worker, generation: workers[step.worker].generation, start: null, gpus });
         } else {
           left.add(step.jobId);
           toQueue(enqueue, { type: 'job.cancel', jobId: step.jobId });
@@ -344,9 +342,11 @@ export const supervisorMachine = setup({
       }
       const { spec } = job;
       const gpus = spec.kind === 'image' ? params.facts.gpus.map((g) => g.uuid) : verdict.plan.gpus;
+      const generation = context.starts + 1;
       workers[spec.kind] = {
         kind: spec.kind,
         state: 'loading',
+        generation,
         profileId: spec.profileId,
         revision: spec.revision,
         slots: spec.slots,
@@ -357,8 +357,8 @@ export const supervisorMachine = setup({
       };
       jobs[jobId] = { ...job, phase: 'running', worker: spec.kind, gpus };
       toQueue(enqueue, { type: 'job.dispatch', jobId });
-      enqueue.emit({ type: 'gpu.granted', jobId, worker: spec.kind, start: verdict.plan, gpus });
-      enqueue.assign({ jobs, workers, waiting: context.waiting.filter((id) => id !== jobId) });
+      enqueue.emit({ type: 'gpu.granted', jobId, worker: spec.kind, generation, start: verdict.plan, gpus });
+      enqueue.assign({ jobs, workers, starts: generation, waiting: context.waiting.filter((id) => id !== jobId) });
     }),
     checkFailed: enqueueActions(({ context, event, enqueue }) => {
       const jobId = context.checking;
@@ -379,6 +379,7 @@ export const supervisorMachine = setup({
     workers: { chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt') },
     checking: null,
     checkRunning: null,
+    starts: 0,
     revisions: {},
     gpus: [],
     accepting: true,

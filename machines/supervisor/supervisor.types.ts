@@ -66,6 +66,12 @@ export interface StartPlan {
 export interface WorkerRecord {
   kind: WorkerKind;
   state: WorkerState;
+  /**
+   * Which start this is (0 while unloaded). The grant that starts a worker names it, the unload
+   * command names it, and every worker report must name it: a late report about an earlier start
+   * can never change a later one.
+   */
+  generation: number;
   profileId: string | null;
   revision: number | null;
   /** chat: parallel answers of the loaded profile. */
@@ -130,6 +136,8 @@ export interface SupervisorContext {
   checking: string | null;
   /** The job the running check gathers facts for; differs from `checking` once that job left. */
   checkRunning: string | null;
+  /** How many worker starts were granted: the source of each start's generation. */
+  starts: number;
   /** The latest revision seen per profile (null: deleted); an older snapshot is refused. */
   revisions: Record<string, number | null>;
   gpus: GpuView[];
@@ -153,12 +161,11 @@ export type SupervisorEvent =
   | { type: 'job.rejected'; jobId: string; code: 'queue_full' | 'queue_timeout' | 'profile_changed' | 'endpoint_stopped'; retryAfterSeconds?: number }
   | { type: 'job.removed'; jobId: string }
   | { type: 'job.dispatched'; jobId: string }
-  /** From the worker adapters. */
-  | { type: 'worker.started'; kind: WorkerKind; pid: number }
-  | { type: 'worker.loaded'; kind: WorkerKind }
-  /** `pid`, when the adapter knows it, names the process the report is about. */
-  | { type: 'worker.unloaded'; kind: WorkerKind; pid?: number }
-  | { type: 'worker.exited'; kind: WorkerKind; pid?: number; cause: string; message: string }
+  /** From the worker adapters, each about the start `generation` (from the grant or the unload command). */
+  | { type: 'worker.started'; kind: WorkerKind; generation: number; pid: number }
+  | { type: 'worker.loaded'; kind: WorkerKind; generation: number }
+  | { type: 'worker.unloaded'; kind: WorkerKind; generation: number }
+  | { type: 'worker.exited'; kind: WorkerKind; generation: number; cause: string; message: string }
   /** From the GPU watcher: the probe's latest view. */
   | { type: 'gpu.inventory'; gpus: GpuView[] }
   /** A profile got a new revision (revision), was deleted (null), or lost or gained its publication. */
@@ -174,10 +181,11 @@ export type SupervisorEvent =
 
 export type SupervisorEmitted =
   | { type: 'job.queued'; jobId: string; position: number }
-  | { type: 'gpu.granted'; jobId: string; worker: WorkerKind; start: StartPlan | null; gpus: string[] }
+  /** `generation`: the worker start the job runs on (a new one when `start` is set). */
+  | { type: 'gpu.granted'; jobId: string; worker: WorkerKind; generation: number; start: StartPlan | null; gpus: string[] }
   | { type: 'gpu.denied'; jobId: string; code: DenialCode; message: string; retryAfterSeconds?: number }
   /** A running job loses its reservation (foreign GPU process, worker died, endpoint stop). */
   | { type: 'gpu.revoked'; jobId: string; code: RevocationCode; message: string }
   /** A command for the worker adapters: unload this worker (own processes get SIGTERM). */
-  | { type: 'worker.unload'; kind: WorkerKind; reason: string }
+  | { type: 'worker.unload'; kind: WorkerKind; generation: number; reason: string }
   | { type: 'supervisor.reply'; requestId: string; outcome: { ok: true } | { ok: false; code: 'active_requests'; message: string } };

@@ -42,6 +42,8 @@ export class ReservationAbandoned extends Error {
 export interface Lease {
   jobId: string;
   worker: Granted['worker'];
+  /** The worker start this job runs on; the worker adapter names it in every report. */
+  generation: number;
   /** The worker start plan when this job's grant starts the worker; null when it is already loaded. */
   start: StartPlan | null;
   gpus: string[];
@@ -123,6 +125,7 @@ export class Scheduler {
           resolve({
             jobId: job.id,
             worker: event.worker,
+            generation: event.generation,
             start: event.start,
             gpus: event.gpus,
             signal: revoked.signal,

@@ -207,7 +207,7 @@ export async function startService(config: Config, options: StartOptions): Promi
       .catch((error: unknown) => log.error({ err: error, worker: event.kind }, 'worker did not unload cleanly'))
       .finally(() => {
         since.delete(event.kind);
-        supervisor.send({ type: 'worker.unloaded', kind: event.kind });
+        supervisor.send({ type: 'worker.unloaded', kind: event.kind, generation: event.generation });
       });
   });
   supervisor.on('gpu.granted', (event) => {

@@ -135,10 +135,10 @@ export function supervisorHarness(options: HarnessOptions = {}) {
   actor.on('*', (event) => {
     emitted.push(event);
     if (!auto) return;
-    if (event.type === 'worker.unload') actor.send({ type: 'worker.unloaded', kind: event.kind });
+    if (event.type === 'worker.unload') actor.send({ type: 'worker.unloaded', kind: event.kind, generation: event.generation });
     if (event.type === 'gpu.granted' && event.start) {
-      actor.send({ type: 'worker.started', kind: event.worker, pid: ++pid });
-      actor.send({ type: 'worker.loaded', kind: event.worker });
+      actor.send({ type: 'worker.started', kind: event.worker, generation: event.generation, pid: ++pid });
+      actor.send({ type: 'worker.loaded', kind: event.worker, generation: event.generation });
     }
   });
   actor.start();
@@ -197,6 +197,8 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     },
     context: () => actor.getSnapshot().context,
     worker: (kind: WorkerKind) => actor.getSnapshot().context.workers[kind],
+    /** The generation of the current start of a worker kind, for reports a test sends by hand. */
+    gen: (kind: WorkerKind) => actor.getSnapshot().context.workers[kind].generation,
     waiting: () => actor.getSnapshot().context.waiting,
     queueJobs: () => (actor.system.get('queue')?.getSnapshot() as { context: { jobs: Array<{ id: string }> } }).context.jobs.map((j) => j.id),
   };

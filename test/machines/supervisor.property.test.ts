@@ -8,9 +8,12 @@
 //   resource still waits (so no profile switch starves behind later chats);
 // - reservations never overlap where the spec forbids it: an image holds the GPUs alone, one chat
 //   profile at a time up to its slots, one TTS and one STT job at a time;
-// - a queue_timeout comes only after 600 s of waiting, a profile_changed only after an edit.
+// - a queue_timeout comes only after 600 s of waiting, a profile_changed only after an edit;
+// - never two processes of one worker kind: in half the runs the simulated workers report late,
+//   in random order across kinds, sometimes twice, and crash at random; a start is granted only
+//   once the previous process of that kind is confirmed gone.
 import t from 'tap';
-import type { JobSpec, SupervisorEmitted } from '../../machines/supervisor/index.js';
+import type { JobSpec, SupervisorEmitted, SupervisorEvent, WorkerKind } from '../../machines/supervisor/index.js';
 import { GIB, gpu, model, supervisorHarness } from '../helpers/supervisor.js';
 
 const SEQUENCES = Number(process.env.SUPERVISOR_SEQUENCES ?? 2000);
@@ -42,10 +45,44 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
   for (let run = 0; run < SEQUENCES && failures.length < 5; run++) {
     const random = lcg(run * 7919 + 1);
     const pick = <T>(items: T[]): T | undefined => items[Math.floor(random() * items.length)];
+    const lateWorkers = run % 2 === 1;
     const h = supervisorHarness({
       maxWaiting: 6,
+      autoWorkers: !lateWorkers,
       world: { gpus: [gpu('GPU-a'), gpu('GPU-b')], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } },
     });
+    // Simulated worker processes: alive until the supervisor has heard that they are gone.
+    const alive: Record<WorkerKind, Set<number>> = { chat: new Set(), image: new Set(), tts: new Set(), stt: new Set() };
+    const current: Partial<Record<WorkerKind, { pid: number; generation: number }>> = {};
+    const reports: Array<{ event: SupervisorEvent; ends?: number }> = [];
+    const delivered: Array<{ event: SupervisorEvent; ends?: number }> = [];
+    let nextPid = 5000;
+    const deliver = (count: number) => {
+      for (let i = 0; i < count && reports.length > 0; i++) {
+        const report = reports.splice(Math.floor(random() * Math.min(reports.length, 2)), 1)[0]!;
+        delivered.push(report);
+        h.actor.send(report.event);
+        if (report.ends !== undefined && 'kind' in report.event) alive[report.event.kind].delete(report.ends);
+      }
+    };
+    if (lateWorkers) {
+      h.actor.on('*', (event: SupervisorEmitted) => {
+        if (event.type === 'gpu.granted' && event.start) {
+          if (alive[event.worker].size > 0) fail(`a second ${event.worker} process was started while ${[...alive[event.worker]].join(',')} lives`);
+          const pid = ++nextPid;
+          const { generation } = event;
+          alive[event.worker].add(pid);
+          current[event.worker] = { pid, generation };
+          reports.push({ event: { type: 'worker.started', kind: event.worker, generation, pid } }, { event: { type: 'worker.loaded', kind: event.worker, generation } });
+        } else if (event.type === 'worker.unload') {
+          // The adapter stops the process of the start the command names.
+          const proc = current[event.kind]?.generation === event.generation ? current[event.kind] : undefined;
+          const { generation } = event;
+          if (random() < 0.3 && proc) reports.push({ event: { type: 'worker.exited', kind: event.kind, generation, cause: 'stopped', message: 'SIGTERM' }, ends: proc.pid });
+          reports.push(proc ? { event: { type: 'worker.unloaded', kind: event.kind, generation }, ends: proc.pid } : { event: { type: 'worker.unloaded', kind: event.kind, generation } });
+        }
+      });
+    }
     h.world.chat.a = { model: model(24, 300), context: 8192, gpuSplit: null, gpuLayers: null };
     h.world.chat.b = { model: model(40, 500), context: 4096, gpuSplit: [1, 1], gpuLayers: null };
     h.world.chat.c = { model: model(8, 100), context: 2048, gpuSplit: [1], gpuLayers: 4 };
@@ -136,17 +173,27 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         const own = h.worker('chat').pid;
         const foreign = random() < 0.5 ? [{ pid: 99_999, usedMiB: 2 * GIB }] : [];
         h.actor.send({ type: 'gpu.inventory', gpus: [gpu('GPU-a', 24 * GIB, 20 * GIB, [...(own ? [{ pid: own, usedMiB: GIB }] : []), ...foreign]), gpu('GPU-b')] });
-      } else if (r < 0.85) {
-        h.actor.send({ type: 'worker.exited', kind: pick(['chat', 'tts', 'stt'] as const)!, cause: 'unclear', message: 'exit code 1' });
+      } else if (r < 0.85 && !lateWorkers) {
+        const kind = pick(['chat', 'tts', 'stt'] as const)!;
+        h.actor.send({ type: 'worker.exited', kind, generation: h.gen(kind), cause: 'unclear', message: 'exit code 1' });
       } else if (r < 0.87) {
         h.world.ramMiB = random() < 0.5 ? GIB : 20 * GIB;
       } else if (r < 0.89) {
         stopping += 1;
         h.actor.send({ type: 'endpoint.discard', requestId: `d${stopping}` });
         h.actor.send({ type: 'workers.unloadAll', requestId: `u${stopping}` });
+      } else if (r < 0.91 && lateWorkers) {
+        // A worker of ours crashes, or an old report arrives once more.
+        const kind = pick(['chat', 'tts', 'stt', 'image'] as const)!;
+        const proc = current[kind];
+        if (random() < 0.5 && proc && alive[kind].has(proc.pid)) {
+          reports.push({ event: { type: 'worker.exited', kind, generation: proc.generation, cause: 'unclear', message: 'exit code 134' }, ends: proc.pid });
+        }
+        else if (delivered.length > 0) reports.push({ event: pick(delivered)!.event });
       } else {
         h.clock.increment(Math.floor(random() * 400_000));
       }
+      if (lateWorkers) deliver(Math.floor(random() * 3));
       await h.settle(3);
     }
 
@@ -157,12 +204,13 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         held.delete(id);
         h.actor.send({ type: 'gpu.release', jobId: id });
       }
+      deliver(reports.length);
       await h.settle(3);
     }
     for (const job of jobs.values()) {
       if (job.pending) fail(`${job.spec.id} (${job.spec.kind} ${job.spec.profileId}) still waits with no load left: it starved`);
       const ends = job.granted + job.denied;
-      if (job.cancelledWhileWaiting ? ends > 1 : ends !== 1) fail(`${job.spec.id} ended ${ends} times`);
+      if (ends !== (job.cancelledWhileWaiting ? 0 : 1)) fail(`${job.spec.id} ended ${ends} times${job.cancelledWhileWaiting ? ' after its client left' : ''}`);
     }
     if (h.context().waiting.length !== 0 || h.queueJobs().length !== 0) fail('jobs left in the queue');
     h.actor.stop();

@@ -195,7 +195,7 @@ const chatRows: Row[] = [
       await h.send({ type: 'job.cancel', jobId: id });
       t.equal(h.unloads('chat').length, 1);
       t.match(h.unloads('chat')[0]?.reason, /start is aborted/);
-      await h.send({ type: 'worker.unloaded', kind: 'chat' });
+      await h.send({ type: 'worker.unloaded', kind: 'chat', generation: h.gen('chat') });
       t.equal(h.worker('chat').state, 'unloaded');
     },
   },
@@ -213,7 +213,7 @@ const chatRows: Row[] = [
     async run(t) {
       const h = supervisorHarness();
       const id = await h.submit();
-      await h.send({ type: 'worker.exited', kind: 'chat', cause: 'unclear', message: 'exit code 134: memory, model or build' });
+      await h.send({ type: 'worker.exited', kind: 'chat', generation: h.gen('chat'), cause: 'unclear', message: 'exit code 134: memory, model or build' });
       t.same(h.outcome(id), ['job.queued', 'granted +start', 'revoked worker_failed']);
       t.match(h.worker('chat'), { state: 'unloaded', last: /exit code 134/ });
       const next = await h.submit();
@@ -228,20 +228,25 @@ const reportRows: Row[] = [
     async run(t) {
       const h = supervisorHarness({ autoWorkers: false });
       const a = await h.submit({ profileId: 'a' });
-      await h.send({ type: 'worker.started', kind: 'chat', pid: 1 });
-      await h.send({ type: 'worker.loaded', kind: 'chat' });
+      const first = h.gen('chat');
+      await h.send({ type: 'worker.started', kind: 'chat', generation: first, pid: 1 });
+      await h.send({ type: 'worker.loaded', kind: 'chat', generation: first });
       await h.release(a);
       const b = await h.submit({ profileId: 'b' });
       t.equal(h.worker('chat').state, 'unloading');
-      await h.send({ type: 'worker.exited', kind: 'chat', pid: 1, cause: 'stopped', message: 'SIGTERM' });
+      await h.send({ type: 'worker.exited', kind: 'chat', generation: first, cause: 'stopped', message: 'SIGTERM' });
       t.same(h.outcome(b), ['job.queued', 'granted +start'], 'the exit of the process we stopped completes the unload');
-      await h.send({ type: 'worker.started', kind: 'chat', pid: 2 });
-      await h.send({ type: 'worker.unloaded', kind: 'chat' });
-      await h.send({ type: 'worker.exited', kind: 'chat', pid: 1, cause: 'unclear', message: 'late' });
-      t.match(h.worker('chat'), { state: 'loading', profileId: 'b', pid: 2 }, 'late reports about the old process change nothing');
+      const second = h.gen('chat');
+      t.equal(second, first + 1, 'the new start has its own generation');
+      await h.send({ type: 'worker.unloaded', kind: 'chat', generation: first });
+      await h.send({ type: 'worker.exited', kind: 'chat', generation: first, cause: 'unclear', message: 'late' });
+      await h.send({ type: 'worker.started', kind: 'chat', generation: first, pid: 1 });
+      t.match(h.worker('chat'), { state: 'loading', profileId: 'b', pid: null }, 'late reports about the first start change nothing');
+      await h.send({ type: 'worker.started', kind: 'chat', generation: second, pid: 2 });
       const c = await h.submit({ profileId: 'c' });
       t.same(h.outcome(c), ['job.queued'], 'c waits for b instead of starting a second process');
       t.same(h.outcome(b), ['job.queued', 'granted +start'], 'b was not revoked');
+      t.equal(h.worker('chat').pid, 2);
     },
   },
   {
@@ -296,7 +301,7 @@ const reportRows: Row[] = [
       await h.send({ type: 'endpoint.opened' });
       const next = await h.submit({ kind: 'stt', profileId: 's' });
       t.same(h.outcome(next), ['job.queued'], 'accepted again; its start waits while memory is in flux');
-      await h.send({ type: 'worker.unloaded', kind: 'chat' });
+      await h.send({ type: 'worker.unloaded', kind: 'chat', generation: h.gen('chat') });
       t.same(h.outcome(next), ['job.queued', 'granted +start'], 'and runs once the old worker is gone');
     },
   },
@@ -452,7 +457,7 @@ const sttRows: Row[] = [
     async run(t) {
       const h = supervisorHarness();
       await h.release(await h.submit({ kind: 'stt', profileId: 's' }));
-      await h.send({ type: 'worker.exited', kind: 'stt', cause: 'unclear', message: 'signal SIGSEGV' });
+      await h.send({ type: 'worker.exited', kind: 'stt', generation: h.gen('stt'), cause: 'unclear', message: 'signal SIGSEGV' });
       t.equal(h.worker('stt').state, 'unloaded');
     },
   },
@@ -484,12 +489,12 @@ const stopRows: Row[] = [
     async run(t) {
       const h = supervisorHarness({ autoWorkers: false });
       const id = await h.submit();
-      await h.send({ type: 'worker.loaded', kind: 'chat' });
+      await h.send({ type: 'worker.loaded', kind: 'chat', generation: h.gen('chat') });
       await h.release(id);
       await h.send({ type: 'workers.unloadAll', requestId: 'u' });
       const replied = () => h.emitted.some((e) => e.type === 'supervisor.reply' && e.requestId === 'u');
       t.notOk(replied());
-      await h.send({ type: 'worker.unloaded', kind: 'chat' });
+      await h.send({ type: 'worker.unloaded', kind: 'chat', generation: h.gen('chat') });
       t.ok(replied());
     },
   },

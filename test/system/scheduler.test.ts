@@ -98,7 +98,7 @@ t.test('a foreign process that appears on the chat worker’s GPU ends only our 
   });
   t.same(lease.start?.gpus, ['GPU-a'], 'the chat worker was planned onto the GPU');
   t.match(lease.start?.fit, /own search/, 'no llama-fit-params here: the own shallow search stood in');
-  b.service.supervisor.send({ type: 'worker.started', kind: 'chat', pid: 4242 });
+  b.service.supervisor.send({ type: 'worker.started', kind: 'chat', generation: lease.generation, pid: 4242 });
   await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: 4242, usedMiB: 1000 }] }]));
   await new Promise((r) => setTimeout(r, 350));
   t.notOk(lease.signal.aborted, 'our own worker process is not foreign');
