@@ -63,7 +63,6 @@ export type JobRequest = Omit<JobSpec, 'id' | 'at'>;
 export interface JobTimes {
   submittedAt: number;
   grantedAt: number | null;
-  queuedPosition: number | null;
 }
 
 export class Scheduler {
@@ -84,7 +83,7 @@ export class Scheduler {
   reserve(request: JobRequest, options: { signal?: AbortSignal; onQueued?: (position: number) => void } = {}): Promise<Lease> {
     const supervisor = this.#supervisor;
     const job: JobSpec = { ...request, id: randomUUID(), at: this.#now() };
-    const times: JobTimes = { submittedAt: job.at, grantedAt: null, queuedPosition: null };
+    const times: JobTimes = { submittedAt: job.at, grantedAt: null };
     this.#times.set(job.id, times);
     const forget = () => this.#times.delete(job.id);
 
@@ -109,10 +108,8 @@ export class Scheduler {
       };
       const subscription = supervisor.on('*', (event: SupervisorEmitted) => {
         if (!('jobId' in event) || event.jobId !== job.id) return;
-        if (event.type === 'job.queued') {
-          times.queuedPosition = event.position;
-          options.onQueued?.(event.position);
-        } else if (event.type === 'gpu.denied' && !settled) {
+        if (event.type === 'job.queued') options.onQueued?.(event.position);
+        else if (event.type === 'gpu.denied' && !settled) {
           settled = true;
           subscription.unsubscribe();
           options.signal?.removeEventListener('abort', onAbort);

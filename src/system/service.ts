@@ -278,6 +278,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         readRamFacts(),
       ]);
       const supervised = supervisor.getSnapshot().context;
+      const budget = ramBudget(ram, config.ramReserveMiB * MIB);
       const report = diagnostics(supervised, { now: Date.now(), times: (id) => scheduler.times(id), since: (kind) => since.get(kind) ?? null });
       return {
         status: statusWord(listener),
@@ -303,8 +304,8 @@ export async function startService(config: Config, options: StartOptions): Promi
             oom_kills: ram.cgroup?.oomKills ?? null,
             available_mib: Math.floor(ram.availableBytes / MIB),
             reserve_mib: config.ramReserveMiB,
-            budget_mib: Math.floor(ramBudget(ram, config.ramReserveMiB * MIB).budgetBytes / MIB),
-            limited_by: ramBudget(ram, 0).limitedBy,
+            budget_mib: Math.floor(budget.budgetBytes / MIB),
+            limited_by: budget.limitedBy,
             problem: ram.problem ?? null,
           },
           gpu_reserve_mib: inventory.gpus.map((g) => ({ uuid: g.uuid, reserve_mib: config.gpuReserveMiB.byGpu[g.uuid] ?? config.gpuReserveMiB.default })),
