@@ -20,6 +20,7 @@ import { errors, installErrorHandling } from './routes/errors.js';
 import { adminEndpointRoutes } from './routes/admin/endpoint.js';
 import { adminProfileRoutes } from './routes/admin/profiles.js';
 import { adminSessionRoutes } from './routes/admin/session.js';
+import { chatRoutes } from './routes/inference/chat.js';
 import { healthRoutes } from './routes/inference/health.js';
 import { modelRoutes } from './routes/inference/models.js';
 
@@ -69,6 +70,7 @@ export async function buildInferenceApp(service: Service): Promise<App> {
   });
   await app.register(healthRoutes, { service });
   await app.register(modelRoutes, { service });
+  await app.register(chatRoutes, { service });
   return app;
 }
 

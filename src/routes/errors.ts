@@ -64,6 +64,8 @@ export const errors = {
 
 interface ZodIssueLike {
   code?: string;
+  expected?: string;
+  errors?: ZodIssueLike[][];
   keyword?: string;
   path?: PropertyKey[];
   instancePath?: string;
@@ -79,9 +81,23 @@ function issuePath(issue: ZodIssueLike, prefix: string): string | null {
   return joined || (prefix === 'body' ? null : prefix);
 }
 
+/**
+ * A failed union says only "Invalid input"; its branches say more. The branch that got furthest
+ * (its first issue is not a wrong type at the union's own place) gives the issue, with the
+ * union's path in front; when every branch failed on the type, the expected types are named.
+ */
+function unwrapUnion(issue: ZodIssueLike): ZodIssueLike {
+  const branches = (issue.errors ?? []).filter((b) => b.length > 0);
+  if (issue.code !== 'invalid_union' || branches.length === 0) return issue;
+  const deeper = branches.find((b) => (b[0]?.path ?? []).length > 0 || b[0]?.code !== 'invalid_type');
+  if (deeper?.[0]) return unwrapUnion({ ...deeper[0], path: [...(issue.path ?? []), ...(deeper[0].path ?? [])] });
+  const expected = branches.map((b) => b[0]?.expected).filter((e): e is string => e !== undefined);
+  return { ...issue, message: `expected ${expected.join(' or ')}` };
+}
+
 /** Turns the first validation issue into the contract's 400: unknown_parameter or invalid_value. */
 export function validationError(issues: ZodIssueLike[], prefix = 'body'): ApiError {
-  const first = issues[0];
+  const first = issues[0] && unwrapUnion(issues[0]);
   if (!first) return errors.invalidValue(null, 'Invalid request.');
   const at = issuePath(first, prefix);
   const unknownKey = first.keys?.[0] ?? first.params?.keys?.[0];

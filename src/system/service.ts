@@ -30,6 +30,7 @@ import { Scheduler, type SupervisorActor } from './scheduler.js';
 import { SessionStore } from './sessions.js';
 import { supervisorAdapters } from './startFacts.js';
 import { WorkerHooks } from './workers.js';
+import { ChatWorker } from '../workers/chat.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
 
@@ -47,6 +48,8 @@ export interface Service {
   /** The root actor: reservations, the queue, the workers' load state. */
   supervisor: SupervisorActor;
   scheduler: Scheduler;
+  /** The chat worker (spec 3.2): its machine, the llama-server process, the connections of a loaded start. */
+  chat: ChatWorker;
   /** The supervisor's child that owns the inference listener (spec 3.1). */
   readonly listener: ListenerActor;
   inspection: Inspection;
@@ -192,6 +195,15 @@ export async function startService(config: Config, options: StartOptions): Promi
     },
   );
   const scheduler = new Scheduler(supervisor);
+  const chat = new ChatWorker({
+    supervisor,
+    workers,
+    log,
+    lookup,
+    runtimeDir: path.join(config.stateDir, 'runtime'),
+    env: config.env,
+    ...(inspection.inspect ? { inspect: inspection.inspect } : {}),
+  });
 
   async function askSupervisor(event: { type: 'endpoint.discard' } | { type: 'workers.unloadAll' }, timeoutMs: number): Promise<void> {
     const replied = await ask<typeof supervisorMachine, Extract<SupervisorEmitted, { type: 'supervisor.reply' }>>(supervisor, 'supervisor.reply', event, { timeoutMs });
@@ -203,7 +215,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   supervisor.on('worker.unload', (event) => {
     log.info({ worker: event.kind, reason: event.reason }, 'unloading worker');
     workers
-      .unload(event.kind)
+      .unload(event.kind, { generation: event.generation, reason: event.reason })
       .catch((error: unknown) => log.error({ err: error, worker: event.kind }, 'worker did not unload cleanly'))
       .finally(() => {
         since.delete(event.kind);
@@ -260,6 +272,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     workers,
     supervisor,
     scheduler,
+    chat,
     get listener() {
       return listenerRef();
     },
@@ -319,6 +332,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         log.error({ err: error }, 'the listener did not stop in time');
       });
       supervisor.stop();
+      chat.stop();
       await endpoint.flushed();
       await admin.close();
       await inspection.close();

@@ -5,10 +5,16 @@ export interface WorkerHook {
   name: string;
   /** The worker kind this hook unloads on the supervisor's `worker.unload`. */
   kind?: WorkerStatus['kind'];
-  /** Unload the worker: own processes get SIGTERM, then SIGKILL after a grace period. */
-  unload?: () => Promise<void>;
+  /** Unload the worker start the supervisor names: own processes get SIGTERM, then SIGKILL after a grace period. */
+  unload?: (command: UnloadCommand) => Promise<void>;
   /** What the status object shows for this worker, if it is loaded. */
   describe?: () => WorkerStatus | undefined;
+}
+
+export interface UnloadCommand {
+  /** The worker start the supervisor's command names. */
+  generation: number;
+  reason: string;
 }
 
 export interface WorkerStatus {
@@ -31,15 +37,15 @@ export class WorkerHooks {
     };
   }
 
-  async #all(pick: (hook: WorkerHook) => (() => Promise<void>) | undefined): Promise<void> {
-    const results = await Promise.allSettled(this.#hooks.map((hook) => pick(hook)?.()));
+  async #all(pick: (hook: WorkerHook) => Promise<void> | undefined): Promise<void> {
+    const results = await Promise.allSettled(this.#hooks.map((hook) => pick(hook)));
     const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [`${this.#hooks[i]?.name}: ${String(r.reason)}`] : []));
     if (failed.length > 0) throw new Error(failed.join('; '));
   }
 
   /** Unloads the workers of one kind; nothing to do when none is registered. */
-  async unload(kind: WorkerStatus['kind']): Promise<void> {
-    await this.#all((hook) => (hook.kind === kind ? hook.unload : undefined));
+  async unload(kind: WorkerStatus['kind'], command: UnloadCommand): Promise<void> {
+    await this.#all((hook) => (hook.kind === kind ? hook.unload?.(command) : undefined));
   }
 
   statuses(): WorkerStatus[] {

@@ -14,9 +14,29 @@ export const OPENAPI_FILE = path.resolve(here, '../../../shared/openai-openapi/o
 
 let ajv: InstanceType<typeof Ajv2020> | undefined;
 
+/**
+ * OpenAPI 3.0's `nullable: true` survives in a few places of the 3.1 document; JSON Schema 2020-12
+ * spells it as a `null` type. `{ type: T, nullable: true }` becomes `{ type: [T, 'null'] }`; a
+ * `nullable` beside no type (an anyOf or a $ref) gets a `null` alternative.
+ */
+function nullableToType(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(nullableToType);
+  if (node === null || typeof node !== 'object') return node;
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(node)) out[key] = nullableToType(value);
+  if (out.nullable === true) {
+    delete out.nullable;
+    if (typeof out.type === 'string') out.type = [out.type, 'null'];
+    else if (Array.isArray(out.type)) out.type = [...(out.type as unknown[]), 'null'];
+    else return { anyOf: [out, { type: 'null' }] };
+    if (Array.isArray(out.enum) && !out.enum.includes(null)) out.enum = [...(out.enum as unknown[]), null];
+  } else if ('nullable' in out) delete out.nullable;
+  return out;
+}
+
 function instance(): InstanceType<typeof Ajv2020> {
   if (ajv) return ajv;
-  const document = JSON.parse(readFileSync(OPENAPI_FILE, 'utf8')) as Record<string, unknown>;
+  const document = nullableToType(JSON.parse(readFileSync(OPENAPI_FILE, 'utf8'))) as Record<string, unknown>;
   ajv = new Ajv2020({ strict: false, allErrors: true, validateSchema: false });
   addFormats(ajv);
   ajv.addFormat('unixtime', { type: 'number', validate: (n: number) => Number.isInteger(n) && n >= 0 });

@@ -1,0 +1,105 @@
+#!/bin/sh
+# Builds llama-server and llama-fit-params from the llama.cpp source that the node-llama-cpp
+# package ships (llama/gitRelease.bundle), once per version and flags, into the cache folder:
+#   <cache>/llama/<key>/bin/{llama-server,llama-fit-params}   the build, kept per key
+#   <cache>/bin/{llama-server,llama-fit-params}               links to the current key
+# CPU by default; CUDA when nvcc and an NVIDIA GPU are present, or when asked for with
+# SERVICE_DECK_LLAMA_CUDA=1 (SERVICE_DECK_LLAMA_CUDA=0 forces the CPU build).
+# A second run with the same key only checks the links: it takes well under a second.
+set -eu
+cd "$(dirname "$0")/.."
+
+say() { printf 'llama-build: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+home=${HOME:-/root}
+cache=${SERVICE_DECK_CACHE_DIR:-${XDG_CACHE_HOME:-$home/.cache}/service-deck}
+bundle=node_modules/node-llama-cpp/llama/gitRelease.bundle
+info=node_modules/node-llama-cpp/llama/llama.cpp.info.json
+[ -f "$bundle" ] || die "$bundle is missing: run npm ci first (node-llama-cpp ships the llama.cpp source)"
+
+# Which backend.
+want=${SERVICE_DECK_LLAMA_CUDA:-auto}
+backend=cpu
+case $want in
+  1 | yes | true | on) backend=cuda ;;
+  0 | no | false | off) backend=cpu ;;
+  *)
+    if command -v nvcc >/dev/null 2>&1 && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+      backend=cuda
+    fi
+    ;;
+esac
+if [ "$backend" = cuda ] && ! command -v nvcc >/dev/null 2>&1; then
+  die "a CUDA build was asked for (SERVICE_DECK_LLAMA_CUDA=$want) but nvcc is not on PATH; install the CUDA toolkit or unset SERVICE_DECK_LLAMA_CUDA"
+fi
+
+# The key: llama.cpp release, the bundle's commit, node-llama-cpp's version, backend, machine.
+tag=$(sed -n 's/.*"tag": *"\([^"]*\)".*/\1/p' "$info")
+pkg=$(sed -n 's/.*"version": *"\([^"]*\)".*/\1/p' node_modules/node-llama-cpp/package.json | head -n 1)
+commit=$(git bundle list-heads "$bundle" 2>/dev/null | head -n 1 | cut -c1-12)
+[ -n "$commit" ] || die "cannot read $bundle (is git installed?)"
+key="${tag:-unknown}-${commit}-nlc${pkg}-${backend}-$(uname -m)"
+dest="$cache/llama/$key"
+
+link() {
+  mkdir -p "$cache/bin"
+  for name in llama-server llama-fit-params; do
+    ln -sfn "$dest/bin/$name" "$cache/bin/$name.tmp"
+    mv -f "$cache/bin/$name.tmp" "$cache/bin/$name"
+  done
+}
+
+if [ -x "$dest/bin/llama-server" ] && [ -x "$dest/bin/llama-fit-params" ]; then
+  link
+  exit 0
+fi
+
+# Tools. As root on Debian, install what is missing; otherwise say what to install.
+missing=
+command -v git >/dev/null 2>&1 || missing="$missing git"
+command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
+command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || missing="$missing g++"
+command -v make >/dev/null 2>&1 || missing="$missing make"
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing build tools:$missing"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >&2 ||
+      die "apt-get could not install:$missing"
+  else
+    die "building llama-server needs:$missing. Install them (Debian: apt-get install$missing) and run again"
+  fi
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+say "building llama-server and llama-fit-params ($key) with $jobs jobs; this takes about 7 minutes on 2 cores, once"
+work="$cache/llama/.build-$key.$$"
+rm -rf "$work"
+mkdir -p "$work"
+trap 'rm -rf "$work"' EXIT INT TERM
+git clone --quiet "$bundle" "$work/src" 2>/dev/null || die "git clone of $bundle failed"
+
+cuda_flags=
+[ "$backend" = cuda ] && cuda_flags="-DGGML_CUDA=ON"
+# shellcheck disable=SC2086
+cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON $cuda_flags >"$work/configure.log" 2>&1 || {
+  tail -n 30 "$work/configure.log" >&2
+  die "cmake could not configure llama.cpp (log above)"
+}
+# Progress: cmake's percentage, one line per step that moves it.
+cmake --build "$work/build" --config Release -j "$jobs" --target llama-server llama-fit-params 2>&1 |
+  tee "$work/build.log" | awk '
+    /^\[ *[0-9]+%\]/ { pct = $1 $2; gsub(/[\[\] ]/, "", pct); if (pct != last) { printf "llama-build: %s\n", pct > "/dev/stderr"; last = pct } }
+  '
+if [ ! -x "$work/build/bin/llama-server" ] || [ ! -x "$work/build/bin/llama-fit-params" ]; then
+  grep -E 'error|Error' "$work/build.log" | head -n 20 >&2 || true
+  die "the build did not produce llama-server and llama-fit-params (errors above; full log lost with the build folder)"
+fi
+
+mkdir -p "$dest/bin"
+cp "$work/build/bin/llama-server" "$work/build/bin/llama-fit-params" "$dest/bin/"
+printf '%s\n' "$key" >"$dest/KEY"
+link
+say "done: $cache/bin/llama-server -> $dest/bin/llama-server"

@@ -1,0 +1,158 @@
+// Spec 4.2: the chat completion request, strict. It accepts OpenAI's ordinary messages (text
+// content only: there is no vision input), tools and tool_choice, response_format (text,
+// json_object, json_schema), the sampling overrides, stop, seed, max_tokens and
+// max_completion_tokens, stream and stream_options, reasoning_effort. Any other field is an
+// unknown extension field and is rejected with 400 unknown_parameter (spec 4.2, 7). `null`
+// counts as not set, as in OpenAI's schema. The extension sampling fields top_k, min_p and
+// repeat_penalty are accepted because the profile's sampling defaults name them.
+import { z } from 'zod';
+import type { ChatParams } from '../../store/profile.schema.js';
+
+const onlyText = "only text content parts ({ type: 'text', text }) are accepted: this endpoint has no vision, audio or file input";
+const textPart = z.strictObject({ type: z.literal('text', onlyText), text: z.string() });
+const content = z.union([z.string(), z.array(textPart)]);
+
+const toolCall = z.strictObject({
+  id: z.string().min(1),
+  type: z.literal('function'),
+  function: z.strictObject({ name: z.string().min(1), arguments: z.string() }),
+});
+
+const message = z.discriminatedUnion('role', [
+  z.strictObject({ role: z.literal('system'), content, name: z.string().optional() }),
+  z.strictObject({ role: z.literal('developer'), content, name: z.string().optional() }),
+  z.strictObject({ role: z.literal('user'), content, name: z.string().optional() }),
+  z.strictObject({
+    role: z.literal('assistant'),
+    content: content.nullish(),
+    name: z.string().optional(),
+    refusal: z.string().nullish(),
+    tool_calls: z.array(toolCall).optional(),
+  }),
+  z.strictObject({ role: z.literal('tool'), content, tool_call_id: z.string().min(1) }),
+]);
+
+const functionName = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a function name: letters, digits, _ and -, at most 64');
+
+const tool = z.strictObject({
+  type: z.literal('function'),
+  function: z.strictObject({
+    name: functionName,
+    description: z.string().optional(),
+    parameters: z.record(z.string(), z.unknown()).optional(),
+    strict: z.boolean().nullish(),
+  }),
+});
+
+const toolChoice = z.union([
+  z.enum(['none', 'auto', 'required']),
+  z.strictObject({ type: z.literal('function'), function: z.strictObject({ name: functionName }) }),
+]);
+
+const responseFormat = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('text') }),
+  z.strictObject({ type: z.literal('json_object') }),
+  z.strictObject({
+    type: z.literal('json_schema'),
+    json_schema: z.strictObject({
+      name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a schema name: letters, digits, _ and -, at most 64'),
+      description: z.string().optional(),
+      schema: z.record(z.string(), z.unknown()).optional(),
+      strict: z.boolean().nullish(),
+    }),
+  }),
+]);
+
+/** Spec 4.2: passed to the worker unchanged; `ultra` is mapped to `max`. */
+export const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'] as const;
+export type ReasoningEffort = (typeof REASONING_EFFORTS)[number];
+
+const maxTokens = z.number().int().min(1).max(1_048_576).nullish();
+
+export const chatRequestSchema = z.strictObject({
+  model: z.string().min(1),
+  messages: z.array(message).min(1, 'at least one message'),
+  // Sampling overrides (OpenAI's, and the profile's sampling names).
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().min(0).max(1).nullish(),
+  top_k: z.number().int().min(0).max(1000).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  repeat_penalty: z.number().min(0).max(5).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  logit_bias: z.record(z.string().regex(/^\d+$/, 'a token id'), z.number().min(-100).max(100)).nullish(),
+  seed: z.number().int().nullish(),
+  stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
+  max_tokens: maxTokens,
+  max_completion_tokens: maxTokens,
+  n: z.literal(1, 'only n = 1 is supported').nullish(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.number().int().min(0).max(20).nullish(),
+  // Output shape.
+  tools: z.array(tool).max(128).nullish(),
+  tool_choice: toolChoice.nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+  response_format: responseFormat.nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.strictObject({ include_usage: z.boolean().optional(), include_obfuscation: z.boolean().optional() }).nullish(),
+  reasoning_effort: z.enum([...REASONING_EFFORTS, 'ultra']).nullish(),
+  // Accepted and not passed on: nothing is stored, and the user id is only the client's.
+  user: z.string().max(256).nullish(),
+  store: z.literal(false, 'nothing is stored: store must be false or absent').nullish(),
+});
+
+export type ChatRequest = z.output<typeof chatRequestSchema>;
+
+/** The effort the worker gets (spec 4.2), or null when the request set none. */
+export function effectiveEffort(requested: ChatRequest['reasoning_effort']): ReasoningEffort | null {
+  if (requested === undefined || requested === null) return null;
+  return requested === 'ultra' ? 'max' : requested;
+}
+
+const PASSED_ON = [
+  'messages',
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'repeat_penalty',
+  'frequency_penalty',
+  'presence_penalty',
+  'logit_bias',
+  'seed',
+  'stop',
+  'logprobs',
+  'top_logprobs',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'response_format',
+] as const;
+
+/**
+ * The body the worker gets: the request's own fields (nulls dropped), the profile's sampling
+ * defaults where the request leaves a value out, the profile name as `model`, `max_tokens` for
+ * either token limit, and the effective reasoning effort. `includeUsage` asks for the usage
+ * chunk at the end of a stream (the chat test always wants it).
+ */
+export function upstreamBody(request: ChatRequest, profile: { name: string; params: ChatParams }, options: { includeUsage?: boolean } = {}): Record<string, unknown> {
+  const body: Record<string, unknown> = { model: profile.name };
+  for (const key of PASSED_ON) {
+    const value = request[key];
+    if (value !== undefined && value !== null) body[key] = value;
+  }
+  const sampling = profile.params.sampling;
+  for (const key of ['temperature', 'top_p', 'top_k', 'min_p', 'repeat_penalty'] as const) {
+    if (body[key] === undefined && sampling[key] !== undefined) body[key] = sampling[key];
+  }
+  const limit = request.max_completion_tokens ?? request.max_tokens ?? sampling.max_tokens;
+  if (limit !== undefined) body.max_tokens = limit;
+  const effort = effectiveEffort(request.reasoning_effort);
+  if (effort !== null) body.reasoning_effort = effort;
+  if (request.stream === true) {
+    body.stream = true;
+    const includeUsage = options.includeUsage === true || request.stream_options?.include_usage === true;
+    if (includeUsage) body.stream_options = { include_usage: true };
+  }
+  return body;
+}

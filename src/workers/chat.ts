@@ -1,0 +1,197 @@
+// The chat worker adapter: runs the chat worker machine (machines/chatWorker) with the real
+// llama-server actor, forwards its reports to the supervisor, carries the supervisor's unload
+// commands to it, and gives routes the connection of a loaded start.
+//
+// A job whose grant starts the worker (`lease.start`) sends `worker.start` with its profile
+// snapshot; every job of that start (granted while it loads or once loaded) waits for `loaded`
+// with the grant's generation. Keys stay in this adapter's memory (never in a machine's context,
+// which the inspector shows) and in their 0600 file while the process lives.
+import http from 'node:http';
+import { createActor, type Actor } from 'xstate';
+import { chatWorkerMachine, type ChatLaunch } from '../../machines/chatWorker/index.js';
+import type { ChatParams, StoredProfile } from '../store/profile.schema.js';
+import type { Lease, SupervisorActor } from '../system/scheduler.js';
+import type { Inspection } from '../system/inspect.js';
+import type { Logger } from '../system/log.js';
+import type { WorkerHooks, WorkerStatus } from '../system/workers.js';
+import type { RuntimeLookup } from '../adapters/runtimes.js';
+import { llamaServerActor } from './llamaServer.js';
+
+export type ChatWorkerActor = Actor<typeof chatWorkerMachine>;
+export type ChatProfile = Extract<StoredProfile, { category: 'chat' }>;
+
+/** What a route needs to talk to a loaded start. */
+export interface ChatConnection {
+  generation: number;
+  port: number;
+  key: string;
+  /** Keep-alive connections for buffered answers; a stream always takes a fresh connection. */
+  agent: http.Agent;
+  /** The profile name the worker answers under. */
+  name: string;
+}
+
+/** The worker start went away before it was ready (unloaded, failed, or replaced). */
+export class WorkerGone extends Error {
+  override name = 'WorkerGone';
+}
+
+export interface ChatWorkerDeps {
+  supervisor: SupervisorActor;
+  workers: WorkerHooks;
+  log: Logger;
+  lookup: RuntimeLookup;
+  runtimeDir: string;
+  env: NodeJS.ProcessEnv;
+  inspect?: Inspection['inspect'];
+  loadTimeLimitMs?: number;
+  terminationGraceMs?: number;
+}
+
+export function launchOf(lease: Pick<Lease, 'generation' | 'start'>, profile: ChatProfile): ChatLaunch {
+  const params: ChatParams = profile.params;
+  const plan = lease.start;
+  return {
+    generation: lease.generation,
+    profileId: profile.id,
+    revision: profile.revision,
+    name: profile.name,
+    model: params.model,
+    context: params.context,
+    slots: params.slots,
+    gpuLayers: plan?.gpuLayers ?? null,
+    tensorSplit: plan?.tensorSplit ?? null,
+    overrides: plan?.overrides ?? [],
+    gpus: plan?.gpus ?? [],
+  };
+}
+
+export class ChatWorker {
+  readonly actor: ChatWorkerActor;
+  readonly #keys = new Map<number, string>();
+  readonly #agents = new Map<number, http.Agent>();
+  #since: string | null = null;
+
+  constructor(deps: ChatWorkerDeps) {
+    const logic = chatWorkerMachine.provide({
+      actors: { server: llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys: this.#keys }) },
+    });
+    const input = {
+      ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
+      ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
+    };
+    this.actor = createActor(logic, { systemId: 'chatWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    // The machine's reports go to the supervisor as they are.
+    this.actor.on('*', (event) => {
+      if (event.type === 'worker.started') this.#since = new Date().toISOString();
+      deps.supervisor.send(event);
+    });
+    this.actor.subscribe({
+      next: (snapshot) => {
+        // Connections of starts that ended are closed.
+        const live = snapshot.matches('unloaded') ? null : (snapshot.context.launch?.generation ?? null);
+        for (const [generation, agent] of this.#agents) {
+          if (generation !== live) {
+            agent.destroy();
+            this.#agents.delete(generation);
+          }
+        }
+        if (live === null) this.#since = null;
+      },
+      error: (error) => deps.log.error({ err: error }, 'chat worker actor failed'),
+    });
+    this.actor.start();
+    deps.workers.register({
+      name: 'chat worker',
+      kind: 'chat',
+      unload: (command) => this.unload(command.generation, command.reason),
+      describe: () => this.describe(),
+    });
+  }
+
+  /** The job whose grant starts the worker sends the start; others of the same start only wait. */
+  start(lease: Pick<Lease, 'generation' | 'start'>, profile: ChatProfile): void {
+    if (lease.start === null) return;
+    this.actor.send({ type: 'worker.start', launch: launchOf(lease, profile) });
+  }
+
+  /** Resolves once the start `generation` is loaded; rejects when it ends first or `signal` aborts. */
+  ready(generation: number, signal?: AbortSignal): Promise<ChatConnection> {
+    return new Promise((resolve, reject) => {
+      const check = (): boolean => {
+        const snapshot = this.actor.getSnapshot();
+        const current = snapshot.context.launch?.generation;
+        if (current === generation && snapshot.matches({ running: 'loaded' })) {
+          const connection = this.connection(generation);
+          if (connection) resolve(connection);
+          else reject(new WorkerGone('the chat worker is loaded but its key is gone'));
+          return true;
+        }
+        if (current !== undefined && current > generation) {
+          reject(new WorkerGone('the chat worker was replaced by a later start'));
+          return true;
+        }
+        if (current === generation && (snapshot.matches('unloaded') || snapshot.matches({ running: 'unloading' }))) {
+          reject(new WorkerGone(snapshot.context.last ?? 'the chat worker stopped before it was ready'));
+          return true;
+        }
+        return false;
+      };
+      if (check()) return;
+      const onAbort = () => {
+        subscription.unsubscribe();
+        reject(signal?.reason instanceof Error ? signal.reason : new WorkerGone('the request was cancelled while the worker loaded'));
+      };
+      const subscription = this.actor.subscribe(() => {
+        if (!check()) return;
+        subscription.unsubscribe();
+        signal?.removeEventListener('abort', onAbort);
+      });
+      if (signal?.aborted) onAbort();
+      else signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  /** The connection of a loaded start, or undefined when it is not the current one. */
+  connection(generation: number): ChatConnection | undefined {
+    const { context } = this.actor.getSnapshot();
+    const key = this.#keys.get(generation);
+    if (context.launch?.generation !== generation || context.port === null || key === undefined) return undefined;
+    let agent = this.#agents.get(generation);
+    if (!agent) {
+      agent = new http.Agent({ keepAlive: true, maxSockets: Math.max(1, context.launch.slots) * 2 });
+      this.#agents.set(generation, agent);
+    }
+    return { generation, port: context.port, key, agent, name: context.launch.name };
+  }
+
+  /** The supervisor's unload command: resolves once the process of that start is gone. */
+  async unload(generation: number, reason: string): Promise<void> {
+    const snapshot = this.actor.getSnapshot();
+    if (snapshot.matches('unloaded') || snapshot.context.launch?.generation !== generation) return;
+    this.actor.send({ type: 'worker.unload', generation, reason });
+    await new Promise<void>((resolve) => {
+      const done = (s: typeof snapshot) => s.matches('unloaded') || s.context.launch?.generation !== generation;
+      if (done(this.actor.getSnapshot())) return resolve();
+      const subscription = this.actor.subscribe((s) => {
+        if (!done(s)) return;
+        subscription.unsubscribe();
+        resolve();
+      });
+    });
+  }
+
+  describe(): WorkerStatus | undefined {
+    const snapshot = this.actor.getSnapshot();
+    const { launch, pid } = snapshot.context;
+    if (snapshot.matches('unloaded') || !launch) return undefined;
+    const state = snapshot.matches({ running: 'loaded' }) ? 'loaded' : snapshot.matches({ running: 'loading' }) ? 'loading' : 'unloading';
+    return { kind: 'chat', profile_id: launch.profileId, state, pid, gpus: launch.gpus, since: this.#since };
+  }
+
+  stop(): void {
+    this.actor.stop();
+    for (const agent of this.#agents.values()) agent.destroy();
+    this.#agents.clear();
+  }
+}

@@ -1,0 +1,225 @@
+// One chat request through the scheduler and the chat worker, shared by the API route and the
+// admin chat test: reserve (FIFO queue, memory check, start plan), start or join the worker start,
+// wait until it is loaded, then send the request to llama-server and hand back its response.
+//
+// Internal worker HTTP rules (spec 4.2, 8): 120 s without response data ends the request; a
+// buffered answer is limited to 16 MiB; running SSE output ends after 600 s. A stream always
+// takes a fresh connection (llama-server closes a connection after a stream, so it is never
+// reused); buffered answers reuse keep-alive connections. When the worker dies, the supervisor
+// revokes the request's reservation with the diagnosis, which becomes the 502 `worker_failed`.
+import http from 'node:http';
+import type { Service } from '../system/service.js';
+import { ReservationRevoked, type Lease } from '../system/scheduler.js';
+import { ApiError, errors } from '../routes/errors.js';
+import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
+
+export const CHAT_LIMITS = {
+  /** Spec 8: 120 s without response data from the worker. */
+  idleMs: 120_000,
+  /** Spec 8: 600 s at most for running SSE output. */
+  streamMs: 600_000,
+  /** Spec 8: a buffered (non-streamed) chat answer is at most 16 MiB. */
+  bufferedBytes: 16 * 1024 * 1024,
+  /** How long a failed request waits for the supervisor's diagnosis of a dead worker. */
+  diagnosisWaitMs: 2_000,
+} as const;
+
+export interface ChatLimits {
+  idleMs: number;
+  streamMs: number;
+  bufferedBytes: number;
+  diagnosisWaitMs: number;
+}
+
+export interface OpenedChat {
+  lease: Lease;
+  connection: ChatConnection;
+  response: http.IncomingMessage;
+  /** Ends the worker request (the worker notices the closed connection and frees the slot). */
+  abort(): void;
+}
+
+export class UpstreamFailure extends Error {
+  override name = 'UpstreamFailure';
+  constructor(
+    readonly kind: 'timeout' | 'connection' | 'too_large' | 'stream_limit',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The reason a signal was aborted with, or undefined. */
+const reasonOf = (signal: AbortSignal): unknown => (signal.aborted ? (signal.reason as unknown) : undefined);
+
+/** Waits up to `ms` for the reservation to be revoked (the supervisor's diagnosis of a dead worker). */
+function revocation(lease: Lease, ms: number): Promise<ReservationRevoked | undefined> {
+  const now = reasonOf(lease.signal);
+  if (now instanceof ReservationRevoked) return Promise.resolve(now);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      lease.signal.removeEventListener('abort', onAbort);
+      resolve(undefined);
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      const reason = reasonOf(lease.signal);
+      resolve(reason instanceof ReservationRevoked ? reason : undefined);
+    };
+    lease.signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * The error a failed worker request answers with: the supervisor's diagnosis when the worker
+ * died (it names the likely cause), else what went wrong on the connection.
+ */
+export async function workerError(lease: Lease, error: unknown, limits: ChatLimits = CHAT_LIMITS): Promise<ApiError> {
+  if (error instanceof ApiError) return error;
+  const revoked = await revocation(lease, error instanceof UpstreamFailure && error.kind !== 'connection' ? 0 : limits.diagnosisWaitMs);
+  if (revoked) return revoked.code === 'worker_failed' ? errors.workerFailed(revoked.message) : errors.unavailable(revoked.code, revoked.message);
+  if (error instanceof UpstreamFailure) {
+    if (error.kind === 'too_large') return new ApiError(502, 'server_error', 'response_too_large', error.message);
+    return errors.workerFailed(error.message);
+  }
+  if (error instanceof WorkerGone) return errors.workerFailed(`The chat worker stopped before it was ready: ${error.message}`);
+  return errors.workerFailed(`The chat worker request failed: ${(error as Error).message}`);
+}
+
+/** POSTs the body to the worker; resolves with the response once its headers arrive. */
+export function postToWorker(
+  connection: ChatConnection,
+  body: Buffer,
+  options: { stream: boolean; signal: AbortSignal; idleMs: number },
+): { response: Promise<http.IncomingMessage>; abort: () => void } {
+  const request = http.request({
+    host: '127.0.0.1',
+    port: connection.port,
+    path: '/v1/chat/completions',
+    method: 'POST',
+    // A stream's connection is never reused: llama-server closes it after the stream.
+    agent: options.stream ? false : connection.agent,
+    headers: {
+      authorization: `Bearer ${connection.key}`,
+      'content-type': 'application/json',
+      'content-length': body.length,
+      ...(options.stream ? { connection: 'close', accept: 'text/event-stream' } : {}),
+    },
+  });
+  const abort = () => request.destroy();
+  const response = new Promise<http.IncomingMessage>((resolve, reject) => {
+    request.setTimeout(options.idleMs, () =>
+      request.destroy(new UpstreamFailure('timeout', `The chat worker sent no data for ${Math.round(options.idleMs / 1000)} s (timeout).`)),
+    );
+    request.on('response', resolve);
+    request.on('error', (error) => {
+      reject(error instanceof UpstreamFailure ? error : new UpstreamFailure('connection', `The connection to the chat worker failed: ${error.message}`));
+    });
+    if (options.signal.aborted) abort();
+    else options.signal.addEventListener('abort', abort, { once: true });
+    request.end(body);
+  });
+  return { response, abort };
+}
+
+/** Reads a buffered answer, at most `limit` bytes (spec 8: 16 MiB). */
+export function readBody(response: http.IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    response.on('data', (chunk: Buffer) => {
+      bytes += chunk.length;
+      if (bytes > limit) {
+        response.destroy(new UpstreamFailure('too_large', `The chat answer is larger than the ${Math.round(limit / 1024 / 1024)} MiB limit for buffered answers; stream it instead.`));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    response.on('end', () => resolve(Buffer.concat(chunks)));
+    response.on('error', (error) =>
+      reject(error instanceof UpstreamFailure ? error : new UpstreamFailure('connection', `The chat worker's answer broke off: ${error.message}`)),
+    );
+    response.on('aborted', () => reject(new UpstreamFailure('connection', "The chat worker's answer broke off.")));
+  });
+}
+
+/**
+ * A buffered answer as OpenAI's schema has it: llama-server leaves out the required
+ * `choices[].logprobs` and `message.refusal` when they are null, so they are added. Everything
+ * else is the worker's answer as it is. A body that is not a completion is left alone.
+ */
+export function completeAnswer(body: Buffer): Buffer {
+  let parsed: { choices?: Array<{ logprobs?: unknown; message?: { refusal?: unknown } }> };
+  try {
+    parsed = JSON.parse(body.toString('utf8')) as typeof parsed;
+  } catch {
+    return body;
+  }
+  if (!Array.isArray(parsed.choices)) return body;
+  for (const choice of parsed.choices) {
+    if (choice.logprobs === undefined) choice.logprobs = null;
+    if (choice.message && choice.message.refusal === undefined) choice.message.refusal = null;
+  }
+  return Buffer.from(JSON.stringify(parsed));
+}
+
+/** The worker's own error answer (OpenAI shape), as ours: 4xx stay the client's error, 5xx become 502. */
+export function workerStatusError(status: number, body: Buffer): ApiError {
+  let message = `The chat worker answered ${status}.`;
+  let code: string | null = null;
+  try {
+    const parsed = JSON.parse(body.toString('utf8')) as { error?: { message?: unknown; code?: unknown; type?: unknown } };
+    if (typeof parsed.error?.message === 'string') message = parsed.error.message;
+    if (typeof parsed.error?.type === 'string') code = parsed.error.type;
+  } catch {
+    // Not JSON: keep the generic message.
+  }
+  if (status >= 400 && status < 500 && status !== 401 && status !== 403) {
+    return new ApiError(status === 404 ? 400 : status, 'invalid_request_error', code === 'exceed_context_size_error' ? 'context_length_exceeded' : 'invalid_value', message);
+  }
+  return errors.workerFailed(`The chat worker failed: ${message}`);
+}
+
+/**
+ * Reserves, starts or joins the worker start, waits until it is loaded, and sends the request.
+ * On any failure the reservation is given back (a start this job began and nobody else uses is
+ * aborted) and the error is an ApiError, or the client's own abort reason.
+ */
+export async function openChat(
+  service: Service,
+  profile: ChatProfile,
+  body: Record<string, unknown>,
+  options: { source: 'api' | 'test'; stream: boolean; signal: AbortSignal; limits?: ChatLimits; onQueued?: (position: number) => void },
+): Promise<OpenedChat> {
+  const limits = options.limits ?? CHAT_LIMITS;
+  const lease = await service.scheduler.reserve(
+    {
+      kind: 'chat',
+      source: options.source,
+      profileId: profile.id,
+      revision: profile.revision,
+      slots: profile.params.slots,
+      device: 'cpu',
+      whenBusy: 'wait',
+      profile,
+    },
+    { signal: options.signal, ...(options.onQueued ? { onQueued: options.onQueued } : {}) },
+  );
+  const both = AbortSignal.any([options.signal, lease.signal]);
+  try {
+    service.chat.start(lease, profile);
+    const connection = await service.chat.ready(lease.generation, both);
+    const sent = postToWorker(connection, Buffer.from(JSON.stringify(body)), { stream: options.stream, signal: both, idleMs: limits.idleMs });
+    const response = await sent.response;
+    return { lease, connection, response, abort: sent.abort };
+  } catch (error) {
+    if (options.signal.aborted) {
+      lease.cancel();
+      throw options.signal.reason;
+    }
+    // The diagnosis comes with the revocation, so it is awaited before the reservation goes back.
+    const failure = await workerError(lease, error, limits);
+    lease.cancel();
+    throw failure;
+  }
+}

@@ -1,0 +1,185 @@
+// The real `server` actor of the chat worker machine: one llama-server process per start.
+//
+// - Spawned with the stored parameters and the fixed backend defaults (machines/chatWorker/args.ts)
+//   on a free loopback port, with `--api-key-file` naming a fresh short-lived key in a 0600 file
+//   under the state's runtime folder (spec 5 rule 3). The file is removed when the process ends.
+// - Ready when `/health` answers 200 (it answers 503 while the model loads).
+// - `server.stop` sends SIGTERM, `server.kill` SIGKILL (the machine times the grace period).
+// - When the process ends, the output tail (kept in RAM only, never logged) and the cgroup's
+//   oom_kill count before and after are diagnosed (src/system/diagnose.ts): the machine reports
+//   the likely cause, and only the matching line is ever shown as evidence.
+import { randomBytes } from 'node:crypto';
+import { rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import net from 'node:net';
+import path from 'node:path';
+import { execa, type ResultPromise } from 'execa';
+import { fromCallback } from 'xstate';
+import { serverArgs, type ChatWorkerEvent, type ServerCommand, type ServerInput } from '../../machines/chatWorker/index.js';
+import { readOomKills } from '../adapters/memory.js';
+import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
+import { diagnoseExit } from '../system/diagnose.js';
+import type { Logger } from '../system/log.js';
+
+/** How much of the process's output is kept for the diagnosis (RAM only). */
+const TAIL_BYTES = 16 * 1024;
+const HEALTH_POLL_MS = 100;
+
+export interface ServerDeps {
+  lookup: RuntimeLookup;
+  /** The state's runtime folder (0700) for the key files. */
+  runtimeDir: string;
+  env: NodeJS.ProcessEnv;
+  log: Logger;
+  /** Where each start's key is kept for the requests (never in a machine's context, never logged). */
+  keys: Map<number, string>;
+}
+
+/** A free loopback port: bind port 0, read it, close. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer();
+    probe.unref();
+    probe.on('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      probe.close(() => (port > 0 ? resolve(port) : reject(new Error('no free port'))));
+    });
+  });
+}
+
+/** One GET of /health: its status code, or 0 when nothing answered. */
+export function healthStatus(port: number, timeoutMs = 2000): Promise<number> {
+  return new Promise((resolve) => {
+    const request = http.get({ host: '127.0.0.1', port, path: '/health', agent: false, timeout: timeoutMs }, (response) => {
+      response.resume();
+      resolve(response.statusCode ?? 0);
+    });
+    request.on('timeout', () => request.destroy());
+    request.on('error', () => resolve(0));
+  });
+}
+
+/** Keeps the last `max` bytes of a stream's output. */
+class Tail {
+  #chunks: Buffer[] = [];
+  #bytes = 0;
+  constructor(readonly max: number) {}
+  push(chunk: Buffer): void {
+    this.#chunks.push(chunk);
+    this.#bytes += chunk.length;
+    while (this.#bytes > this.max && this.#chunks.length > 1) this.#bytes -= this.#chunks.shift()!.length;
+  }
+  text(): string {
+    const all = Buffer.concat(this.#chunks);
+    return all.subarray(Math.max(0, all.length - this.max)).toString('utf8');
+  }
+}
+
+export function llamaServerActor(deps: ServerDeps) {
+  return fromCallback<ServerCommand, ServerInput, ChatWorkerEvent>(({ input, sendBack, receive }) => {
+    const { launch } = input;
+    const generation = launch.generation;
+    const keyFile = path.join(deps.runtimeDir, `chat-${generation}-${process.pid}.key`);
+    const tail = new Tail(TAIL_BYTES);
+    let child: ResultPromise | undefined;
+    let stopped = false;
+    let exited = false;
+    let stopRequested = false;
+    let pendingSignal: NodeJS.Signals | undefined;
+    const dropKey = () => {
+      deps.keys.delete(generation);
+      return rm(keyFile, { force: true }).catch(() => undefined);
+    };
+
+    receive((command) => {
+      const signal = command.type === 'server.kill' ? 'SIGKILL' : 'SIGTERM';
+      stopRequested = true;
+      if (child?.pid !== undefined && !exited) child.kill(signal);
+      else pendingSignal = signal;
+    });
+
+    const exit = (exitCode: number | null, signal: string | null, extra: string) => {
+      if (exited) return;
+      exited = true;
+      void dropKey();
+      void readOomKills()
+        .catch(() => null)
+        .then((after) => {
+          const diagnosis = diagnoseExit({
+            worker: 'chat',
+            exitCode,
+            signal,
+            oomKillsBefore: before,
+            oomKillsAfter: after,
+            outputTail: `${tail.text()}${extra}`,
+            expected: stopRequested,
+          });
+          if (!stopRequested) deps.log.warn({ worker: 'chat', generation, exit_code: exitCode, signal, cause: diagnosis.cause, evidence: diagnosis.evidence }, 'chat worker ended');
+          if (!stopped) sendBack({ type: 'server.exited', report: { exitCode, signal, cause: diagnosis.cause, message: diagnosis.message } });
+        });
+    };
+
+    let before: number | null = null;
+    const run = async () => {
+      const binary = await resolveRuntime('llama-server', deps.lookup);
+      if (!binary) {
+        exited = true;
+        const message = 'The chat worker cannot start: llama-server is not installed (run scripts/build-llama.sh or set SERVICE_DECK_LLAMA_SERVER).';
+        if (!stopped) sendBack({ type: 'server.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message } });
+        return;
+      }
+      const [port, oom] = await Promise.all([freePort(), readOomKills().catch(() => null)]);
+      before = oom;
+      const key = randomBytes(24).toString('base64url');
+      await writeFile(keyFile, `${key}\n`, { mode: 0o600, flag: 'w' });
+      deps.keys.set(generation, key);
+      if (stopped || pendingSignal === 'SIGKILL' || pendingSignal === 'SIGTERM') {
+        await dropKey();
+        stopRequested = true;
+        exit(null, null, '');
+        return;
+      }
+      const env: NodeJS.ProcessEnv = { ...deps.env, CUDA_VISIBLE_DEVICES: launch.gpus.join(',') };
+      child = execa(binary, serverArgs(launch, { port, keyFile }), {
+        env,
+        extendEnv: false,
+        stdin: 'ignore',
+        stdout: 'pipe',
+        stderr: 'pipe',
+        buffer: false,
+        reject: false,
+        cleanup: true,
+      });
+      child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
+      child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
+      void child.then((result) => {
+        const spawnError = result.failed && result.exitCode === undefined && !result.signal ? `\n${result.shortMessage}` : '';
+        exit(result.exitCode ?? null, result.signal ?? null, spawnError);
+      });
+      if (child.pid === undefined) return;
+      if (!stopped) sendBack({ type: 'server.spawned', pid: child.pid, port });
+      deps.log.info({ worker: 'chat', generation, pid: child.pid, port, profile: launch.profileId }, 'chat worker started');
+      while (!exited && !stopped && !stopRequested) {
+        const status = await healthStatus(port);
+        if (status === 200) {
+          if (!stopped && !exited) sendBack({ type: 'server.ready' });
+          return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, HEALTH_POLL_MS));
+      }
+    };
+    run().catch((error: unknown) => {
+      deps.log.error({ err: error, worker: 'chat', generation }, 'chat worker could not be started');
+      if (child?.pid !== undefined && !exited) child.kill('SIGKILL');
+      else exit(null, null, `\n${(error as Error).message}`);
+    });
+
+    return () => {
+      stopped = true;
+      if (child?.pid !== undefined && !exited) child.kill('SIGKILL');
+      void dropKey();
+    };
+  });
+}
