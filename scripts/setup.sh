@@ -12,6 +12,10 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   npm ci --no-audit --no-fund --loglevel=error
 fi
 
+# llama-server and llama-fit-params from the llama.cpp source that node-llama-cpp ships, built once
+# per version into the cache folder (about 7 minutes on 2 cores the first time, instant after).
+sh scripts/build-llama.sh
+
 # The service itself: TypeScript to dist/.
 say "building (tsc)"
 npx --no-install tsc -p tsconfig.build.json

@@ -71,7 +71,7 @@ interface ZodIssueLike {
   instancePath?: string;
   keys?: string[];
   message?: string;
-  params?: { keys?: string[] };
+  params?: { keys?: string[]; errors?: ZodIssueLike[][] };
 }
 
 /** Dotted path of a zod issue: messages.0.content. */
@@ -87,10 +87,12 @@ function issuePath(issue: ZodIssueLike, prefix: string): string | null {
  * union's path in front; when every branch failed on the type, the expected types are named.
  */
 function unwrapUnion(issue: ZodIssueLike): ZodIssueLike {
-  const branches = (issue.errors ?? []).filter((b) => b.length > 0);
-  if (issue.code !== 'invalid_union' || branches.length === 0) return issue;
+  const code = issue.code ?? issue.keyword;
+  const branches = (issue.errors ?? issue.params?.errors ?? []).filter((b) => b.length > 0);
+  if (code !== 'invalid_union' || branches.length === 0) return issue;
+  const at = issue.path ?? (issue.instancePath ? issue.instancePath.split('/').filter(Boolean) : []);
   const deeper = branches.find((b) => (b[0]?.path ?? []).length > 0 || b[0]?.code !== 'invalid_type');
-  if (deeper?.[0]) return unwrapUnion({ ...deeper[0], path: [...(issue.path ?? []), ...(deeper[0].path ?? [])] });
+  if (deeper?.[0]) return unwrapUnion({ ...deeper[0], path: [...at, ...(deeper[0].path ?? [])] });
   const expected = branches.map((b) => b[0]?.expected).filter((e): e is string => e !== undefined);
   return { ...issue, message: `expected ${expected.join(' or ')}` };
 }

@@ -63,3 +63,197 @@ t.test('JSON and streamed answers through the openai client validate against the
   const worker = await chatWorker(b);
   t.equal(worker?.state, 'loaded', 'the worker stays loaded after the answers');
 });
+
+t.test('tools, structured output, reasoning headers and request errors', async (t) => {
+  const { b, client } = await setUp(t, [{ name: 'tiny', context: 4096 }]);
+  const tools: OpenAI.Chat.Completions.ChatCompletionTool[] = [
+    {
+      type: 'function',
+      function: {
+        name: 'get_weather',
+        parameters: { type: 'object', properties: { city: { type: 'string', enum: ['Berlin', 'Paris'] } }, required: ['city'] },
+      },
+    },
+  ];
+  const called = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Weather in Berlin?' }], tools, max_tokens: 400 });
+  t.same(openapiErrors('CreateChatCompletionResponse', called), [], 'a tool call answer matches the schema');
+  const call = called.choices[0]?.message.tool_calls?.[0];
+  t.equal(called.choices[0]?.finish_reason, 'tool_calls', 'the worker answered with a tool call');
+  t.equal(call?.type === 'function' ? call.function.name : undefined, 'get_weather');
+  const args = JSON.parse(call?.type === 'function' ? call.function.arguments : '{}') as { city?: string };
+  t.ok(args.city === 'Berlin' || args.city === 'Paris', 'the arguments follow the tool schema');
+
+  // The tool result goes back as a tool message; the worker answers again.
+  const followUp = await client.chat.completions.create({
+    model: 'tiny',
+    max_tokens: 5,
+    messages: [
+      { role: 'user', content: 'Weather in Berlin?' },
+      { role: 'assistant', content: null, tool_calls: called.choices[0]?.message.tool_calls ?? [] },
+      { role: 'tool', tool_call_id: call?.id ?? 'x', content: '{"temperature": 21}' },
+    ],
+  });
+  t.equal(followUp.choices[0]?.message.role, 'assistant');
+
+  const structured = await client.chat.completions.create({
+    model: 'tiny',
+    messages: [{ role: 'user', content: 'a number' }],
+    max_tokens: 200,
+    response_format: {
+      type: 'json_schema',
+      json_schema: { name: 'pick', schema: { type: 'object', properties: { pick: { type: 'string', enum: ['yes', 'no'] } }, required: ['pick'] } },
+    },
+  });
+  const parsed = JSON.parse(structured.choices[0]?.message.content ?? '') as { pick: string };
+  t.ok(['yes', 'no'].includes(parsed.pick), 'structured output follows the json_schema');
+
+  // reasoning_effort: passed on, ultra mapped to max, headers on JSON and SSE answers.
+  const raw = await client.chat.completions
+    .create({ model: 'tiny', messages: [{ role: 'user', content: 'think' }], max_tokens: 2, reasoning_effort: 'ultra' as 'high' })
+    .withResponse();
+  t.equal(raw.response.headers.get('x-service-reasoning-requested'), 'ultra');
+  t.equal(raw.response.headers.get('x-service-reasoning-effective'), 'max');
+  t.equal(raw.response.headers.get('x-service-reasoning-semantics'), 'model-template-hint');
+  const streamed = await b.api('POST', '/v1/chat/completions', { model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 2, stream: true, reasoning_effort: 'low' });
+  t.equal(streamed.headers.get('content-type'), 'text/event-stream; charset=utf-8');
+  t.equal(streamed.headers.get('x-accel-buffering'), 'no');
+  t.equal(streamed.headers.get('x-service-reasoning-effective'), 'low');
+  t.match(await streamed.text(), /data: \[DONE\]/);
+  const unset = await b.api('POST', '/v1/chat/completions', { model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 1, reasoning_effort: null });
+  t.equal(unset.status, 200);
+  t.equal(unset.headers.get('x-service-reasoning-requested'), null, 'null means not set: no headers');
+
+  // Errors, in the OpenAI body.
+  const errorOf = async (body: unknown) => {
+    const response = await b.api('POST', '/v1/chat/completions', body);
+    return { status: response.status, body: (await response.json()) as { error: { code: string; param: string | null; message: string } } };
+  };
+  const unknown = await errorOf({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], cache_prompt: true });
+  t.same([unknown.status, unknown.body.error.code, unknown.body.error.param], [400, 'unknown_parameter', 'cache_prompt'], 'an extension field is rejected');
+  const missing = await errorOf({ model: 'nope', messages: [{ role: 'user', content: 'x' }] });
+  t.same([missing.status, missing.body.error.code], [404, 'model_not_found']);
+  const vision = await errorOf({ model: 'tiny', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:,' } }] }] });
+  t.same([vision.status, vision.body.error.code], [400, 'invalid_value']);
+  t.match(vision.body.error.message, /only text content/);
+  const sdkError = await client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
+  t.ok(sdkError instanceof OpenAI.NotFoundError, 'the openai client sees a NotFoundError');
+});
+
+interface EndpointStatus {
+  workers: Array<{ kind: string; profile_id: string | null; revision: number | null; state: string; pid: number | null; last: string | null }>;
+  queue: { waiting: Array<{ profile_id: string }>; running: Array<{ profile_id: string }> };
+}
+const endpointStatus = async (b: Built) => (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+t.test('two profiles swap, a new revision restarts the worker with the stored parameters', async (t) => {
+  const { b, client, ids } = await setUp(t, [{ name: 'alpha' }, { name: 'beta' }]);
+  const ask = (model: string) => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 });
+
+  t.equal((await ask('alpha')).model, 'alpha');
+  const first = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
+  t.equal(first?.profile_id, ids.alpha, 'alpha is loaded');
+  t.ok(first?.pid && alive(first.pid), 'its llama-server runs');
+
+  t.equal((await ask('beta')).model, 'beta', 'beta answers after the swap');
+  const second = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
+  t.equal(second?.profile_id, ids.beta, 'beta is loaded');
+  t.not(second?.pid, first?.pid, 'beta runs in a new process');
+  t.notOk(alive(first!.pid!), "alpha's process was ended before beta started");
+
+  // A new revision of beta: the next request restarts the worker with the stored parameters.
+  const profile = (await (await b.admin('GET', `/api/v1/profiles/${ids.beta}`)).json()) as { revision: number; params: Record<string, unknown> };
+  const saved = await b.admin('PUT', `/api/v1/profiles/${ids.beta}`, { ...profile, params: { ...profile.params, context: 1024 } });
+  t.equal(saved.status, 200);
+  await ask('beta');
+  const third = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
+  t.equal(third?.revision, profile.revision + 1, 'the worker runs the new revision');
+  t.not(third?.pid, second?.pid, 'in a new process');
+  const cmdline = await import('node:fs/promises').then((fs) => fs.readFile(`/proc/${third!.pid}/cmdline`, 'utf8'));
+  const args = cmdline.split('\0');
+  t.equal(args[args.indexOf('-c') + 1], '1024', 'the stored context is the -c of the new start');
+  t.ok(args.includes('--kv-unified') && args.includes('q4_0') && args.includes('--no-webui'), 'the fixed backend defaults');
+  const keyFile = args[args.indexOf('--api-key-file') + 1] ?? '';
+  const stat = await import('node:fs/promises').then((fs) => fs.stat(keyFile));
+  t.equal(stat.mode & 0o777, 0o600, 'the internal key file has mode 0600');
+
+  // Unpublish everything and stop: the worker ends and its key file goes with it.
+  t.equal((await b.admin('POST', '/api/v1/endpoint/stop', {})).status, 200);
+  await until('the worker to be unloaded', async () => ((await endpointStatus(b)).workers.some((w) => w.kind === 'chat') ? undefined : true));
+  t.notOk(alive(third!.pid!), 'the endpoint stop ended the worker');
+  const gone = await import('node:fs/promises').then((fs) => fs.stat(keyFile).then(() => false, () => true));
+  t.ok(gone, 'the key file was removed');
+});
+
+t.test('parallel requests up to the slot count run together, the next waits; kill -9 mid-stream', async (t) => {
+  const dir = await tempDir(t);
+  // A bigger model so that answers take long enough to watch.
+  const model = await tinyModelIn(dir, 'slow.gguf', { embedding: 256, heads: 8, layers: 8 });
+  const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(), SERVICE_DECK_GPUS: 'none' } });
+  await b.startEndpoint();
+  const created = await b.admin('POST', '/api/v1/profiles', { name: 'slow', category: 'chat', params: { model, context: 8192, slots: 2 } });
+  const id = ((await created.json()) as { id: string }).id;
+  await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
+  const client = new OpenAI({ apiKey: TOKEN, baseURL: `${b.apiUrl()}/v1`, maxRetries: 0, timeout: 120_000 });
+  await client.chat.completions.create({ model: 'slow', messages: [{ role: 'user', content: 'warm up' }], max_tokens: 1 });
+
+  const long = () => client.chat.completions.create({ model: 'slow', messages: [{ role: 'user', content: 'go' }], max_tokens: 800 });
+  const answers = [long(), long(), long()];
+  const seen = await until('two running and one waiting', async () => {
+    const status = await endpointStatus(b);
+    return status.queue.running.length === 2 && status.queue.waiting.length === 1 ? status : undefined;
+  });
+  t.equal(seen.queue.running.length, 2, 'two answers run together on two slots');
+  t.equal(seen.queue.waiting.length, 1, 'the third waits in the queue');
+  const done = await Promise.all(answers);
+  t.same(done.map((a) => a.usage?.completion_tokens), [800, 800, 800], 'all three answered in full');
+
+  // kill -9 of the worker mid-stream: the client gets an error event, the next request reloads.
+  const before = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
+  const stream = await client.chat.completions.create({ model: 'slow', messages: [{ role: 'user', content: 'go' }], max_tokens: 4000, stream: true });
+  let chunks = 0;
+  const failure = await (async () => {
+    try {
+      for await (const chunk of stream) {
+        chunks += chunk.choices.length;
+        if (chunks === 5) process.kill(before!.pid!, 'SIGKILL');
+      }
+      return undefined;
+    } catch (error) {
+      return error;
+    }
+  })();
+  t.ok(failure instanceof OpenAI.APIError, 'the stream ended with an error event');
+  t.match((failure as InstanceType<typeof OpenAI.APIError>).error, { code: 'worker_failed', type: 'server_error' });
+  t.match((failure as Error).message, /SIGKILL/, 'the message names how the worker ended and the likely causes');
+  const after = await client.chat.completions.create({ model: 'slow', messages: [{ role: 'user', content: 'again' }], max_tokens: 2 });
+  t.equal(after.choices[0]?.finish_reason, 'length', 'the next request reloads the worker and answers');
+  const reloaded = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
+  t.not(reloaded?.pid, before?.pid, 'in a new process');
+
+  // A client that goes away frees its slot at once.
+  const controller = new AbortController();
+  const abandoned = await client.chat.completions.create({ model: 'slow', messages: [{ role: 'user', content: 'go' }], max_tokens: 4000, stream: true }, { signal: controller.signal });
+  for await (const chunk of abandoned) {
+    if (chunk.choices.length > 0) break;
+  }
+  controller.abort();
+  await until('the slot to be freed', async () => ((await endpointStatus(b)).queue.running.length === 0 ? true : undefined), 5_000);
+  t.pass('the abandoned stream released its reservation');
+});

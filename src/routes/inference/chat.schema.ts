@@ -99,6 +99,9 @@ export const chatRequestSchema = z.strictObject({
   // Accepted and not passed on: nothing is stored, and the user id is only the client's.
   user: z.string().max(256).nullish(),
   store: z.literal(false, 'nothing is stored: store must be false or absent').nullish(),
+}).refine((r) => r.stream_options == null || r.stream === true, {
+  path: ['stream_options'],
+  message: 'stream_options is only allowed when stream is true',
 });
 
 export type ChatRequest = z.output<typeof chatRequestSchema>;
