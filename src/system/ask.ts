@@ -8,10 +8,13 @@ export class AskTimeout extends Error {
   override name = 'AskTimeout';
 }
 
+/** Omit over each member of a union (plain Omit merges the union first). */
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
 export async function ask<TMachine extends AnyStateMachine, TReply extends { requestId: string }>(
   actor: Actor<TMachine>,
   replyType: string,
-  event: Omit<EventFromLogic<TMachine>, 'requestId'>,
+  event: DistributiveOmit<EventFromLogic<TMachine>, 'requestId'>,
   options: { timeoutMs: number; signal?: AbortSignal },
 ): Promise<TReply | undefined> {
   const requestId = randomUUID();

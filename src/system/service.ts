@@ -31,6 +31,7 @@ import { SessionStore } from './sessions.js';
 import { supervisorAdapters } from './startFacts.js';
 import { WorkerHooks } from './workers.js';
 import { ChatWorker } from '../workers/chat.js';
+import { ChatTests } from './chatTests.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
 
@@ -50,6 +51,8 @@ export interface Service {
   scheduler: Scheduler;
   /** The chat worker (spec 3.2): its machine, the llama-server process, the connections of a loaded start. */
   chat: ChatWorker;
+  /** The operator's chat test (spec 2.5, 4.7): one job, in RAM only. */
+  readonly chatTests: ChatTests;
   /** The supervisor's child that owns the inference listener (spec 3.1). */
   readonly listener: ListenerActor;
   inspection: Inspection;
@@ -259,6 +262,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   supervisor.subscribe({ error: (error) => log.error({ err: error }, 'supervisor actor failed') });
 
   const inferenceAddress = () => boundAddress(inference);
+  let chatTests: ChatTests | undefined;
 
   const service: Service = {
     config,
@@ -273,6 +277,10 @@ export async function startService(config: Config, options: StartOptions): Promi
     supervisor,
     scheduler,
     chat,
+    get chatTests() {
+      chatTests ??= new ChatTests(service);
+      return chatTests;
+    },
     get listener() {
       return listenerRef();
     },
@@ -327,6 +335,7 @@ export async function startService(config: Config, options: StartOptions): Promi
       };
     },
     async shutdown() {
+      chatTests?.cancel();
       listenerRef().send({ type: 'service.shutdown' });
       await waitFor(supervisor, (s) => s.status === 'done', { timeout: config.drainLimitMs + 90_000 }).catch((error: unknown) => {
         log.error({ err: error }, 'the listener did not stop in time');

@@ -189,7 +189,15 @@ export async function openChat(
   service: Service,
   profile: ChatProfile,
   body: Record<string, unknown>,
-  options: { source: 'api' | 'test'; stream: boolean; signal: AbortSignal; limits?: ChatLimits; onQueued?: (position: number) => void },
+  options: {
+    source: 'api' | 'test';
+    stream: boolean;
+    signal: AbortSignal;
+    limits?: ChatLimits;
+    onQueued?: (position: number) => void;
+    /** The reservation is granted: the worker starts or is joined. */
+    onGranted?: (lease: Lease) => void;
+  },
 ): Promise<OpenedChat> {
   const limits = options.limits ?? CHAT_LIMITS;
   const lease = await service.scheduler.reserve(
@@ -206,6 +214,7 @@ export async function openChat(
     { signal: options.signal, ...(options.onQueued ? { onQueued: options.onQueued } : {}) },
   );
   const both = AbortSignal.any([options.signal, lease.signal]);
+  options.onGranted?.(lease);
   try {
     service.chat.start(lease, profile);
     const connection = await service.chat.ready(lease.generation, both);
@@ -222,4 +231,57 @@ export async function openChat(
     lease.cancel();
     throw failure;
   }
+}
+
+/** An SSE event carrying an error, the contract's ending of a stream that already started. */
+export const sseError = (error: ApiError): string => `data: ${JSON.stringify(error.body())}\n\n`;
+
+/**
+ * Relays a worker's SSE stream to `out` chunk by chunk. Ends after the worker's last byte, or with
+ * an error event when the worker fails, goes quiet (120 s) or runs past the SSE limit (600 s).
+ * Resolves when the relay is over (never rejects); `onChunk` sees every chunk (the chat test).
+ */
+export function relayStream(
+  opened: OpenedChat,
+  out: NodeJS.WritableStream & { destroyed?: boolean },
+  options: { limits: ChatLimits; signal: AbortSignal; onChunk?: (chunk: Buffer) => void; onError?: (error: ApiError) => void },
+): Promise<void> {
+  const { response, lease } = opened;
+  return new Promise<void>((resolve) => {
+    let over = false;
+    const finish = (error?: ApiError) => {
+      if (over) return;
+      over = true;
+      clearTimeout(limitTimer);
+      options.signal.removeEventListener('abort', onClientGone);
+      if (error) {
+        options.onError?.(error);
+        if (!out.destroyed) out.write(sseError(error));
+      }
+      out.end();
+      resolve();
+    };
+    const fail = (failure: unknown) => {
+      opened.abort();
+      void workerError(lease, failure, options.limits).then(finish);
+    };
+    const onClientGone = () => {
+      opened.abort();
+      finish();
+    };
+    const limitTimer = setTimeout(
+      () => fail(errors.workerFailed(`The stream ran for ${Math.round(options.limits.streamMs / 1000)} s, the limit for running SSE output; it was ended.`)),
+      options.limits.streamMs,
+    );
+    if (options.signal.aborted) onClientGone();
+    else options.signal.addEventListener('abort', onClientGone, { once: true });
+    response.on('data', (chunk: Buffer) => {
+      if (over) return;
+      options.onChunk?.(chunk);
+      out.write(chunk);
+    });
+    response.on('end', () => finish());
+    response.on('aborted', () => fail(new Error('the chat worker closed the stream')));
+    response.on('error', (error) => fail(error));
+  });
 }

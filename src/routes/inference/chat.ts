@@ -5,12 +5,13 @@
 // relayed chunk by chunk, never buffered. A client that goes away cancels its queued job, or
 // closes the worker connection so llama-server frees the slot.
 import { PassThrough } from 'node:stream';
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Service } from '../../system/service.js';
 import type { ChatProfile } from '../../workers/chat.js';
-import { CHAT_LIMITS, completeAnswer, openChat, readBody, workerError, workerStatusError, type ChatLimits, type OpenedChat } from '../../workers/chatRequest.js';
-import { errors, type ApiError } from '../errors.js';
+import { CHAT_LIMITS, completeAnswer, openChat, readBody, relayStream, workerError, workerStatusError, type ChatLimits } from '../../workers/chatRequest.js';
+import { clientGone } from '../client.js';
+import { errors } from '../errors.js';
 import { chatRequestSchema, effectiveEffort, upstreamBody, type ChatRequest } from './chat.schema.js';
 
 /** Spec 4.2: the three headers of an answer whose request set a reasoning effort. */
@@ -24,72 +25,6 @@ export function reasoningHeaders(requested: ChatRequest['reasoning_effort']): Re
   };
 }
 
-/** Aborted when the client closes its connection before the answer is complete. */
-export function clientGone(request: FastifyRequest, reply: FastifyReply): AbortSignal {
-  const controller = new AbortController();
-  const onClose = () => {
-    if (!reply.raw.writableFinished) controller.abort(new Error('the client went away'));
-  };
-  reply.raw.once('close', onClose);
-  request.raw.once('close', () => {
-    if (request.raw.destroyed && !reply.raw.headersSent) onClose();
-  });
-  return controller.signal;
-}
-
-/** An SSE event carrying an error, the contract's ending of a stream that already started. */
-export const sseError = (error: ApiError): string => `data: ${JSON.stringify(error.body())}\n\n`;
-
-/**
- * Relays a worker's SSE stream to `out` chunk by chunk. Ends after the worker's last byte, or with
- * an error event when the worker fails, goes quiet (120 s) or runs past the SSE limit (600 s).
- * Resolves when the relay is over (never rejects); `onChunk` sees every chunk (the chat test).
- */
-export function relayStream(
-  opened: OpenedChat,
-  out: NodeJS.WritableStream & { destroyed?: boolean },
-  options: { limits: ChatLimits; signal: AbortSignal; onChunk?: (chunk: Buffer) => void; onError?: (error: ApiError) => void },
-): Promise<void> {
-  const { response, lease } = opened;
-  return new Promise<void>((resolve) => {
-    let over = false;
-    const finish = (error?: ApiError) => {
-      if (over) return;
-      over = true;
-      clearTimeout(limitTimer);
-      options.signal.removeEventListener('abort', onClientGone);
-      if (error) {
-        options.onError?.(error);
-        if (!out.destroyed) out.write(sseError(error));
-      }
-      out.end();
-      resolve();
-    };
-    const fail = (failure: unknown) => {
-      opened.abort();
-      void workerError(lease, failure, options.limits).then(finish);
-    };
-    const onClientGone = () => {
-      opened.abort();
-      finish();
-    };
-    const limitTimer = setTimeout(
-      () => fail(errors.workerFailed(`The stream ran for ${Math.round(options.limits.streamMs / 1000)} s, the limit for running SSE output; it was ended.`)),
-      options.limits.streamMs,
-    );
-    if (options.signal.aborted) onClientGone();
-    else options.signal.addEventListener('abort', onClientGone, { once: true });
-    response.on('data', (chunk: Buffer) => {
-      if (over) return;
-      options.onChunk?.(chunk);
-      out.write(chunk);
-    });
-    response.on('end', () => finish());
-    response.on('aborted', () => fail(new Error('the chat worker closed the stream')));
-    response.on('error', (error) => fail(error));
-  });
-}
-
 export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLimits }> = async (base, { service, limits = CHAT_LIMITS }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
 
@@ -98,7 +33,7 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
     const profile = (await service.catalog.resolve('chat', body.model)) as ChatProfile | undefined;
     if (!profile) throw errors.modelNotFound(body.model);
     const stream = body.stream === true;
-    const signal = clientGone(request, reply);
+    const signal = clientGone(reply);
     const opened = await openChat(service, profile, upstreamBody(body, profile), { source: 'api', stream, signal, limits });
     const { response, lease } = opened;
     const headers = reasoningHeaders(body.reasoning_effort);

@@ -1,0 +1,68 @@
+// Spec 4.7, the chat test routes: the current job, start, cancel and the explicit unload. The
+// job runs through the same scheduler and chat worker as the API (src/system/chatTests.ts); the
+// profile needs no publication, but it must be an executable chat profile. Prompt and answer
+// stay in RAM: nothing here logs them.
+import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { SupervisorEmitted } from '../../../machines/supervisor/index.js';
+import { ask } from '../../system/ask.js';
+import { CHAT_TEST_MAX_TOKENS } from '../../system/chatTests.js';
+import type { Service } from '../../system/service.js';
+import type { ChatProfile } from '../../workers/chat.js';
+import { adminAuth } from '../auth.js';
+import { clientGone } from '../client.js';
+import { errors } from '../errors.js';
+
+const emptyBody = z.strictObject({}).nullish();
+const UNLOAD_REPLY_MS = 15_000;
+
+const startBody = z.strictObject({
+  profile_id: z.string().min(1),
+  messages: z
+    .array(z.strictObject({ role: z.enum(['system', 'user', 'assistant']), content: z.string() }))
+    .min(1, 'at least one message'),
+  max_tokens: z.number().int().min(1).max(CHAT_TEST_MAX_TOKENS, `at most ${CHAT_TEST_MAX_TOKENS}`).default(512),
+});
+
+export const adminChatTestRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
+  const app = base.withTypeProvider<ZodTypeProvider>();
+  app.addHook('onRequest', adminAuth(service));
+  const tests = service.chatTests;
+
+  app.get('/api/v1/chat-tests', async () => ({ job: tests.current() }));
+
+  app.post('/api/v1/chat-tests/start', { schema: { body: startBody } }, async (request, reply) => {
+    const { profile_id: id, messages, max_tokens: maxTokens } = request.body;
+    const profile = service.profiles.get(id);
+    if (!profile) throw errors.notFound('profile_not_found', `No profile with id ${id}.`);
+    if (profile.category !== 'chat') throw errors.invalidValue('profile_id', `Profile ${id} is a ${profile.category} profile, not a chat profile.`);
+    const view = await service.catalog.view(profile);
+    if (view.blockers.length > 0) {
+      const runtime = view.blockers.find((b) => b.startsWith('runtime missing'));
+      const message = `Profile ${profile.name} cannot run: ${view.blockers.join('; ')}.`;
+      throw runtime ? errors.unavailable('runtime_missing', message) : errors.conflict('profile_not_executable', message);
+    }
+    if (tests.running()) throw errors.conflict('chat_test_running', 'A chat test is running: cancel it or wait for its end.');
+    const job = tests.start(profile as ChatProfile, messages, maxTokens);
+    return reply.code(202).send({ job });
+  });
+
+  app.post('/api/v1/chat-tests/cancel', { schema: { body: emptyBody } }, async () => {
+    const cancelled = tests.cancel();
+    await tests.settled();
+    return { cancelled, job: tests.current() };
+  });
+
+  app.post('/api/v1/chat-tests/unload', { schema: { body: emptyBody } }, async (request, reply) => {
+    const replied = await ask<typeof service.supervisor.logic, Extract<SupervisorEmitted, { type: 'supervisor.reply' }>>(
+      service.supervisor,
+      'supervisor.reply',
+      { type: 'worker.unloadRequest', kind: 'chat' },
+      { timeoutMs: UNLOAD_REPLY_MS, signal: clientGone(reply) },
+    );
+    if (!replied) throw errors.unavailable('supervisor_timeout', 'The scheduler did not answer the unload in time.');
+    if (!replied.outcome.ok) throw errors.conflict(replied.outcome.code, replied.outcome.message);
+    return { unloaded: true, status: await service.status() };
+  });
+};

@@ -1,0 +1,244 @@
+// The operator's chat test (spec 2.5, 4.7): one test job at a time, run through the same
+// scheduler and chat worker as the API (source `test`: no publication needed), streamed from the
+// worker so its timings and usage come from the final stream reply. The job lives in RAM only:
+// neither prompt nor answer is written to a file or a log, and the next test replaces it.
+//
+// - job.timings: prefill and generation, each tokens, milliseconds and tokens per second, from
+//   the worker's own `timings` (prefill counts only the computed prompt tokens, not the reused
+//   cache; model loading and queue waiting are not part of them).
+// - job.usage: the final stream reply's usage (the whole input, reused context included).
+// - Cancel closes only this test's connection; during its own model start it aborts that start;
+//   while it waits in the queue it leaves the queue. Measurements stay empty after a cancel.
+import { randomUUID } from 'node:crypto';
+import { Writable } from 'node:stream';
+import type { ChatProfile } from '../workers/chat.js';
+import { CHAT_LIMITS, openChat, readBody, relayStream, workerStatusError, type ChatLimits } from '../workers/chatRequest.js';
+import { chatRequestSchema, upstreamBody } from '../routes/inference/chat.schema.js';
+import { toApiError } from '../routes/errors.js';
+import type { Service } from './service.js';
+
+export const CHAT_TEST_MAX_TOKENS = 4096;
+
+export interface Throughput {
+  tokens: number;
+  ms: number;
+  tokens_per_second: number;
+}
+
+export interface ChatTestUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  /** Prompt tokens the worker reused from its cache (part of prompt_tokens, not of prefill). */
+  cached_tokens: number | null;
+}
+
+export type ChatTestPhase = 'waiting' | 'starting' | 'running' | 'done' | 'cancelled' | 'failed';
+
+export interface ChatTestJob {
+  id: string;
+  profile_id: string;
+  revision: number;
+  phase: ChatTestPhase;
+  max_tokens: number;
+  /** The streamed answer so far (RAM only). */
+  answer: string;
+  finish_reason: string | null;
+  timings: { prefill: Throughput | null; generation: Throughput | null };
+  usage: ChatTestUsage | null;
+  error: { code: string | null; message: string } | null;
+  /** Position in the queue while waiting. */
+  position: number | null;
+  started_at: string;
+  finished_at: string | null;
+}
+
+export interface TestMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+const ENDED: readonly ChatTestPhase[] = ['done', 'cancelled', 'failed'];
+const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
+
+function throughput(tokens: unknown, ms: unknown, perSecond: unknown): Throughput | null {
+  if (typeof tokens !== 'number' || typeof ms !== 'number') return null;
+  const rate = typeof perSecond === 'number' && Number.isFinite(perSecond) ? perSecond : ms > 0 ? (tokens * 1000) / ms : 0;
+  return { tokens, ms: round(ms, 3), tokens_per_second: round(rate) };
+}
+
+/** Reads the SSE events of a worker stream as they come, split at blank lines. */
+export class SseReader {
+  #pending = '';
+  constructor(readonly onEvent: (data: string) => void) {}
+  push(chunk: Buffer): void {
+    this.#pending += chunk.toString('utf8');
+    for (;;) {
+      const end = this.#pending.search(/\r?\n\r?\n/);
+      if (end < 0) return;
+      const block = this.#pending.slice(0, end);
+      this.#pending = this.#pending.slice(end).replace(/^\r?\n\r?\n/, '');
+      const data = block
+        .split(/\r?\n/)
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).trimStart())
+        .join('\n');
+      if (data !== '') this.onEvent(data);
+    }
+  }
+}
+
+interface StreamChunk {
+  choices?: Array<{ delta?: { content?: string | null }; finish_reason?: string | null }>;
+  usage?: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } };
+  timings?: { prompt_n?: number; prompt_ms?: number; prompt_per_second?: number; predicted_n?: number; predicted_ms?: number; predicted_per_second?: number };
+  error?: { message?: string; code?: string | null };
+}
+
+export class ChatTests {
+  #job: ChatTestJob | null = null;
+  #abort: AbortController | null = null;
+  #done: Promise<void> | null = null;
+
+  constructor(
+    readonly service: Service,
+    readonly limits: ChatLimits = CHAT_LIMITS,
+  ) {}
+
+  current(): ChatTestJob | null {
+    return this.#job ? structuredClone(this.#job) : null;
+  }
+
+  running(): boolean {
+    return this.#job !== null && !ENDED.includes(this.#job.phase);
+  }
+
+  /** Resolves when the current job has ended (tests and shutdown). */
+  async settled(): Promise<void> {
+    await this.#done;
+  }
+
+  /** Starts a test job; the caller checked that no job runs. */
+  start(profile: ChatProfile, messages: TestMessage[], maxTokens: number): ChatTestJob {
+    const job: ChatTestJob = {
+      id: randomUUID(),
+      profile_id: profile.id,
+      revision: profile.revision,
+      phase: 'waiting',
+      max_tokens: maxTokens,
+      answer: '',
+      finish_reason: null,
+      timings: { prefill: null, generation: null },
+      usage: null,
+      error: null,
+      position: null,
+      started_at: new Date().toISOString(),
+      finished_at: null,
+    };
+    const abort = new AbortController();
+    this.#job = job;
+    this.#abort = abort;
+    this.#done = this.#run(job, profile, messages, abort.signal);
+    return structuredClone(job);
+  }
+
+  /** Cancel: leaves the queue, aborts its own model start, or closes its own connection. */
+  cancel(): boolean {
+    if (!this.running() || !this.#abort) return false;
+    this.#abort.abort(new Error('the chat test was cancelled'));
+    return true;
+  }
+
+  #end(job: ChatTestJob, phase: 'done' | 'cancelled' | 'failed', error?: { code: string | null; message: string }): void {
+    if (ENDED.includes(job.phase)) return;
+    job.phase = phase;
+    job.position = null;
+    job.finished_at = new Date().toISOString();
+    if (error) job.error = error;
+    if (phase !== 'done') {
+      // Missing measurements stay empty, especially after a cancel.
+      job.timings = { prefill: null, generation: null };
+      job.usage = null;
+    }
+  }
+
+  async #run(job: ChatTestJob, profile: ChatProfile, messages: TestMessage[], signal: AbortSignal): Promise<void> {
+    const request = chatRequestSchema.parse({ model: profile.name, messages, max_tokens: job.max_tokens, stream: true });
+    const body = upstreamBody(request, profile, { includeUsage: true });
+    try {
+      const opened = await openChat(this.service, profile, body, {
+        source: 'test',
+        stream: true,
+        signal,
+        limits: this.limits,
+        onQueued: (position) => {
+          job.position = position;
+        },
+        onGranted: () => {
+          job.phase = 'starting';
+          job.position = null;
+        },
+      });
+      try {
+        if (opened.response.statusCode !== 200) {
+          const text = await readBody(opened.response, 64 * 1024).catch(() => Buffer.alloc(0));
+          const failure = workerStatusError(opened.response.statusCode ?? 502, text);
+          this.#end(job, 'failed', { code: failure.code, message: failure.message });
+          return;
+        }
+        job.phase = 'running';
+        let failed: { code: string | null; message: string } | undefined;
+        const reader = new SseReader((data) => {
+          if (data === '[DONE]') return;
+          let chunk: StreamChunk;
+          try {
+            chunk = JSON.parse(data) as StreamChunk;
+          } catch {
+            return;
+          }
+          if (chunk.error) failed = { code: chunk.error.code ?? null, message: chunk.error.message ?? 'the chat worker failed' };
+          for (const choice of chunk.choices ?? []) {
+            if (choice.delta?.content) job.answer += choice.delta.content;
+            if (choice.finish_reason) job.finish_reason = choice.finish_reason;
+          }
+          if (chunk.usage) {
+            job.usage = {
+              prompt_tokens: chunk.usage.prompt_tokens ?? 0,
+              completion_tokens: chunk.usage.completion_tokens ?? 0,
+              total_tokens: chunk.usage.total_tokens ?? 0,
+              cached_tokens: chunk.usage.prompt_tokens_details?.cached_tokens ?? null,
+            };
+          }
+          if (chunk.timings) {
+            const t = chunk.timings;
+            job.timings = {
+              prefill: throughput(t.prompt_n, t.prompt_ms, t.prompt_per_second),
+              generation: throughput(t.predicted_n, t.predicted_ms, t.predicted_per_second),
+            };
+          }
+        });
+        const sink = new Writable({ write: (_chunk, _encoding, next) => next() });
+        await relayStream(opened, sink, {
+          limits: this.limits,
+          signal,
+          onChunk: (chunk) => reader.push(chunk),
+          onError: (error) => {
+            failed = { code: error.code, message: error.message };
+          },
+        });
+        if (signal.aborted) this.#end(job, 'cancelled');
+        else if (failed) this.#end(job, 'failed', failed);
+        else this.#end(job, 'done');
+      } finally {
+        opened.lease.release();
+      }
+    } catch (error) {
+      if (signal.aborted) {
+        this.#end(job, 'cancelled');
+        return;
+      }
+      const failure = toApiError(error);
+      this.#end(job, 'failed', { code: failure.code, message: failure.message });
+    }
+  }
+}
