@@ -1,15 +1,25 @@
-// `service-deck demo` (CONTRACT section 7): sets up the embedded default and serves it. This build
-// has no worker yet, so the embedded profiles (a generated GGUF chat model, espeak-ng speech,
-// pocketsphinx transcription, an sd-cli image profile) are not created; the demo serves the
-// endpoint with whatever profiles exist and says so.
+// `service-deck demo` (CONTRACT section 7): sets up the embedded default and serves it. The chat
+// part is a tiny GGUF model that the project generates itself (weights cannot be downloaded) in
+// the state directory, served by the llama-server that scripts/build-llama.sh built from the
+// llama.cpp source node-llama-cpp ships; its profile `tiny-chat` is created and published once.
+// The speech, transcription and image profiles arrive with their workers (issues 5 and 6).
+import path from 'node:path';
+import { access } from 'node:fs/promises';
 import type { Config } from './config.js';
+import { writeTinyModel } from './adapters/tinyModel.js';
+import { EndpointStore } from './store/endpoint.js';
 import { ensurePrivateDir } from './store/files.js';
+import { ProfileStore } from './store/profiles.js';
 import { randomPassword, SecretStore } from './store/secrets.js';
 import type { Service } from './system/service.js';
 
 export interface Demo {
   banner: (service: Service) => string[];
 }
+
+export const DEMO_CHAT = { id: 'demo-chat', name: 'tiny-chat' } as const;
+
+const exists = (file: string) => access(file).then(() => true, () => false);
 
 export async function setUpDemo(config: Config): Promise<Demo> {
   await ensurePrivateDir(config.stateDir);
@@ -20,16 +30,31 @@ export async function setUpDemo(config: Config): Promise<Demo> {
     await store.setPassword(password);
     lines.push(`service-deck demo: operator password (shown once): ${password}`);
   }
+
+  // The embedded chat model and its published profile (made once; an operator's edits stay).
+  const model = path.join(config.stateDir, 'models', 'service-deck-tiny.gguf');
+  if (!(await exists(model))) {
+    await ensurePrivateDir(path.dirname(model));
+    await writeTinyModel(model, { name: 'service-deck tiny demo model' });
+    lines.push(`service-deck demo: generated the tiny chat model ${model} (random weights: its answers are noise, its timings are real)`);
+  }
+  const endpoint = await EndpointStore.open(config.stateDir);
+  const profiles = await ProfileStore.open(config.stateDir, endpoint);
+  if (!profiles.get(DEMO_CHAT.id) && !profiles.byName(DEMO_CHAT.name)) {
+    await profiles.create({ name: DEMO_CHAT.name, category: 'chat', params: { model, context: 4096, slots: 2, gpuSplit: null, gpuLayers: null, sampling: {} } }, DEMO_CHAT.id);
+    await profiles.setPublished(DEMO_CHAT.id, true);
+  }
+  await endpoint.flushed();
+
   return {
     banner: (service) => {
-      const profiles = service.profiles.list();
+      const listed = service.profiles.list();
       return [
         ...lines,
         `service-deck demo: state in ${config.stateDir}`,
-        profiles.length === 0
-          ? 'service-deck demo: no model profiles yet: the embedded chat, speech, transcription and image profiles are not part of this build; /v1/models lists nothing until a profile is created and published'
-          : `service-deck demo: ${profiles.length} profile(s): ${profiles.map((p) => `${p.name} (${p.category})`).join(', ')}`,
-        'service-deck demo: Ctrl-C stops the service',
+        `service-deck demo: ${listed.length} profile(s): ${listed.map((p) => `${p.name} (${p.category}${service.profiles.isPublished(p.id) ? ', published' : ''})`).join(', ')}`,
+        `service-deck demo: try  curl -s http://127.0.0.1:${service.inferenceAddress()?.port ?? 8120}/v1/chat/completions -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"model":"${DEMO_CHAT.name}","messages":[{"role":"user","content":"Hello"}],"max_tokens":32}'`,
+        'service-deck demo: speech, transcription and image profiles arrive with their workers; Ctrl-C stops the service',
       ];
     },
   };

@@ -1,0 +1,41 @@
+// `service-deck demo` as a user runs it: it generates the tiny chat model, creates and publishes
+// `tiny-chat`, starts the inference listener, and the official openai client chats with it through
+// the real llama-server. A second run keeps what the first made.
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import OpenAI from 'openai';
+import t from 'tap';
+import { freePort, tempDir } from '../helpers/build.js';
+import { llamaServerPath } from '../helpers/llama.js';
+import { spawnCli } from '../helpers/spawn.js';
+
+t.test('the demo serves a chat model out of the box', async (t) => {
+  const stateDir = await tempDir(t);
+  const uiPort = await freePort();
+  const apiPort = await freePort();
+  // The inference port of this test (the default 8120 may be taken on the machine).
+  await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: false, port: apiPort, published: [] }), { mode: 0o600 });
+  const env = {
+    SERVICE_DECK_STATE_DIR: stateDir,
+    SERVICE_DECK_API_TOKEN: 'sd-demo-token',
+    SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(),
+    SERVICE_DECK_GPUS: 'none',
+  };
+  const demo = spawnCli(t, ['demo', '--ui-port', String(uiPort)], env);
+  await demo.waitFor(/Ctrl-C stops the service/, 60_000);
+  t.match(demo.output(), /operator password \(shown once\)/);
+  t.match(demo.output(), /tiny-chat \(chat, published\)/);
+  const client = new OpenAI({ apiKey: 'sd-demo-token', baseURL: `http://127.0.0.1:${apiPort}/v1`, maxRetries: 0 });
+  t.same((await client.models.list()).data.map((m) => m.id), ['tiny-chat']);
+  const answer = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8 });
+  t.equal(answer.usage?.completion_tokens, 8, 'the demo model answers');
+  demo.child.kill('SIGTERM');
+  t.same(await demo.exited, { code: 0, signal: null }, 'SIGTERM ends it cleanly');
+
+  const again = spawnCli(t, ['demo', '--ui-port', String(uiPort)], env);
+  await again.waitFor(/Ctrl-C stops the service/, 60_000);
+  t.notMatch(again.output(), /generated the tiny chat model|password \(shown once\)/, 'the second run reuses the model and the password');
+  t.match(again.output(), /1 profile\(s\): tiny-chat/);
+  again.child.kill('SIGTERM');
+  await again.exited;
+});
