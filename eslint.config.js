@@ -31,7 +31,9 @@ export default tseslint.config(
     },
   },
   {
-    files: ['bin/*.js', 'scripts/*.js'],
-    languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly' } },
+    files: ['bin/*.js', 'scripts/*.js', 'test/fixtures/*.mjs'],
+    languageOptions: {
+      globals: { process: 'readonly', console: 'readonly', URL: 'readonly', setInterval: 'readonly', clearInterval: 'readonly' },
+    },
   },
 );

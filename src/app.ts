@@ -71,7 +71,7 @@ export async function buildInferenceApp(service: Service): Promise<App> {
   });
   await app.register(healthRoutes, { service });
   await app.register(modelRoutes, { service });
-  await app.register(chatRoutes, { service });
+  await app.register(chatRoutes, { service, limits: service.chatLimits });
   return app;
 }
 

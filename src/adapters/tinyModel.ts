@@ -126,15 +126,16 @@ export function tinyModel(options: TinyModelOptions = {}): GgufModel {
   // column 0 of the output matrix acts as a per-token bias. It keeps the end of turn away (answers
   // run to max_tokens, so tests and benchmarks get steady lengths) and makes `<tool_call>` likely
   // enough that a request with tools gets a call within a few dozen tokens.
-  // The end-of-turn row is all bias and that bias is huge, so the norm's scale of the channel never
-  // brings it near the other logits.
-  const bias = (token: number) => (token === endOfTurn ? -1e6 : token === toolCallOpen ? (options.toolCallBias ?? 4) : 0);
+  // The rows of the control tokens (end of turn, end of text, ...) are all bias and that bias is
+  // huge, so the norm's scale of the channel never brings them near the other logits.
+  const control = (token: number) => types[token] === TOKEN_CONTROL || types[token] === TOKEN_UNKNOWN;
+  const bias = (token: number) => (control(token) ? -1e6 : token === toolCallOpen ? (options.toolCallBias ?? 4) : 0);
   const row = (i: number, width: number) => Math.floor(i / width);
   const tensors = [
     f32('token_embd.weight', [embedding, vocab], (i) => (i % embedding === 0 ? 1 : (random() * 2 - 1) * 1.7)),
     f32('output_norm.weight', [embedding], ones),
     f32('output.weight', [embedding, vocab], (i) =>
-      i % embedding === 0 ? bias(row(i, embedding)) : row(i, embedding) === endOfTurn ? 0 : (random() * 2 - 1) * 1.5,
+      i % embedding === 0 ? bias(row(i, embedding)) : control(row(i, embedding)) ? 0 : (random() * 2 - 1) * 1.5,
     ),
   ];
   for (let l = 0; l < layers; l += 1) {

@@ -32,6 +32,7 @@ import { supervisorAdapters } from './startFacts.js';
 import { WorkerHooks } from './workers.js';
 import { ChatWorker } from '../workers/chat.js';
 import { ChatTests } from './chatTests.js';
+import { CHAT_LIMITS, type ChatLimits } from '../workers/chatRequest.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
 
@@ -51,6 +52,8 @@ export interface Service {
   scheduler: Scheduler;
   /** The chat worker (spec 3.2): its machine, the llama-server process, the connections of a loaded start. */
   chat: ChatWorker;
+  /** The chat worker's HTTP limits (spec 8). */
+  chatLimits: ChatLimits;
   /** The operator's chat test (spec 2.5, 4.7): one job, in RAM only. */
   readonly chatTests: ChatTests;
   /** The supervisor's child that owns the inference listener (spec 3.1). */
@@ -115,6 +118,8 @@ export interface StartOptions {
   log: Logger;
   /** Tests pass 0 to let the system choose the admin port. */
   adminPort?: number;
+  /** Tests shorten the chat worker limits (spec 8: 120 s idle, 600 s SSE, 16 MiB buffered). */
+  chatLimits?: ChatLimits;
 }
 
 export interface Started {
@@ -277,8 +282,9 @@ export async function startService(config: Config, options: StartOptions): Promi
     supervisor,
     scheduler,
     chat,
+    chatLimits: options.chatLimits ?? CHAT_LIMITS,
     get chatTests() {
-      chatTests ??= new ChatTests(service);
+      chatTests ??= new ChatTests(service, service.chatLimits);
       return chatTests;
     },
     get listener() {

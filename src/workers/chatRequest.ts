@@ -107,11 +107,18 @@ export function postToWorker(
     },
   });
   const abort = () => request.destroy();
+  let answer: http.IncomingMessage | undefined;
   const response = new Promise<http.IncomingMessage>((resolve, reject) => {
-    request.setTimeout(options.idleMs, () =>
-      request.destroy(new UpstreamFailure('timeout', `The chat worker sent no data for ${Math.round(options.idleMs / 1000)} s (timeout).`)),
-    );
-    request.on('response', resolve);
+    // Spec 8: 120 s without response data (before the headers or between chunks) ends the request.
+    request.setTimeout(options.idleMs, () => {
+      const failure = new UpstreamFailure('timeout', `The chat worker sent no data for ${Math.round(options.idleMs / 1000)} s (timeout).`);
+      answer?.destroy(failure);
+      request.destroy(failure);
+    });
+    request.on('response', (incoming) => {
+      answer = incoming;
+      resolve(incoming);
+    });
     request.on('error', (error) => {
       reject(error instanceof UpstreamFailure ? error : new UpstreamFailure('connection', `The connection to the chat worker failed: ${error.message}`));
     });
@@ -127,19 +134,23 @@ export function readBody(response: http.IncomingMessage, limit: number): Promise
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let bytes = 0;
+    /** Set when we end the answer ourselves: it wins over the events that destroying causes. */
+    let ours: UpstreamFailure | undefined;
+    const broke = (detail?: string) =>
+      reject(ours ?? new UpstreamFailure('connection', `The chat worker's answer broke off${detail ? `: ${detail}` : '.'}`));
     response.on('data', (chunk: Buffer) => {
       bytes += chunk.length;
       if (bytes > limit) {
-        response.destroy(new UpstreamFailure('too_large', `The chat answer is larger than the ${Math.round(limit / 1024 / 1024)} MiB limit for buffered answers; stream it instead.`));
+        ours ??= new UpstreamFailure('too_large', `The chat answer is larger than the ${Math.round(limit / 1024 / 1024)} MiB limit for buffered answers; stream it instead.`);
+        response.destroy(ours);
         return;
       }
       chunks.push(chunk);
     });
     response.on('end', () => resolve(Buffer.concat(chunks)));
-    response.on('error', (error) =>
-      reject(error instanceof UpstreamFailure ? error : new UpstreamFailure('connection', `The chat worker's answer broke off: ${error.message}`)),
-    );
-    response.on('aborted', () => reject(new UpstreamFailure('connection', "The chat worker's answer broke off.")));
+    response.on('error', (error) => (error instanceof UpstreamFailure ? reject(error) : broke(error.message)));
+    // A destroy with our own failure also aborts the response; the failure's 'error' comes next.
+    response.on('aborted', () => setImmediate(() => broke()));
   });
 }
 
@@ -261,7 +272,10 @@ export function relayStream(
       out.end();
       resolve();
     };
+    let failing = false;
     const fail = (failure: unknown) => {
+      if (over || failing) return;
+      failing = true;
       opened.abort();
       void workerError(lease, failure, options.limits).then(finish);
     };
@@ -281,7 +295,8 @@ export function relayStream(
       out.write(chunk);
     });
     response.on('end', () => finish());
-    response.on('aborted', () => fail(new Error('the chat worker closed the stream')));
+    // A destroy with our own failure (the idle limit) also aborts the response; its 'error' comes next.
+    response.on('aborted', () => setImmediate(() => fail(new UpstreamFailure('connection', 'The chat worker closed the stream.'))));
     response.on('error', (error) => fail(error));
   });
 }

@@ -8,6 +8,7 @@ import type { Test } from 'tap';
 import { loadConfig, type Config } from '../../src/config.js';
 import { createLogger } from '../../src/system/log.js';
 import { startService, type Service } from '../../src/system/service.js';
+import type { ChatLimits } from '../../src/workers/chatRequest.js';
 
 export const PASSWORD = 'correct horse battery';
 export const TOKEN = 'sd-test-token-0123456789';
@@ -48,6 +49,8 @@ export interface BuildOptions {
   env?: NodeJS.ProcessEnv;
   stateDir?: string;
   login?: boolean;
+  /** Shorter chat worker limits for the tests of those limits. */
+  chatLimits?: ChatLimits;
 }
 
 export async function build(t: Test, options: BuildOptions = {}): Promise<Built> {
@@ -64,7 +67,7 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
     ...options.env,
   };
   const config = loadConfig({ stateDir }, env);
-  const { service } = await startService(config, { log, adminPort: 0 });
+  const { service } = await startService(config, { log, adminPort: 0, ...(options.chatLimits ? { chatLimits: options.chatLimits } : {}) });
   t.teardown(() => service.shutdown());
   const adminUrl = `http://127.0.0.1:${service.adminAddress()?.port}`;
   let cookie = '';

@@ -12,10 +12,20 @@ const onlyText = "only text content parts ({ type: 'text', text }) are accepted:
 const textPart = z.strictObject({ type: z.literal('text', onlyText), text: z.string() });
 const content = z.union([z.string(), z.array(textPart)]);
 
+function isJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 const toolCall = z.strictObject({
   id: z.string().min(1),
   type: z.literal('function'),
-  function: z.strictObject({ name: z.string().min(1), arguments: z.string() }),
+  // The worker parses the arguments to render them into the prompt: anything but JSON would fail there.
+  function: z.strictObject({ name: z.string().min(1), arguments: z.string().refine(isJson, 'the arguments must be a JSON text') }),
 });
 
 const message = z.discriminatedUnion('role', [

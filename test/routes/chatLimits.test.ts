@@ -1,0 +1,95 @@
+// The chat route's worker limits (spec 4.2, 8) and failures, against a stand-in llama-server
+// (test/fixtures/fake-llama-server.mjs) that can misbehave on demand: a buffered answer over
+// 16 MiB, a worker that goes silent (120 s, shortened here), an SSE stream that runs past its
+// limit (600 s, shortened here), and a worker that crashes with a model error.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import t, { type Test } from 'tap';
+import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
+import { tinyModelIn } from '../helpers/llama.js';
+import { CHAT_LIMITS } from '../../src/workers/chatRequest.js';
+
+const FAKE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/fake-llama-server.mjs');
+const limits = { ...CHAT_LIMITS, idleMs: 1_000, streamMs: 1_000, diagnosisWaitMs: 2_000 };
+
+async function setUp(t: Test, mode: string, chatLimits = limits): Promise<Built> {
+  const dir = await tempDir(t);
+  const model = await tinyModelIn(dir);
+  const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: FAKE, SERVICE_DECK_GPUS: 'none', FAKE_LLAMA_MODE: mode }, chatLimits });
+  await b.startEndpoint();
+  const created = await b.admin('POST', '/api/v1/profiles', { name: 'fake', category: 'chat', params: { model } });
+  const id = ((await created.json()) as { id: string }).id;
+  await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
+  return b;
+}
+
+const running = async (b: Built) => ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { queue: { running: unknown[] } }).queue.running.length;
+const ask = (b: Built, stream = false) => b.api('POST', '/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'x' }], ...(stream ? { stream: true } : {}) });
+
+t.test('a buffered answer over 16 MiB fails cleanly', async (t) => {
+  const b = await setUp(t, 'huge');
+  const response = await ask(b);
+  t.equal(response.status, 502);
+  const body = (await response.json()) as { error: { code: string; message: string; type: string } };
+  t.same([body.error.type, body.error.code], ['server_error', 'response_too_large']);
+  t.match(body.error.message, /16 MiB/);
+  t.equal(await running(b), 0, 'the reservation is given back');
+});
+
+t.test('a worker that sends no data within the idle limit ends the request', async (t) => {
+  const b = await setUp(t, 'silent');
+  const started = Date.now();
+  const response = await ask(b);
+  t.equal(response.status, 502);
+  const body = (await response.json()) as { error: { code: string; message: string } };
+  t.equal(body.error.code, 'worker_failed');
+  t.match(body.error.message, /no data for 1 s \(timeout\)/);
+  t.ok(Date.now() - started < 5_000, 'it ended at the limit, not later');
+  t.equal(await running(b), 0);
+});
+
+t.test('running SSE output ends at its limit with an error event', async (t) => {
+  const b = await setUp(t, 'endless');
+  const response = await ask(b, true);
+  t.equal(response.status, 200);
+  t.equal(response.headers.get('x-accel-buffering'), 'no');
+  const text = await response.text();
+  t.match(text, /^data: \{/, 'chunks were relayed');
+  const last = text.trim().split('\n\n').at(-1) ?? '';
+  t.match(JSON.parse(last.replace(/^data: /, '')), { error: { code: 'worker_failed', type: 'server_error', message: /limit for running SSE output/ } }, 'the stream ends with an error event');
+  t.equal(await running(b), 0, 'the reservation is given back after the stream');
+});
+
+t.test('a worker that crashes answers 502 worker_failed with the likely cause', async (t) => {
+  const b = await setUp(t, 'crash');
+  const response = await ask(b);
+  t.equal(response.status, 502);
+  const body = (await response.json()) as { error: { code: string; message: string } };
+  t.equal(body.error.code, 'worker_failed');
+  t.match(body.error.message, /could not load its model/, 'the diagnosis names the model');
+  const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: unknown[]; queue: { running: unknown[] } };
+  t.same(status.workers, [], 'the dead worker is gone from the status');
+  t.same(status.queue.running, []);
+  const log = b.logLines.join('');
+  t.match(log, /chat worker ended/, 'the log names the end');
+  t.match(log, /tensor data is not within the file bounds/, 'with its one evidence line');
+});
+
+t.test('a client that goes away while the worker answers closes the worker connection', async (t) => {
+  const b = await setUp(t, 'silent', { ...limits, idleMs: 60_000 });
+  const controller = new AbortController();
+  const request = fetch(`${b.apiUrl()}/v1/chat/completions`, {
+    method: 'POST',
+    signal: controller.signal,
+    headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'fake', messages: [{ role: 'user', content: 'y' }] }),
+  }).catch((error: unknown) => error);
+  const end = Date.now() + 10_000;
+  while ((await running(b)) === 0 && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 20));
+  t.equal(await running(b), 1, 'the request runs on the worker');
+  controller.abort();
+  t.ok((await request) instanceof Error, 'the client went away');
+  const freed = Date.now() + 2_000;
+  while ((await running(b)) > 0 && Date.now() < freed) await new Promise((resolve) => setTimeout(resolve, 20));
+  t.equal(await running(b), 0, 'its reservation is given back at once, long before the idle limit');
+});
