@@ -14,11 +14,20 @@ export const RUNTIMES = {
 } as const;
 export type RuntimeName = keyof typeof RUNTIMES;
 
+/** Files found executable, by their stat stamp: a file that did not change needs no second access check. */
+const executable = new Map<string, string>();
+
+const stampOf = (s: Awaited<ReturnType<typeof stat>>) => `${s.dev}:${s.ino}:${s.mode}:${s.uid}:${s.gid}:${s.size}:${s.mtimeMs}`;
+
 export async function isExecutableFile(file: string): Promise<boolean> {
   try {
     const s = await stat(file);
     if (!s.isFile()) return false;
+    const stamp = stampOf(s);
+    if (executable.get(file) === stamp) return true;
     await access(file, constants.X_OK);
+    if (executable.size > 256) executable.clear();
+    executable.set(file, stamp);
     return true;
   } catch {
     return false;

@@ -1,7 +1,7 @@
 // What keeps a profile from being executable (CONTRACT section 4: computed `executable` and
 // `blockers`). A published profile with a blocker stays published but leaves the model lists
 // (spec 2.1 rule 4). Later issues add their own blockers here.
-import { open } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
 import type { StoredProfile } from '../store/profile.schema.js';
 import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
 import { findCommand, resolveRuntime } from '../adapters/runtimes.js';
@@ -25,6 +25,28 @@ async function head(file: string, length: number): Promise<Buffer | undefined> {
   }
 }
 
+/** GGUF verdicts by the file's stat stamp: an unchanged model file is not read again. */
+const ggufVerdicts = new Map<string, { stamp: string; verdict: string | undefined }>();
+
+/** Whether a chat model file exists and starts with the GGUF magic (one stat when it did not change). */
+async function ggufBlocker(file: string): Promise<string | undefined> {
+  let stamp: string;
+  try {
+    const s = await stat(file);
+    if (!s.isFile()) return `model file missing: ${file}`;
+    stamp = `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.mode}`;
+  } catch {
+    return `model file missing: ${file}`;
+  }
+  const known = ggufVerdicts.get(file);
+  if (known?.stamp === stamp) return known.verdict;
+  const bytes = await head(file, 4);
+  const verdict = bytes === undefined ? `model file missing: ${file}` : bytes.equals(GGUF_MAGIC) ? undefined : `model file is not a GGUF file: ${file}`;
+  if (ggufVerdicts.size > 256) ggufVerdicts.clear();
+  ggufVerdicts.set(file, { stamp, verdict });
+  return verdict;
+}
+
 async function fileBlocker(file: string, what = 'model file'): Promise<string | undefined> {
   return (await head(file, 1)) === undefined ? `${what} missing: ${file}` : undefined;
 }
@@ -42,12 +64,7 @@ export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLoo
   switch (profile.category) {
     case 'chat':
       checks.push(runtimeBlocker('llama-server', lookup));
-      checks.push(
-        head(profile.params.model, 4).then((bytes) => {
-          if (bytes === undefined) return `model file missing: ${profile.params.model}`;
-          return bytes.equals(GGUF_MAGIC) ? undefined : `model file is not a GGUF file: ${profile.params.model}`;
-        }),
-      );
+      checks.push(ggufBlocker(profile.params.model));
       break;
     case 'image': {
       checks.push(runtimeBlocker('sd-cli', lookup));

@@ -57,7 +57,9 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
         lease.release();
         throw failure;
       }
-      lease.release();
+      // The answer is complete: the reservation goes back as soon as it is on its way to the client
+      // (the release is not on the answer's critical path).
+      reply.raw.once('close', () => lease.release());
       return reply.code(200).headers(headers).type('application/json').send(completeAnswer(answer));
     }
 
