@@ -1,7 +1,7 @@
 // External programs (CONTRACT section 1): found by environment variable, then the project's own
 // built copy under the cache folder, then PATH.
-import { constants } from 'node:fs';
-import { access, stat } from 'node:fs/promises';
+import { constants, statSync, type Stats } from 'node:fs';
+import { access } from 'node:fs/promises';
 import path from 'node:path';
 
 export const RUNTIMES = {
@@ -17,11 +17,13 @@ export type RuntimeName = keyof typeof RUNTIMES;
 /** Files found executable, by their stat stamp: a file that did not change needs no second access check. */
 const executable = new Map<string, string>();
 
-const stampOf = (s: Awaited<ReturnType<typeof stat>>) => `${s.dev}:${s.ino}:${s.mode}:${s.uid}:${s.gid}:${s.size}:${s.mtimeMs}`;
+const stampOf = (s: Stats) => `${s.dev}:${s.ino}:${s.mode}:${s.uid}:${s.gid}:${s.size}:${s.mtimeMs}`;
 
 export async function isExecutableFile(file: string): Promise<boolean> {
   try {
-    const s = await stat(file);
+    // Synchronous: runtimes are local programs, and the inference routes check theirs on every
+    // request (a thread-pool round trip costs more than the stat itself).
+    const s = statSync(file);
     if (!s.isFile()) return false;
     const stamp = stampOf(s);
     if (executable.get(file) === stamp) return true;

@@ -2,8 +2,9 @@
 // the same folder, fsync, rename, fsync of the folder), files are 0600 and folders 0700, and a file
 // that cannot be read or parsed stops the start with a message naming it. Nothing here ever
 // replaces a damaged file with defaults.
+import { statSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm, chmod, stat } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, rm, chmod } from 'node:fs/promises';
 import path from 'node:path';
 
 export const FILE_MODE = 0o600;
@@ -86,7 +87,9 @@ export async function readJsonFile(file: string): Promise<unknown> {
 /** Size, modification time and inode: enough to notice that another process replaced a file. */
 export async function fileStamp(file: string): Promise<string | undefined> {
   try {
-    const s = await stat(file);
+    // Synchronous: the state directory is local, and this runs on every API request (the token
+    // check), where a thread-pool round trip costs more than the stat itself.
+    const s = statSync(file);
     return `${s.ino}:${s.size}:${s.mtimeMs}`;
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
