@@ -1,8 +1,11 @@
 #!/bin/sh
 # Builds llama-server and llama-fit-params from the llama.cpp source that the node-llama-cpp
 # package ships (llama/gitRelease.bundle), once per version and flags, into the cache folder:
+#   <cache>/node-llama-cpp/<version>/                         the package's llama.cpp source (npm pack)
 #   <cache>/llama/<key>/bin/{llama-server,llama-fit-params}   the build, kept per key
 #   <cache>/bin/{llama-server,llama-fit-params}               links to the current key
+# The package is fetched with `npm pack` (the tarball alone: none of its dependencies, binaries or
+# install scripts), so it is not a dependency of the service.
 # CPU by default; CUDA when nvcc and an NVIDIA GPU are present, or when asked for with
 # SERVICE_DECK_LLAMA_CUDA=1 (SERVICE_DECK_LLAMA_CUDA=0 forces the CPU build).
 # A second run with the same key only checks the links: it takes well under a second.
@@ -14,9 +17,28 @@ die() { say "error: $*"; exit 1; }
 
 home=${HOME:-/root}
 cache=${SERVICE_DECK_CACHE_DIR:-${XDG_CACHE_HOME:-$home/.cache}/service-deck}
-bundle=node_modules/node-llama-cpp/llama/gitRelease.bundle
-info=node_modules/node-llama-cpp/llama/llama.cpp.info.json
-[ -f "$bundle" ] || die "$bundle is missing: run npm ci first (node-llama-cpp ships the llama.cpp source)"
+# The node-llama-cpp release whose llama.cpp source is built (a new version gives a new key).
+NODE_LLAMA_CPP_VERSION=${SERVICE_DECK_NODE_LLAMA_CPP_VERSION:-3.22.1}
+source_dir="$cache/node-llama-cpp/$NODE_LLAMA_CPP_VERSION"
+bundle=$source_dir/llama/gitRelease.bundle
+info=$source_dir/llama/llama.cpp.info.json
+if [ ! -f "$bundle" ] || [ ! -f "$info" ]; then
+  say "fetching node-llama-cpp@$NODE_LLAMA_CPP_VERSION from the npm registry (its llama.cpp source)"
+  fetch=$(mktemp -d)
+  (cd "$fetch" && npm pack --silent "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" >/dev/null 2>"$fetch/npm.log") || {
+    cat "$fetch/npm.log" >&2
+    rm -rf "$fetch"
+    die "npm pack node-llama-cpp@$NODE_LLAMA_CPP_VERSION failed (is the npm registry reachable?)"
+  }
+  tar -xzf "$fetch"/node-llama-cpp-*.tgz -C "$fetch" package/llama/gitRelease.bundle package/llama/llama.cpp.info.json ||
+    { rm -rf "$fetch"; die "the node-llama-cpp@$NODE_LLAMA_CPP_VERSION package has no llama/gitRelease.bundle"; }
+  mkdir -p "$source_dir"
+  rm -rf "$source_dir/llama.$$"
+  mv "$fetch/package/llama" "$source_dir/llama.$$"
+  rm -rf "$source_dir/llama"
+  mv "$source_dir/llama.$$" "$source_dir/llama"
+  rm -rf "$fetch"
+fi
 
 # Which backend.
 want=${SERVICE_DECK_LLAMA_CUDA:-auto}
@@ -36,7 +58,7 @@ fi
 
 # The key: llama.cpp release, the bundle's commit, node-llama-cpp's version, backend, machine.
 tag=$(sed -n 's/.*"tag": *"\([^"]*\)".*/\1/p' "$info")
-pkg=$(sed -n 's/.*"version": *"\([^"]*\)".*/\1/p' node_modules/node-llama-cpp/package.json | head -n 1)
+pkg=$NODE_LLAMA_CPP_VERSION
 commit=$(git bundle list-heads "$bundle" 2>/dev/null | head -n 1 | cut -c1-12)
 [ -n "$commit" ] || die "cannot read $bundle (is git installed?)"
 key="${tag:-unknown}-${commit}-nlc${pkg}-${backend}-$(uname -m)"

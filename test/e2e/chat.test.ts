@@ -6,6 +6,7 @@ import t, { type Test } from 'tap';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
 import { openapiErrors } from '../helpers/openapi.js';
+import { until } from '../helpers/until.js';
 
 interface Status {
   workers: Array<{ kind: string; profile_id: string | null; state: string; pid: number | null; generation?: number }>;
@@ -154,15 +155,6 @@ const alive = (pid: number) => {
     return false;
   }
 };
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
 
 t.test('two profiles swap, a new revision restarts the worker with the stored parameters', async (t) => {
   const { b, client, ids } = await setUp(t, [{ name: 'alpha' }, { name: 'beta' }]);

@@ -6,6 +6,7 @@ import path from 'node:path';
 import t from 'tap';
 import { build, tempDir, type Built } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
+import { until } from '../helpers/until.js';
 
 interface Job {
   id: string;
@@ -20,15 +21,6 @@ interface Job {
 const job = async (b: Built) => ((await (await b.admin('GET', '/api/v1/chat-tests')).json()) as { job: Job | null }).job;
 const chatWorker = async (b: Built) =>
   ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; state: string; pid: number | null }> }).workers.find((w) => w.kind === 'chat');
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
 const ended = (b: Built) => until('the chat test to end', async () => {
   const current = await job(b);
   return current && ['done', 'cancelled', 'failed'].includes(current.phase) ? current : undefined;
