@@ -20,7 +20,7 @@
 // p50, streamed throughput within 3% of direct.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -260,19 +260,21 @@ const dir = await mkdtemp(path.join(os.tmpdir(), 'sd-bench-chat-'));
 async function ownCost(root: string): Promise<{ requests: number; direct: number; service: number; added: number }> {
   const fake = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../test/fixtures/fake-llama-server.mjs');
   const model = await writeTinyModel(path.join(root, 'own.gguf'));
+  // The worker's environment is an allowlist: the stand-in's mode travels in a wrapper script.
+  const wrapper = path.join(root, 'instant-llama-server');
+  await writeFile(wrapper, `#!/bin/sh\nFAKE_LLAMA_MODE=instant exec "${process.execPath}" "${fake}" "$@"\n`, { mode: 0o755 });
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
     SERVICE_DECK_ADMIN_PASSWORD: PASSWORD,
     SERVICE_DECK_API_TOKEN: TOKEN,
     SERVICE_DECK_CACHE_DIR: path.join(root, 'own-cache'),
-    SERVICE_DECK_LLAMA_SERVER: fake,
+    SERVICE_DECK_LLAMA_SERVER: wrapper,
     SERVICE_DECK_GPUS: 'none',
-    FAKE_LLAMA_MODE: 'instant',
   };
   const log = createLogger({ level: 'warn', destination: { write: (line: string) => void process.stderr.write(line) } });
   const own = (await startService(loadConfig({ stateDir: path.join(root, 'own-state') }, env), { log, adminPort: 0 })).service;
-  const stand = spawn(fake, ['--port', String(await freePort())], { env, stdio: 'ignore' });
+  const stand = spawn(wrapper, ['--port', String(await freePort())], { env, stdio: 'ignore' });
   try {
     const profile = await own.profiles.create({ name: NAME, category: 'chat', params: { model, context: CONTEXT, slots: SLOTS, gpuSplit: null, gpuLayers: null, sampling: {} } });
     await own.profiles.setPublished(profile.id, true);

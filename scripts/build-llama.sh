@@ -61,20 +61,39 @@ tag=$(sed -n 's/.*"tag": *"\([^"]*\)".*/\1/p' "$info")
 pkg=$NODE_LLAMA_CPP_VERSION
 commit=$(git bundle list-heads "$bundle" 2>/dev/null | head -n 1 | cut -c1-12)
 [ -n "$commit" ] || die "cannot read $bundle (is git installed?)"
-key="${tag:-unknown}-${commit}-nlc${pkg}-${backend}-$(uname -m)"
+# The build is native (tuned to this CPU), so the CPU's feature flags are part of the key: a cache
+# restored on another CPU builds again instead of dying with SIGILL.
+cpu=$( (grep -m 1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m) | cksum | cut -c1-8)
+key="${tag:-unknown}-${commit}-nlc${pkg}-${backend}-$(uname -m)-cpu${cpu}"
 dest="$cache/llama/$key"
 
 link() {
   mkdir -p "$cache/bin"
   for name in llama-server llama-fit-params; do
-    ln -sfn "$dest/bin/$name" "$cache/bin/$name.tmp"
-    mv -f "$cache/bin/$name.tmp" "$cache/bin/$name"
+    ln -sfn "$dest/bin/$name" "$cache/bin/$name.tmp.$$"
+    mv -f "$cache/bin/$name.tmp.$$" "$cache/bin/$name"
   done
 }
 
-if [ -x "$dest/bin/llama-server" ] && [ -x "$dest/bin/llama-fit-params" ]; then
+# A finished build has its KEY file: the folder is moved into place whole, never half-copied.
+done_already() { [ -f "$dest/KEY" ] && [ -x "$dest/bin/llama-server" ] && [ -x "$dest/bin/llama-fit-params" ]; }
+if done_already; then
   link
   exit 0
+fi
+
+# One build at a time: a second run waits for the first and then finds its result.
+mkdir -p "$cache/llama"
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$cache/llama/.lock"
+  if ! flock -n 9; then
+    say "another build is running; waiting for it"
+    flock 9
+  fi
+  if done_already; then
+    link
+    exit 0
+  fi
 fi
 
 # Tools. As root on Debian, install what is missing; otherwise say what to install.
@@ -86,6 +105,7 @@ command -v make >/dev/null 2>&1 || missing="$missing make"
 if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing build tools:$missing"
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 || true
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >&2 ||
       die "apt-get could not install:$missing"
   else
@@ -98,7 +118,8 @@ say "building llama-server and llama-fit-params ($key) with $jobs jobs; this tak
 work="$cache/llama/.build-$key.$$"
 rm -rf "$work"
 mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT INT TERM
+trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work"; exit 130' INT TERM
 git clone --quiet "$bundle" "$work/src" 2>/dev/null || die "git clone of $bundle failed"
 
 cuda_flags=
@@ -120,8 +141,13 @@ if [ ! -x "$work/build/bin/llama-server" ] || [ ! -x "$work/build/bin/llama-fit-
   die "the build did not produce llama-server and llama-fit-params (errors above; full log lost with the build folder)"
 fi
 
-mkdir -p "$dest/bin"
-cp "$work/build/bin/llama-server" "$work/build/bin/llama-fit-params" "$dest/bin/"
-printf '%s\n' "$key" >"$dest/KEY"
+# Into place whole: copied next to the destination, then renamed.
+mkdir -p "$work/install/bin"
+cp "$work/build/bin/llama-server" "$work/build/bin/llama-fit-params" "$work/install/bin/"
+printf '%s\n' "$key" >"$work/install/KEY"
+rm -rf "$dest.old.$$"
+[ -d "$dest" ] && mv "$dest" "$dest.old.$$"
+mv "$work/install" "$dest"
+rm -rf "$dest.old.$$"
 link
 say "done: $cache/bin/llama-server -> $dest/bin/llama-server"

@@ -14,7 +14,10 @@ fi
 
 # llama-server and llama-fit-params from the llama.cpp source that node-llama-cpp ships, built once
 # per version into the cache folder (about 7 minutes on 2 cores the first time, instant after).
-sh scripts/build-llama.sh
+# A failed build does not stop the set-up: chat profiles then show `runtime missing: llama-server`.
+if ! sh scripts/build-llama.sh; then
+  say "warning: llama-server could not be built (see above); chat profiles stay blocked until it is"
+fi
 
 # The service itself: TypeScript to dist/.
 say "building (tsc)"

@@ -6,8 +6,13 @@ import type { FastifyReply } from 'fastify';
 export function clientGone(reply: FastifyReply): AbortSignal {
   const controller = new AbortController();
   const response = reply.raw;
-  response.once('close', () => {
-    if (!response.writableFinished) controller.abort(new Error('the client went away'));
-  });
+  const gone = () => controller.abort(new Error('the client went away'));
+  // A connection that closed before this was called never fires 'close' again.
+  if (response.destroyed || (response.socket?.destroyed ?? false)) gone();
+  else {
+    response.once('close', () => {
+      if (!response.writableFinished) gone();
+    });
+  }
   return controller.signal;
 }

@@ -163,7 +163,11 @@ export function sendError(reply: FastifyReply, error: ApiError): FastifyReply {
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: unknown, request: FastifyRequest, reply: FastifyReply) => {
     const apiError = toApiError(error);
-    if (apiError.statusCode >= 500) request.log.error({ err: error }, 'request failed');
+    // Our own errors are logged by code only: a worker's message may quote what it was working on.
+    if (apiError.statusCode >= 500) {
+      if (error instanceof ApiError) request.log.error({ status: apiError.statusCode, code: apiError.code }, 'request failed');
+      else request.log.error({ err: error }, 'request failed');
+    }
     return sendError(reply, apiError);
   });
   app.setNotFoundHandler((request, reply) =>

@@ -31,6 +31,7 @@ import { SessionStore } from './sessions.js';
 import { supervisorAdapters } from './startFacts.js';
 import { WorkerHooks } from './workers.js';
 import { ChatWorker } from '../workers/chat.js';
+import { sweepLeftovers } from '../workers/llamaServer.js';
 import { ChatTests } from './chatTests.js';
 import { CHAT_LIMITS, type ChatLimits } from '../workers/chatRequest.js';
 
@@ -134,6 +135,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   await ensurePrivateDir(path.join(config.stateDir, 'jobs'));
   await ensurePrivateDir(path.join(config.stateDir, 'runtime'));
   await clearLeftoverJobs(path.join(config.stateDir, 'jobs'), log);
+  await sweepLeftovers(path.join(config.stateDir, 'runtime'), log);
 
   const endpoint = await EndpointStore.open(config.stateDir);
   const opened = await SecretStore.open(config.stateDir, { password: config.firstPassword, token: config.firstToken, generateToken: true });

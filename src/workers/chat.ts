@@ -70,6 +70,8 @@ export class ChatWorker {
   readonly actor: ChatWorkerActor;
   readonly #keys = new Map<number, string>();
   readonly #agents = new Map<number, http.Agent>();
+  /** Starts the supervisor unloaded before their job sent them. */
+  readonly #unloadedEarly = new Set<number>();
   #since: string | null = null;
 
   constructor(deps: ChatWorkerDeps) {
@@ -111,7 +113,7 @@ export class ChatWorker {
 
   /** The job whose grant starts the worker sends the start; others of the same start only wait. */
   start(lease: Pick<Lease, 'generation' | 'start'>, profile: ChatProfile): void {
-    if (lease.start === null) return;
+    if (lease.start === null || this.#unloadedEarly.has(lease.generation)) return;
     this.actor.send({ type: 'worker.start', launch: launchOf(lease, profile) });
   }
 
@@ -131,8 +133,13 @@ export class ChatWorker {
           reject(new WorkerGone('the chat worker was replaced by a later start'));
           return true;
         }
+        if (this.#unloadedEarly.has(generation)) {
+          reject(new WorkerGone('the chat worker start was unloaded before it began'));
+          return true;
+        }
         if (current === generation && (snapshot.matches('unloaded') || snapshot.matches({ running: 'unloading' }))) {
-          reject(new WorkerGone(snapshot.context.last ?? 'the chat worker stopped before it was ready'));
+          const { stopping, last } = snapshot.context;
+          reject(new WorkerGone(stopping?.failure?.message ?? stopping?.reason ?? last ?? 'the chat worker stopped before it was ready'));
           return true;
         }
         return false;
@@ -159,7 +166,9 @@ export class ChatWorker {
     if (context.launch?.generation !== generation || context.port === null || key === undefined) return undefined;
     let agent = this.#agents.get(generation);
     if (!agent) {
-      agent = new http.Agent({ keepAlive: true, maxSockets: Math.max(1, context.launch.slots) * 2 });
+      // Idle connections are dropped after 2 s, before llama-server's own 5 s keep-alive limit, so
+      // a request never goes out on a connection the worker is closing.
+      agent = new http.Agent({ keepAlive: true, maxSockets: Math.max(1, context.launch.slots) * 2, timeout: 2_000 });
       this.#agents.set(generation, agent);
     }
     return { generation, port: context.port, key, agent, name: context.launch.name };
@@ -168,7 +177,14 @@ export class ChatWorker {
   /** The supervisor's unload command: resolves once the process of that start is gone. */
   async unload(generation: number, reason: string): Promise<void> {
     const snapshot = this.actor.getSnapshot();
-    if (snapshot.matches('unloaded') || snapshot.context.launch?.generation !== generation) return;
+    const current = snapshot.context.launch?.generation ?? 0;
+    // An unload of a start whose job has not sent it yet (a narrow gap after the grant): that
+    // start must never begin, and its jobs must not wait for it.
+    if (generation > current) {
+      this.#unloadedEarly.add(generation);
+      return;
+    }
+    if (snapshot.matches('unloaded') || current !== generation) return;
     this.actor.send({ type: 'worker.unload', generation, reason });
     await new Promise<void>((resolve) => {
       const done = (s: typeof snapshot) => s.matches('unloaded') || s.context.launch?.generation !== generation;

@@ -267,7 +267,9 @@ export function relayStream(
       options.signal.removeEventListener('abort', onClientGone);
       if (error) {
         options.onError?.(error);
-        if (!out.destroyed) out.write(sseError(error));
+        // An error event of its own, even when the worker's last event was cut off mid-line.
+        const endsEvent = tail[0] === 0x0a && tail[1] === 0x0a;
+        if (!out.destroyed) out.write(endsEvent ? sseError(error) : `\n\n${sseError(error)}`);
       }
       out.end();
       resolve();
@@ -289,10 +291,13 @@ export function relayStream(
     );
     if (options.signal.aborted) onClientGone();
     else options.signal.addEventListener('abort', onClientGone, { once: true });
+    /** The last two bytes relayed: an error event may follow only a blank line. */
+    let tail = Buffer.from('\n\n');
     response.on('data', (chunk: Buffer) => {
-      if (over) return;
+      if (over || chunk.length === 0) return;
       options.onChunk?.(chunk);
       out.write(chunk);
+      tail = Buffer.concat([tail, chunk.subarray(-2)]).subarray(-2);
     });
     response.on('end', () => finish());
     // A destroy with our own failure (the idle limit) also aborts the response; its 'error' comes next.

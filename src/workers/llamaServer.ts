@@ -9,7 +9,7 @@
 //   oom_kill count before and after are diagnosed (src/system/diagnose.ts): the machine reports
 //   the likely cause, and only the matching line is ever shown as evidence.
 import { randomBytes } from 'node:crypto';
-import { rm, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
@@ -33,6 +33,42 @@ export interface ServerDeps {
   log: Logger;
   /** Where each start's key is kept for the requests (never in a machine's context, never logged). */
   keys: Map<number, string>;
+}
+
+/**
+ * The environment a worker gets: what finding libraries and devices needs, never the service's
+ * own secrets (SERVICE_DECK_*), and no LLAMA_ARG_* variable that could change the fixed command
+ * line (an extra API key, another host).
+ */
+export function workerEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const keep = /^(PATH|HOME|TMPDIR|LANG|LC_\w+|TZ|LD_LIBRARY_PATH|CUDA_\w+|NVIDIA_\w+|GGML_\w+|HIP_\w+|ROCR_\w+|HSA_\w+|VK_\w+|OMP_\w+)$/;
+  return Object.fromEntries(Object.entries(env).filter(([name]) => keep.test(name)));
+}
+
+/**
+ * At the service's start: chat workers that an earlier run of the service left behind (it was
+ * killed before it could end them) are ended, and their key and pid files removed. A pid counts
+ * as ours only while its command line names a key file in this runtime folder, so a reused pid
+ * of some other process is never signalled.
+ */
+export async function sweepLeftovers(runtimeDir: string, log: Logger): Promise<number> {
+  let ended = 0;
+  const names = await readdir(runtimeDir).catch(() => [] as string[]);
+  for (const name of names.filter((n) => n.startsWith('chat-') && n.endsWith('.pid'))) {
+    const pid = Number((await readFile(path.join(runtimeDir, name), 'utf8').catch(() => '')).trim());
+    if (!Number.isInteger(pid) || pid <= 1) continue;
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (!cmdline.split('\0').some((arg) => arg.startsWith(`${runtimeDir}${path.sep}chat-`))) continue;
+    try {
+      process.kill(pid, 'SIGKILL');
+      ended += 1;
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  await Promise.all(names.filter((n) => n.startsWith('chat-')).map((n) => rm(path.join(runtimeDir, n), { force: true })));
+  if (ended > 0) log.warn({ count: ended }, 'ended chat workers left behind by an earlier run of the service');
+  return ended;
 }
 
 /** A free loopback port: bind port 0, read it, close. */
@@ -82,6 +118,7 @@ export function llamaServerActor(deps: ServerDeps) {
     const { launch } = input;
     const generation = launch.generation;
     const keyFile = path.join(deps.runtimeDir, `chat-${generation}-${process.pid}.key`);
+    const pidFile = path.join(deps.runtimeDir, `chat-${generation}-${process.pid}.pid`);
     const tail = new Tail(TAIL_BYTES);
     let child: ResultPromise | undefined;
     let stopped = false;
@@ -90,7 +127,7 @@ export function llamaServerActor(deps: ServerDeps) {
     let pendingSignal: NodeJS.Signals | undefined;
     const dropKey = () => {
       deps.keys.delete(generation);
-      return rm(keyFile, { force: true }).catch(() => undefined);
+      return Promise.all([rm(keyFile, { force: true }), rm(pidFile, { force: true })]).catch(() => undefined);
     };
 
     receive((command) => {
@@ -141,7 +178,7 @@ export function llamaServerActor(deps: ServerDeps) {
         exit(null, null, '');
         return;
       }
-      const env: NodeJS.ProcessEnv = { ...deps.env, CUDA_VISIBLE_DEVICES: launch.gpus.join(',') };
+      const env: NodeJS.ProcessEnv = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(',') };
       child = execa(binary, serverArgs(launch, { port, keyFile }), {
         env,
         extendEnv: false,
@@ -151,6 +188,8 @@ export function llamaServerActor(deps: ServerDeps) {
         buffer: false,
         reject: false,
         cleanup: true,
+        // The machine times SIGKILL after its own grace period.
+        forceKillAfterDelay: false,
       });
       child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
       child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
@@ -159,6 +198,8 @@ export function llamaServerActor(deps: ServerDeps) {
         exit(result.exitCode ?? null, result.signal ?? null, spawnError);
       });
       if (child.pid === undefined) return;
+      // Found by the next start of the service if this one is killed before it can end the worker.
+      await writeFile(pidFile, `${child.pid}\n`, { mode: 0o600 }).catch(() => undefined);
       if (!stopped) sendBack({ type: 'server.spawned', pid: child.pid, port });
       deps.log.info({ worker: 'chat', generation, pid: child.pid, port, profile: launch.profileId }, 'chat worker started');
       while (!exited && !stopped && !stopRequested) {

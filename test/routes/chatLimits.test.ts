@@ -2,6 +2,7 @@
 // (test/fixtures/fake-llama-server.mjs) that can misbehave on demand: a buffered answer over
 // 16 MiB, a worker that goes silent (120 s, shortened here), an SSE stream that runs past its
 // limit (600 s, shortened here), and a worker that crashes with a model error.
+import { chmod, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
@@ -15,7 +16,11 @@ const limits = { ...CHAT_LIMITS, idleMs: 1_000, streamMs: 1_000, diagnosisWaitMs
 async function setUp(t: Test, mode: string, chatLimits = limits): Promise<Built> {
   const dir = await tempDir(t);
   const model = await tinyModelIn(dir);
-  const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: FAKE, SERVICE_DECK_GPUS: 'none', FAKE_LLAMA_MODE: mode }, chatLimits });
+  // The worker's environment is an allowlist, so the mode travels in a wrapper script.
+  const wrapper = path.join(dir, 'llama-server');
+  await writeFile(wrapper, `#!/bin/sh\nFAKE_LLAMA_MODE=${mode} exec "${process.execPath}" "${FAKE}" "$@"\n`);
+  await chmod(wrapper, 0o755);
+  const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: wrapper, SERVICE_DECK_GPUS: 'none', SERVICE_DECK_SECRET_PROBE: 'do-not-pass', LLAMA_ARG_API_KEY: 'extra-key' }, chatLimits });
   await b.startEndpoint();
   const created = await b.admin('POST', '/api/v1/profiles', { name: 'fake', category: 'chat', params: { model } });
   const id = ((await created.json()) as { id: string }).id;
@@ -92,4 +97,14 @@ t.test('a client that goes away while the worker answers closes the worker conne
   const freed = Date.now() + 2_000;
   while ((await running(b)) > 0 && Date.now() < freed) await new Promise((resolve) => setTimeout(resolve, 20));
   t.equal(await running(b), 0, 'its reservation is given back at once, long before the idle limit');
+});
+
+t.test('the worker gets no secret and no LLAMA_ARG_* from the service environment', async (t) => {
+  const b = await setUp(t, 'env');
+  const response = await ask(b);
+  t.equal(response.status, 200);
+  const names = JSON.parse(((await response.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content ?? '[]') as string[];
+  t.ok(names.includes('PATH'), 'PATH is passed on');
+  t.ok(names.includes('CUDA_VISIBLE_DEVICES'), 'the GPU selection is set');
+  t.same(names.filter((n) => n.startsWith('SERVICE_DECK_') || n.startsWith('LLAMA_ARG_')), [], 'no SERVICE_DECK_* (the token, the password) and no LLAMA_ARG_*');
 });

@@ -29,11 +29,12 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
   const app = base.withTypeProvider<ZodTypeProvider>();
 
   app.post('/v1/chat/completions', { schema: { body: chatRequestSchema } }, async (request, reply) => {
+    // First, so that a client that leaves at any later point is noticed.
+    const signal = clientGone(reply);
     const body = request.body;
     const profile = (await service.catalog.resolve('chat', body.model)) as ChatProfile | undefined;
     if (!profile) throw errors.modelNotFound(body.model);
     const stream = body.stream === true;
-    const signal = clientGone(reply);
     const opened = await openChat(service, profile, upstreamBody(body, profile), { source: 'api', stream, signal, limits });
     const { response, lease } = opened;
     const headers = reasoningHeaders(body.reasoning_effort);
@@ -57,13 +58,13 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
         lease.release();
         throw failure;
       }
-      // The answer is complete: the reservation goes back as soon as it is on its way to the client
-      // (the release is not on the answer's critical path).
-      reply.raw.once('close', () => lease.release());
+      // The answer is in memory: the worker's part is done.
+      lease.release();
       return reply.code(200).headers(headers).type('application/json').send(completeAnswer(answer));
     }
 
-    // SSE: headers go out now, then every chunk as it comes; the reservation is kept until the end.
+    // SSE: the headers go out with the worker's first chunk, then every chunk as it comes; the
+    // reservation is kept until the end.
     const out = new PassThrough();
     void relayStream(opened, out, { limits, signal }).finally(() => lease.release());
     return reply
