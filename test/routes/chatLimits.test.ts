@@ -65,6 +65,16 @@ t.test('running SSE output ends at its limit with an error event', async (t) => 
   t.equal(await running(b), 0, 'the reservation is given back after the stream');
 });
 
+t.test('an error event after an event the worker cut off halfway stands on its own', async (t) => {
+  const b = await setUp(t, 'cut');
+  const response = await ask(b, true);
+  t.equal(response.status, 200);
+  const events = (await response.text()).split('\n\n').filter((e) => e.trim() !== '');
+  const last = events.at(-1) ?? '';
+  t.match(JSON.parse(last.replace(/^data: /, '')), { error: { code: 'worker_failed', message: /no data for 1 s/ } }, 'the last event is a whole error event');
+  t.equal(await running(b), 0);
+});
+
 t.test('a worker that crashes answers 502 worker_failed with the likely cause', async (t) => {
   const b = await setUp(t, 'crash');
   const response = await ask(b);
