@@ -134,7 +134,7 @@ cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_
 # Progress: cmake's percentage, one line per step that moves it.
 cmake --build "$work/build" --config Release -j "$jobs" --target llama-server llama-fit-params 2>&1 |
   tee "$work/build.log" | awk '
-    /^\[ *[0-9]+%\]/ { pct = $1 $2; gsub(/[\[\] ]/, "", pct); if (pct != last) { printf "llama-build: %s\n", pct > "/dev/stderr"; last = pct } }
+    /^\[ *[0-9]+%\]/ { match($0, /[0-9]+%/); pct = substr($0, RSTART, RLENGTH); if (pct != last) { printf "llama-build: %s\n", pct > "/dev/stderr"; last = pct } }
   '
 if [ ! -x "$work/build/bin/llama-server" ] || [ ! -x "$work/build/bin/llama-fit-params" ]; then
   grep -E 'error|Error' "$work/build.log" | head -n 20 >&2 || true
