@@ -54,6 +54,11 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
         answer = await readBody(response, limits.bufferedBytes);
       } catch (error) {
         opened.abort();
+        if (signal.aborted) {
+          // The client went away: nobody waits for a diagnosis.
+          lease.release();
+          throw signal.reason;
+        }
         const failure = await workerError(lease, error, limits);
         lease.release();
         throw failure;
