@@ -6,7 +6,7 @@ import t, { type Test } from 'tap';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
 import { openapiErrors } from '../helpers/openapi.js';
-import { until } from '../helpers/until.js';
+import { alive, until } from '../helpers/until.js';
 
 interface Status {
   workers: Array<{ kind: string; profile_id: string | null; state: string; pid: number | null; generation?: number }>;
@@ -147,14 +147,6 @@ interface EndpointStatus {
   queue: { waiting: Array<{ profile_id: string }>; running: Array<{ profile_id: string }> };
 }
 const endpointStatus = async (b: Built) => (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 t.test('two profiles swap, a new revision restarts the worker with the stored parameters', async (t) => {
   const { b, client, ids } = await setUp(t, [{ name: 'alpha' }, { name: 'beta' }]);

@@ -8,18 +8,10 @@ import t from 'tap';
 import { freePort, tempDir } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
 import { spawnCli } from '../helpers/spawn.js';
-import { until } from '../helpers/until.js';
+import { alive, until } from '../helpers/until.js';
 
 const PASSWORD = 'e2e-password-2';
 const TOKEN = 'sd-e2e-token-2';
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 t.test('the next start ends the chat worker a killed service left behind', async (t) => {
   const stateDir = await tempDir(t);

@@ -8,3 +8,13 @@ export async function until<T>(what: string, probe: () => Promise<T | undefined>
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
 }
+
+/** Whether a process with this pid exists (signal 0 checks without signalling). */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
