@@ -1,0 +1,181 @@
+// WAV files (RIFF/WAVE, Microsoft's multimedia file format): the transcription route checks an
+// upload from its bytes, never its name (spec 4.6: PCM16 WAV, mono, 16 kHz, at most 120 s and
+// 8 MiB), and the speech route writes one. Every rule has its own code, so a refused upload says
+// which rule failed. The reader walks the chunks with every length checked against the bytes
+// that are there: a truncated or lying header is an error, never a read past the end.
+
+/** Spec 4.6 / 8: what a transcription upload must be. */
+export const TRANSCRIPTION_WAV = {
+  sampleRate: 16_000,
+  channels: 1,
+  bitsPerSample: 16,
+  maxSeconds: 120,
+  maxBytes: 8 * 1024 * 1024,
+} as const;
+
+const WAVE_FORMAT_PCM = 0x0001;
+const WAVE_FORMAT_EXTENSIBLE = 0xfffe;
+/** The PCM sub-format GUID of WAVE_FORMAT_EXTENSIBLE: 00000001-0000-0010-8000-00aa00389b71. */
+const KSDATAFORMAT_SUBTYPE_PCM = Buffer.from('0100000000001000800000aa00389b71', 'hex');
+
+export type WavRule =
+  | 'wav_too_large'
+  | 'wav_too_short'
+  | 'wav_not_riff'
+  | 'wav_not_wave'
+  | 'wav_riff_size'
+  | 'wav_chunk_truncated'
+  | 'wav_no_fmt'
+  | 'wav_fmt_twice'
+  | 'wav_fmt_size'
+  | 'wav_not_pcm'
+  | 'wav_not_mono'
+  | 'wav_sample_rate'
+  | 'wav_bits_per_sample'
+  | 'wav_block_align'
+  | 'wav_byte_rate'
+  | 'wav_no_data'
+  | 'wav_data_before_fmt'
+  | 'wav_data_twice'
+  | 'wav_data_partial_frame'
+  | 'wav_empty'
+  | 'wav_too_long';
+
+export class WavError extends Error {
+  override name = 'WavError';
+  constructor(
+    readonly rule: WavRule,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface WavInfo {
+  format: number;
+  channels: number;
+  sampleRate: number;
+  bitsPerSample: number;
+  blockAlign: number;
+  byteRate: number;
+  /** The sample bytes of the data chunk. */
+  data: Buffer;
+  frames: number;
+  seconds: number;
+}
+
+const fail = (rule: WavRule, message: string): never => {
+  throw new WavError(rule, message);
+};
+
+/** Reads the chunks of a RIFF/WAVE file; checks only the structure, not the transcription rules. */
+export function readWav(bytes: Buffer): WavInfo {
+  if (bytes.length < 12) fail('wav_too_short', `the file has ${bytes.length} bytes: too short for a WAV header`);
+  if (bytes.toString('latin1', 0, 4) !== 'RIFF') {
+    const tag = bytes.toString('latin1', 0, 4);
+    fail('wav_not_riff', tag === 'RF64' ? 'RF64 (WAV over 4 GiB) is not accepted: send a plain RIFF WAV' : 'the file is not a RIFF WAV (it does not start with "RIFF")');
+  }
+  if (bytes.toString('latin1', 8, 12) !== 'WAVE') fail('wav_not_wave', 'the RIFF file is not of form WAVE');
+  const riffEnd = 8 + bytes.readUInt32LE(4);
+  // The RIFF size must cover what is there (a lying header); a little trailing padding is tolerated.
+  if (riffEnd > bytes.length) fail('wav_riff_size', `the RIFF header claims ${riffEnd} bytes but the file has ${bytes.length}: it is truncated or its header lies`);
+
+  let fmt: Omit<WavInfo, 'data' | 'frames' | 'seconds'> | undefined;
+  let data: Buffer | undefined;
+  let offset = 12;
+  while (offset + 8 <= riffEnd) {
+    const id = bytes.toString('latin1', offset, offset + 4);
+    const size = bytes.readUInt32LE(offset + 4);
+    const body = offset + 8;
+    if (body + size > riffEnd) fail('wav_chunk_truncated', `the "${id.replace(/[^\x20-\x7e]/g, '?')}" chunk claims ${size} bytes but only ${riffEnd - body} follow: the file is truncated or its header lies`);
+    if (id === 'fmt ') {
+      if (fmt) fail('wav_fmt_twice', 'the file has two "fmt " chunks');
+      if (size < 16) fail('wav_fmt_size', `the "fmt " chunk has ${size} bytes; at least 16 are needed`);
+      let format = bytes.readUInt16LE(body);
+      if (format === WAVE_FORMAT_EXTENSIBLE) {
+        if (size < 40) fail('wav_fmt_size', `a WAVE_FORMAT_EXTENSIBLE "fmt " chunk has ${size} bytes; 40 are needed`);
+        format = bytes.subarray(body + 24, body + 40).equals(KSDATAFORMAT_SUBTYPE_PCM) ? WAVE_FORMAT_PCM : -1;
+      }
+      fmt = {
+        format,
+        channels: bytes.readUInt16LE(body + 2),
+        sampleRate: bytes.readUInt32LE(body + 4),
+        byteRate: bytes.readUInt32LE(body + 8),
+        blockAlign: bytes.readUInt16LE(body + 12),
+        bitsPerSample: bytes.readUInt16LE(body + 14),
+      };
+    } else if (id === 'data') {
+      if (!fmt) fail('wav_data_before_fmt', 'the "data" chunk comes before the "fmt " chunk');
+      if (data) fail('wav_data_twice', 'the file has two "data" chunks');
+      data = bytes.subarray(body, body + size);
+    }
+    // Chunks are padded to an even length.
+    offset = body + size + (size % 2);
+  }
+  if (!fmt) return fail('wav_no_fmt', 'the file has no "fmt " chunk');
+  if (!data) return fail('wav_no_data', 'the file has no "data" chunk');
+  const frames = fmt.blockAlign > 0 ? Math.floor(data.length / fmt.blockAlign) : 0;
+  return { ...fmt, data, frames, seconds: fmt.sampleRate > 0 ? frames / fmt.sampleRate : 0 };
+}
+
+/** Spec 4.6: PCM16 WAV, mono, 16 kHz, at most 120 s and 8 MiB. Returns the samples' info. */
+export function checkTranscriptionWav(bytes: Buffer, rules = TRANSCRIPTION_WAV): WavInfo {
+  if (bytes.length > rules.maxBytes) fail('wav_too_large', `the file has ${bytes.length} bytes; at most ${rules.maxBytes} (8 MiB) are accepted`);
+  const wav = readWav(bytes);
+  if (wav.format !== WAVE_FORMAT_PCM) fail('wav_not_pcm', `the audio is not PCM (format tag ${wav.format < 0 ? 'extensible, not PCM' : `0x${wav.format.toString(16)}`}): only 16-bit PCM is accepted`);
+  if (wav.channels !== rules.channels) fail('wav_not_mono', `the audio has ${wav.channels} channels: only mono is accepted`);
+  if (wav.sampleRate !== rules.sampleRate) fail('wav_sample_rate', `the sample rate is ${wav.sampleRate} Hz: only ${rules.sampleRate} Hz is accepted`);
+  if (wav.bitsPerSample !== rules.bitsPerSample) fail('wav_bits_per_sample', `the samples have ${wav.bitsPerSample} bits: only 16-bit PCM is accepted`);
+  const blockAlign = (rules.channels * rules.bitsPerSample) / 8;
+  if (wav.blockAlign !== blockAlign) fail('wav_block_align', `the header says ${wav.blockAlign} bytes per frame; 16-bit mono has ${blockAlign}: the header lies`);
+  if (wav.byteRate !== rules.sampleRate * blockAlign) fail('wav_byte_rate', `the header says ${wav.byteRate} bytes per second; 16 kHz 16-bit mono has ${rules.sampleRate * blockAlign}: the header lies`);
+  if (wav.data.length % blockAlign !== 0) fail('wav_data_partial_frame', `the data chunk has ${wav.data.length} bytes, not a whole number of 16-bit samples`);
+  if (wav.frames === 0) fail('wav_empty', 'the recording has no samples');
+  if (wav.seconds > rules.maxSeconds) fail('wav_too_long', `the recording lasts ${wav.seconds.toFixed(1)} s; at most ${rules.maxSeconds} s are accepted`);
+  return wav;
+}
+
+/** A PCM WAV file of the given samples (16-bit little-endian). */
+export function encodeWav(samples: Int16Array, sampleRate: number, channels = 1): Buffer {
+  const data = Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
+  const header = Buffer.alloc(44);
+  header.write('RIFF', 0, 'latin1');
+  header.writeUInt32LE(36 + data.length, 4);
+  header.write('WAVE', 8, 'latin1');
+  header.write('fmt ', 12, 'latin1');
+  header.writeUInt32LE(16, 16);
+  header.writeUInt16LE(WAVE_FORMAT_PCM, 20);
+  header.writeUInt16LE(channels, 22);
+  header.writeUInt32LE(sampleRate, 24);
+  header.writeUInt32LE(sampleRate * channels * 2, 28);
+  header.writeUInt16LE(channels * 2, 32);
+  header.writeUInt16LE(16, 34);
+  header.write('data', 36, 'latin1');
+  header.writeUInt32LE(data.length, 40);
+  return Buffer.concat([header, data]);
+}
+
+/**
+ * Linear resampling of mono 16-bit samples (the e2e round trip turns espeak-ng's 22050 Hz output
+ * into the 16 kHz the transcription route takes).
+ */
+export function resampleLinear(samples: Int16Array, from: number, to: number): Int16Array {
+  if (from === to) return samples.slice();
+  const length = Math.max(1, Math.round((samples.length * to) / from));
+  const out = new Int16Array(length);
+  for (let i = 0; i < length; i += 1) {
+    const position = (i * from) / to;
+    const left = Math.floor(position);
+    const right = Math.min(left + 1, samples.length - 1);
+    const weight = position - left;
+    out[i] = Math.round((samples[left] ?? 0) * (1 - weight) + (samples[right] ?? 0) * weight);
+  }
+  return out;
+}
+
+/** The samples of a 16-bit PCM WAV as an Int16Array (a copy, aligned). */
+export function pcm16(wav: WavInfo): Int16Array {
+  const out = new Int16Array(Math.floor(wav.data.length / 2));
+  for (let i = 0; i < out.length; i += 1) out[i] = wav.data.readInt16LE(i * 2);
+  return out;
+}
