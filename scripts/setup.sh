@@ -19,6 +19,11 @@ if ! sh scripts/build-llama.sh; then
   say "warning: llama-server could not be built (see above); chat profiles stay blocked until it is"
 fi
 
+# Speech (issue 5): espeak-ng and pocketsphinx from Debian (as root), and the STT engine program
+# built against libpocketsphinx. Neither stops the set-up.
+sh scripts/install-debian.sh
+sh scripts/build-pocketsphinx.sh || say "warning: the pocketsphinx engine could not be built; STT profiles stay blocked"
+
 # The service itself: TypeScript to dist/.
 say "building (tsc)"
 npx --no-install tsc -p tsconfig.build.json

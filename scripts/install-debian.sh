@@ -1,0 +1,28 @@
+#!/bin/sh
+# The Debian packages the speech workers use (issue 5): espeak-ng (text to speech), pocketsphinx
+# with its en-us model (speech to text) and libpocketsphinx-dev (to build the STT engine program,
+# scripts/build-pocketsphinx.sh). Installed with apt-get when run as root; otherwise the missing
+# ones are named. Never fails the set-up: speech profiles then carry `runtime missing: …`.
+set -u
+
+say() { printf 'debian: %s\n' "$*" >&2; }
+
+missing=
+for pkg in espeak-ng pocketsphinx pocketsphinx-en-us libpocketsphinx-dev; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $pkg"
+done
+[ -z "$missing" ] && exit 0
+if ! command -v apt-get >/dev/null 2>&1; then
+  say "not a Debian system: install$missing (or their equivalents) for the speech workers"
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  say "speech needs:$missing. Install them (apt-get install$missing) and run again"
+  exit 0
+fi
+say "installing$missing"
+DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >/dev/null 2>&1 || {
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >&2 || say "warning: apt-get could not install$missing"
+}
+exit 0

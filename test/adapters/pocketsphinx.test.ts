@@ -1,0 +1,80 @@
+// The STT engine program (native/pocketsphinx-worker.c, built by scripts/build-pocketsphinx.sh):
+// it loads the en-us model once and transcribes recording after recording in the same process.
+// The recordings are English speech made here with espeak-ng, resampled to 16 kHz mono.
+import { execFile, spawn } from 'node:child_process';
+import { access, constants, readFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import t from 'tap';
+import { pcm16, readWav, resample } from '../../src/adapters/wav.js';
+
+const run = promisify(execFile);
+const cache = process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
+const ENGINE = path.join(cache, 'bin', 'pocketsphinx-worker');
+
+async function speak(dir: string, text: string): Promise<Buffer> {
+  const file = path.join(dir, 'speech.wav');
+  await run('espeak-ng', ['-v', 'en-us+m3', '-s', '130', '-w', file, text]);
+  const wav = readWav(await readFile(file));
+  const samples = resample(pcm16(wav), wav.sampleRate, 16_000);
+  return Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
+}
+
+/** Word accuracy: the share of the reference's words found, in order (longest common subsequence). */
+function wordAccuracy(reference: string, heard: string): number {
+  const a = reference.toLowerCase().split(/\s+/).filter(Boolean);
+  const b = heard.toLowerCase().split(/\s+/).filter(Boolean);
+  const table = Array.from({ length: a.length + 1 }, () => new Array<number>(b.length + 1).fill(0));
+  for (let i = 1; i <= a.length; i += 1) {
+    for (let j = 1; j <= b.length; j += 1) table[i]![j] = a[i - 1] === b[j - 1] ? table[i - 1]![j - 1]! + 1 : Math.max(table[i - 1]![j]!, table[i]![j - 1]!);
+  }
+  return a.length === 0 ? 0 : table[a.length]![b.length]! / a.length;
+}
+
+t.test('one engine process transcribes recording after recording', async (t) => {
+  await access(ENGINE, constants.X_OK).catch(() => {
+    throw new Error(`${ENGINE} is not built: run sh scripts/build-pocketsphinx.sh (npm test does it during set-up, as root with Debian's packages)`);
+  });
+  const dir = t.testdir();
+  const engine = spawn(ENGINE, [], { stdio: ['pipe', 'pipe', 'pipe'] });
+  t.teardown(() => engine.kill('SIGKILL'));
+  const lines: string[] = [];
+  let pending = '';
+  const waiters: Array<(line: string) => void> = [];
+  engine.stdout.on('data', (chunk: Buffer) => {
+    pending += chunk.toString('utf8');
+    for (let at = pending.indexOf('\n'); at >= 0; at = pending.indexOf('\n')) {
+      const line = pending.slice(0, at);
+      pending = pending.slice(at + 1);
+      const waiter = waiters.shift();
+      if (waiter) waiter(line);
+      else lines.push(line);
+    }
+  });
+  const next = () => new Promise<string>((resolve) => (lines.length > 0 ? resolve(lines.shift()!) : waiters.push(resolve)));
+  const transcribe = async (pcm: Buffer) => {
+    engine.stdin.write(`${pcm.length}\n`);
+    engine.stdin.write(pcm);
+    return JSON.parse(await next()) as { text?: string; error?: string };
+  };
+
+  t.same(JSON.parse(await next()), { ready: true }, 'the model is loaded once, at the start');
+  const sentences = ['hello world this is a test of speech recognition', 'open the door and turn on the light', 'good morning how are you'];
+  const accuracies: number[] = [];
+  for (const sentence of sentences) {
+    const heard = await transcribe(await speak(dir, sentence));
+    t.type(heard.text, 'string', `an answer for "${sentence}"`);
+    accuracies.push(wordAccuracy(sentence, heard.text ?? ''));
+    t.comment(`"${sentence}" → "${heard.text}" (word accuracy ${(accuracies.at(-1)! * 100).toFixed(0)}%)`);
+  }
+  const mean = accuracies.reduce((a, b) => a + b, 0) / accuracies.length;
+  t.ok(mean >= 0.3, `the engine recognises English speech (mean word accuracy ${(mean * 100).toFixed(0)}%)`);
+  t.same(await transcribe(Buffer.alloc(0)), { text: '' }, 'an empty recording gives empty text');
+  t.equal(engine.exitCode, null, 'the same process is still running after three jobs');
+
+  engine.stdin.write('not a number\n');
+  t.match(JSON.parse(await next()), { error: /bad request/ }, 'a malformed request is refused');
+  const code = await new Promise<number | null>((resolve) => engine.once('exit', resolve));
+  t.equal(code, 2, 'and the engine stops (the service restarts it)');
+});
