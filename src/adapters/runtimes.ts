@@ -14,6 +14,12 @@ export const RUNTIMES = {
 } as const;
 export type RuntimeName = keyof typeof RUNTIMES;
 
+/**
+ * The program's file name where it differs from the runtime's name: the pocketsphinx runtime is
+ * the project's own engine program around libpocketsphinx (scripts/build-pocketsphinx.sh).
+ */
+const FILE_NAMES: Partial<Record<RuntimeName, string>> = { pocketsphinx: 'pocketsphinx-worker' };
+
 /** Files found executable, by their stat stamp: a file that did not change needs no second access check. */
 const executable = new Map<string, string>();
 
@@ -46,9 +52,10 @@ export interface RuntimeLookup {
 export async function resolveRuntime(name: RuntimeName, lookup: RuntimeLookup): Promise<string | undefined> {
   const fromEnv = lookup.env[RUNTIMES[name]];
   if (fromEnv) return (await isExecutableFile(fromEnv)) ? path.resolve(fromEnv) : undefined;
-  const built = path.join(lookup.cacheDir, 'bin', name);
+  const file = FILE_NAMES[name] ?? name;
+  const built = path.join(lookup.cacheDir, 'bin', file);
   if (await isExecutableFile(built)) return built;
-  return findCommand(name, lookup.env);
+  return findCommand(file, lookup.env);
 }
 
 /** A command as a shell finds it: a path with a slash as it is, a bare name on PATH. */

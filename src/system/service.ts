@@ -32,6 +32,7 @@ import { supervisorAdapters } from './startFacts.js';
 import { WorkerHooks } from './workers.js';
 import { ChatWorker } from '../workers/chat.js';
 import { sweepLeftovers } from '../workers/llamaServer.js';
+import { SttWorker } from '../workers/stt.js';
 import { ChatTests } from './chatTests.js';
 import { CHAT_LIMITS, type ChatLimits } from '../workers/chatRequest.js';
 
@@ -53,6 +54,8 @@ export interface Service {
   scheduler: Scheduler;
   /** The chat worker (spec 3.2): its machine, the llama-server process, the connections of a loaded start. */
   chat: ChatWorker;
+  /** The STT worker (spec 3.5): one engine process on the CPU, one recording at a time. */
+  stt: SttWorker;
   /** The chat worker's HTTP limits (spec 8). */
   chatLimits: ChatLimits;
   /** The operator's chat test (spec 2.5, 4.7): one job, in RAM only. */
@@ -205,6 +208,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     },
   );
   const scheduler = new Scheduler(supervisor);
+  const stt = new SttWorker({ supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
   const chat = new ChatWorker({
     supervisor,
     workers,
@@ -284,6 +288,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     supervisor,
     scheduler,
     chat,
+    stt,
     chatLimits: options.chatLimits ?? CHAT_LIMITS,
     get chatTests() {
       chatTests ??= new ChatTests(service, service.chatLimits);
@@ -350,6 +355,7 @@ export async function startService(config: Config, options: StartOptions): Promi
       });
       supervisor.stop();
       chat.stop();
+      stt.stop();
       await endpoint.flushed();
       await admin.close();
       await inspection.close();

@@ -15,6 +15,7 @@ import type { Inspection } from '../system/inspect.js';
 import type { Logger } from '../system/log.js';
 import type { WorkerHooks, WorkerStatus } from '../system/workers.js';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
+import { describeWorker, whenGone, whenLoaded } from './lifecycle.js';
 import { llamaServerActor } from './llamaServer.js';
 
 export type ChatWorkerActor = Actor<typeof chatWorkerMachine>;
@@ -118,45 +119,12 @@ export class ChatWorker {
   }
 
   /** Resolves once the start `generation` is loaded; rejects when it ends first or `signal` aborts. */
-  ready(generation: number, signal?: AbortSignal): Promise<ChatConnection> {
-    return new Promise((resolve, reject) => {
-      const check = (): boolean => {
-        const snapshot = this.actor.getSnapshot();
-        const current = snapshot.context.launch?.generation;
-        if (current === generation && snapshot.matches({ running: 'loaded' })) {
-          const connection = this.connection(generation);
-          if (connection) resolve(connection);
-          else reject(new WorkerGone('the chat worker is loaded but its key is gone'));
-          return true;
-        }
-        if (current !== undefined && current > generation) {
-          reject(new WorkerGone('the chat worker was replaced by a later start'));
-          return true;
-        }
-        if (this.#unloadedEarly.has(generation)) {
-          reject(new WorkerGone('the chat worker start was unloaded before it began'));
-          return true;
-        }
-        if (current === generation && (snapshot.matches('unloaded') || snapshot.matches({ running: 'unloading' }))) {
-          const { stopping, last } = snapshot.context;
-          reject(new WorkerGone(stopping?.failure?.message ?? stopping?.reason ?? last ?? 'the chat worker stopped before it was ready'));
-          return true;
-        }
-        return false;
-      };
-      if (check()) return;
-      const onAbort = () => {
-        subscription.unsubscribe();
-        reject(signal?.reason instanceof Error ? signal.reason : new WorkerGone('the request was cancelled while the worker loaded'));
-      };
-      const subscription = this.actor.subscribe(() => {
-        if (!check()) return;
-        subscription.unsubscribe();
-        signal?.removeEventListener('abort', onAbort);
-      });
-      if (signal?.aborted) onAbort();
-      else signal?.addEventListener('abort', onAbort, { once: true });
-    });
+  async ready(generation: number, signal?: AbortSignal): Promise<ChatConnection> {
+    const early = () => (this.#unloadedEarly.has(generation) ? 'the chat worker start was unloaded before it began' : undefined);
+    await whenLoaded(this.actor, generation, (reason) => new WorkerGone(reason), signal, early);
+    const connection = this.connection(generation);
+    if (!connection) throw new WorkerGone('the chat worker is loaded but its key is gone');
+    return connection;
   }
 
   /** The connection of a loaded start, or undefined when it is not the current one. */
@@ -186,23 +154,12 @@ export class ChatWorker {
     }
     if (snapshot.matches('unloaded') || current !== generation) return;
     this.actor.send({ type: 'worker.unload', generation, reason });
-    await new Promise<void>((resolve) => {
-      const done = (s: typeof snapshot) => s.matches('unloaded') || s.context.launch?.generation !== generation;
-      if (done(this.actor.getSnapshot())) return resolve();
-      const subscription = this.actor.subscribe((s) => {
-        if (!done(s)) return;
-        subscription.unsubscribe();
-        resolve();
-      });
-    });
+    await whenGone(this.actor, generation);
   }
 
   describe(): WorkerStatus | undefined {
     const snapshot = this.actor.getSnapshot();
-    const { launch, pid } = snapshot.context;
-    if (snapshot.matches('unloaded') || !launch) return undefined;
-    const state = snapshot.matches({ running: 'loaded' }) ? 'loaded' : snapshot.matches({ running: 'loading' }) ? 'loading' : 'unloading';
-    return { kind: 'chat', profile_id: launch.profileId, state, pid, gpus: launch.gpus, since: this.#since };
+    return describeWorker(snapshot, 'chat', this.#since, snapshot.context.launch?.gpus ?? []);
   }
 
   stop(): void {

@@ -98,7 +98,7 @@ export function healthStatus(port: number, timeoutMs = 2000): Promise<number> {
 }
 
 /** Keeps the last `max` bytes of a stream's output. */
-class Tail {
+export class Tail {
   #chunks: Buffer[] = [];
   #bytes = 0;
   constructor(readonly max: number) {}

@@ -1,25 +1,16 @@
 // The STT engine program (native/pocketsphinx-worker.c, built by scripts/build-pocketsphinx.sh):
 // it loads the en-us model once and transcribes recording after recording in the same process.
 // The recordings are English speech made here with espeak-ng, resampled to 16 kHz mono.
-import { execFile, spawn } from 'node:child_process';
-import { access, constants, readFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { access, constants } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import t from 'tap';
-import { pcm16, readWav, resample } from '../../src/adapters/wav.js';
+import { speech } from '../helpers/speech.js';
 
-const run = promisify(execFile);
 const cache = process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
 const ENGINE = path.join(cache, 'bin', 'pocketsphinx-worker');
 
-async function speak(dir: string, text: string): Promise<Buffer> {
-  const file = path.join(dir, 'speech.wav');
-  await run('espeak-ng', ['-v', 'en-us+m3', '-s', '130', '-w', file, text]);
-  const wav = readWav(await readFile(file));
-  const samples = resample(pcm16(wav), wav.sampleRate, 16_000);
-  return Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
-}
 
 /** Word accuracy: the share of the reference's words found, in order (longest common subsequence). */
 function wordAccuracy(reference: string, heard: string): number {
@@ -63,7 +54,7 @@ t.test('one engine process transcribes recording after recording', async (t) => 
   const sentences = ['hello world this is a test of speech recognition', 'open the door and turn on the light', 'good morning how are you'];
   const accuracies: number[] = [];
   for (const sentence of sentences) {
-    const heard = await transcribe(await speak(dir, sentence));
+    const heard = await transcribe(await speech(dir, sentence));
     t.type(heard.text, 'string', `an answer for "${sentence}"`);
     accuracies.push(wordAccuracy(sentence, heard.text ?? ''));
     t.comment(`"${sentence}" → "${heard.text}" (word accuracy ${(accuracies.at(-1)! * 100).toFixed(0)}%)`);

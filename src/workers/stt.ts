@@ -1,0 +1,230 @@
+// The STT worker adapter (spec 3.5): runs the STT worker machine (machines/sttWorker) with the
+// real engine process, forwards its reports to the supervisor, carries the supervisor's unload
+// commands to it, and transcribes one recording at a time on a loaded start.
+//
+// The pocketsphinx backend is the engine program native/pocketsphinx-worker.c (built at set-up by
+// scripts/build-pocketsphinx.sh): it loads the en-us model once and answers recording after
+// recording over stdin/stdout, so the worker stays loaded between jobs. The recordings reach it
+// as 16-bit PCM; the route checked the WAV file before.
+import { execa, type ResultPromise } from 'execa';
+import { createActor, fromCallback, type Actor } from 'xstate';
+import { sttWorkerMachine, type EngineCommand, type EngineInput, type SttLaunch, type SttWorkerEvent } from '../../machines/sttWorker/index.js';
+import { readOomKills } from '../adapters/memory.js';
+import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
+import { diagnoseExit } from '../system/diagnose.js';
+import type { Inspection } from '../system/inspect.js';
+import type { Logger } from '../system/log.js';
+import type { Lease, SupervisorActor } from '../system/scheduler.js';
+import type { WorkerHooks, WorkerStatus } from '../system/workers.js';
+import type { StoredProfile } from '../store/profile.schema.js';
+import { describeWorker, whenGone, whenLoaded } from './lifecycle.js';
+import { Tail, workerEnv } from './llamaServer.js';
+
+export type SttWorkerActor = Actor<typeof sttWorkerMachine>;
+export type SttProfile = Extract<StoredProfile, { category: 'stt' }>;
+
+/** The languages each backend can transcribe (spec 4.6: de, en, auto). */
+export const STT_LANGUAGES: Record<SttLaunch['backend'], ReadonlyArray<'de' | 'en' | 'auto'>> = {
+  pocketsphinx: ['en', 'auto'],
+  'whisper.cpp': ['de', 'en', 'auto'],
+};
+
+/** The engine answered with an error, or is gone. */
+export class EngineFailure extends Error {
+  override name = 'EngineFailure';
+}
+
+/** One running engine process: a line protocol, one request at a time. */
+class EngineLink {
+  #pending = '';
+  #waiters: Array<{ resolve: (line: string) => void; reject: (error: Error) => void }> = [];
+  #closed: Error | null = null;
+
+  constructor(readonly child: ResultPromise) {}
+
+  push(chunk: Buffer): string[] {
+    this.#pending += chunk.toString('utf8');
+    const lines: string[] = [];
+    for (let at = this.#pending.indexOf('\n'); at >= 0; at = this.#pending.indexOf('\n')) {
+      lines.push(this.#pending.slice(0, at));
+      this.#pending = this.#pending.slice(at + 1);
+    }
+    return lines;
+  }
+
+  deliver(line: string): boolean {
+    const waiter = this.#waiters.shift();
+    waiter?.resolve(line);
+    return waiter !== undefined;
+  }
+
+  close(error: Error): void {
+    this.#closed = error;
+    for (const waiter of this.#waiters.splice(0)) waiter.reject(error);
+  }
+
+  /** Sends one recording (16-bit PCM, 16 kHz mono) and awaits the engine's answer line. */
+  request(pcm: Buffer, signal?: AbortSignal): Promise<string> {
+    if (this.#closed) return Promise.reject(this.#closed);
+    return new Promise<string>((resolve, reject) => {
+      const onAbort = () => {
+        // The engine cannot drop a recording halfway: it is stopped, and the next job restarts it.
+        this.child.kill('SIGKILL');
+        reject(new EngineFailure('the request was cancelled'));
+      };
+      this.#waiters.push({
+        resolve: (line) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(line);
+        },
+        reject,
+      });
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.child.stdin?.write(`${pcm.length}\n`);
+      this.child.stdin?.write(pcm);
+    });
+  }
+}
+
+export interface SttWorkerDeps {
+  supervisor: SupervisorActor;
+  workers: WorkerHooks;
+  log: Logger;
+  lookup: RuntimeLookup;
+  env: NodeJS.ProcessEnv;
+  inspect?: Inspection['inspect'];
+  loadTimeLimitMs?: number;
+  terminationGraceMs?: number;
+}
+
+export function sttLaunchOf(lease: Pick<Lease, 'generation'>, profile: SttProfile): SttLaunch {
+  return { generation: lease.generation, profileId: profile.id, revision: profile.revision, backend: profile.params.backend, model: profile.params.model, threads: profile.params.threads };
+}
+
+export class SttWorker {
+  readonly actor: SttWorkerActor;
+  readonly #links = new Map<number, EngineLink>();
+  #since: string | null = null;
+
+  constructor(deps: SttWorkerDeps) {
+    const links = this.#links;
+    const engine = fromCallback<EngineCommand, EngineInput, SttWorkerEvent>(({ input, sendBack, receive }) => {
+      const { launch } = input;
+      const tail = new Tail(16 * 1024);
+      let child: ResultPromise | undefined;
+      let stopped = false;
+      let exited = false;
+      let stopRequested = false;
+      let before: number | null = null;
+      receive((command) => {
+        stopRequested = true;
+        if (child && !exited) child.kill(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
+      });
+      const start = async () => {
+        if (launch.backend !== 'pocketsphinx') {
+          exited = true;
+          sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message: `The ${launch.backend} backend is not available in this build.` } });
+          return;
+        }
+        const binary = await resolveRuntime('pocketsphinx', deps.lookup);
+        if (!binary) {
+          exited = true;
+          const message = 'The speech-to-text worker cannot start: the pocketsphinx engine is not built (run scripts/build-pocketsphinx.sh).';
+          if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message } });
+          return;
+        }
+        before = await readOomKills().catch(() => null);
+        if (stopped || stopRequested) return;
+        child = execa(binary, [], { env: workerEnv(deps.env), extendEnv: false, stdin: 'pipe', stdout: 'pipe', stderr: 'pipe', buffer: false, reject: false, cleanup: true, forceKillAfterDelay: false });
+        const link = new EngineLink(child);
+        links.set(launch.generation, link);
+        child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
+        child.stdout?.on('data', (chunk: Buffer) => {
+          for (const line of link.push(chunk)) {
+            if (line.includes('"ready"')) sendBack({ type: 'engine.ready' });
+            else if (!link.deliver(line)) tail.push(Buffer.from(`${line}\n`));
+          }
+        });
+        void child.then(async (result) => {
+          exited = true;
+          link.close(new EngineFailure('the speech-to-text engine ended'));
+          links.delete(launch.generation);
+          const after = await readOomKills().catch(() => null);
+          const diagnosis = diagnoseExit({
+            worker: 'stt',
+            exitCode: result.exitCode ?? null,
+            signal: result.signal ?? null,
+            oomKillsBefore: before,
+            oomKillsAfter: after,
+            outputTail: tail.text(),
+            expected: stopRequested,
+          });
+          if (!stopRequested) deps.log.warn({ worker: 'stt', generation: launch.generation, cause: diagnosis.cause, evidence: diagnosis.evidence }, 'speech-to-text worker ended');
+          if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: result.exitCode ?? null, signal: result.signal ?? null, cause: diagnosis.cause, message: diagnosis.message } });
+        });
+        if (child.pid !== undefined && !stopped) sendBack({ type: 'engine.spawned', pid: child.pid });
+      };
+      start().catch((error: unknown) => {
+        deps.log.error({ err: error, worker: 'stt' }, 'speech-to-text worker could not be started');
+        if (!stopped && !exited) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'unclear', message: `The speech-to-text worker could not be started: ${(error as Error).message}` } });
+      });
+      return () => {
+        stopped = true;
+        if (child && !exited) child.kill('SIGKILL');
+      };
+    });
+    const input = {
+      ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
+      ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
+    };
+    this.actor = createActor(sttWorkerMachine.provide({ actors: { engine } }), { systemId: 'sttWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    this.actor.on('*', (event) => {
+      if (event.type === 'worker.started') this.#since = new Date().toISOString();
+      deps.supervisor.send(event);
+    });
+    this.actor.subscribe({ error: (error) => deps.log.error({ err: error }, 'STT worker actor failed') });
+    this.actor.start();
+    deps.workers.register({ name: 'STT worker', kind: 'stt', unload: (command) => this.unload(command.generation, command.reason), describe: () => this.describe() });
+  }
+
+  /** The job whose grant starts the worker sends the start. */
+  start(lease: Pick<Lease, 'generation' | 'start'>, profile: SttProfile): void {
+    if (lease.start === null) return;
+    this.actor.send({ type: 'worker.start', launch: sttLaunchOf(lease, profile) });
+  }
+
+  /** Resolves once the start `generation` is loaded; rejects when it ends first. */
+  async ready(generation: number, signal?: AbortSignal): Promise<void> {
+    await whenLoaded(this.actor, generation, (reason) => new EngineFailure(reason), signal);
+  }
+
+  /** Transcribes one recording (16-bit PCM, 16 kHz mono) on the loaded start `generation`. */
+  async transcribe(generation: number, pcm: Buffer, signal?: AbortSignal): Promise<string> {
+    const link = this.#links.get(generation);
+    if (!link) throw new EngineFailure('the speech-to-text worker is not running');
+    const line = await link.request(pcm, signal);
+    let answer: { text?: unknown; error?: unknown };
+    try {
+      answer = JSON.parse(line) as typeof answer;
+    } catch {
+      throw new EngineFailure('the speech-to-text engine gave an answer that is not JSON');
+    }
+    if (typeof answer.text === 'string') return answer.text;
+    throw new EngineFailure(typeof answer.error === 'string' ? answer.error : 'the speech-to-text engine failed');
+  }
+
+  async unload(generation: number, reason: string): Promise<void> {
+    const snapshot = this.actor.getSnapshot();
+    if (snapshot.matches('unloaded') || snapshot.context.launch?.generation !== generation) return;
+    this.actor.send({ type: 'worker.unload', generation, reason });
+    await whenGone(this.actor, generation);
+  }
+
+  describe(): WorkerStatus | undefined {
+    return describeWorker(this.actor.getSnapshot(), 'stt', this.#since, []);
+  }
+
+  stop(): void {
+    this.actor.stop();
+  }
+}

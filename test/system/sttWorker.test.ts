@@ -1,0 +1,66 @@
+// The STT worker adapter with the real engine (native/pocketsphinx-worker.c): the job whose grant
+// starts it sends the start, the engine loads once, transcribes recording after recording in the
+// same process, reports started/loaded to the supervisor, unloads on command (its process ends),
+// and an engine that dies is reported at once as worker.exited with a diagnosis.
+import os from 'node:os';
+import path from 'node:path';
+import t, { type Test } from 'tap';
+import { speech } from '../helpers/speech.js';
+import { createLogger } from '../../src/system/log.js';
+import type { SupervisorActor } from '../../src/system/scheduler.js';
+import { WorkerHooks } from '../../src/system/workers.js';
+import { SttWorker, type SttProfile } from '../../src/workers/stt.js';
+import { alive, until } from '../helpers/until.js';
+
+const cacheDir = process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
+const profile = { id: 'stt-1', revision: 1, name: 'listener', category: 'stt', params: { backend: 'pocketsphinx', threads: 2 } } as unknown as SttProfile;
+const plan = { gpus: [] } as never;
+
+function setUp(t: Test) {
+  const reports: Array<Record<string, unknown>> = [];
+  const supervisor = { send: (event: Record<string, unknown>) => void reports.push(event) } as unknown as SupervisorActor;
+  const workers = new WorkerHooks();
+  const worker = new SttWorker({ supervisor, workers, log: createLogger({ level: 'silent' }), lookup: { env: process.env, cacheDir }, env: process.env });
+  t.teardown(async () => {
+    const { launch } = worker.actor.getSnapshot().context;
+    if (launch) await worker.unload(launch.generation, 'test end');
+    worker.stop();
+  });
+  return { worker, workers, reports };
+}
+
+
+t.test('load once, transcribe twice in one process, unload on command', async (t) => {
+  const { worker, workers, reports } = setUp(t);
+  worker.start({ generation: 1, start: plan }, profile);
+  await worker.ready(1);
+  const pid = worker.describe()?.pid;
+  t.ok(pid && alive(pid), 'the engine runs');
+  t.same(reports.map((r) => r.type), ['worker.started', 'worker.loaded'], 'reported to the supervisor');
+  t.match(reports[0], { kind: 'stt', generation: 1, pid });
+  const dir = t.testdir();
+  const first = await worker.transcribe(1, await speech(dir, 'hello world this is a test'));
+  const second = await worker.transcribe(1, await speech(dir, 'good morning how are you'));
+  t.match(first, /hello|world|test/, `the first recording: "${first}"`);
+  t.match(second, /morning|how|are|you/, `the second recording: "${second}"`);
+  t.equal(worker.describe()?.pid, pid, 'the same process answered both: the model stayed loaded');
+  await workers.unload('stt', { generation: 1, reason: 'endpoint stop' });
+  t.equal(worker.describe(), undefined, 'unloaded');
+  await until('the engine to end', async () => (alive(pid!) ? undefined : true), 5_000);
+  t.notOk(reports.some((r) => r.type === 'worker.exited'), 'an unload we asked for is not an exit');
+  await t.rejects(worker.transcribe(1, Buffer.alloc(0)), /not running/, 'no transcription without a worker');
+});
+
+t.test('an engine that dies is reported at once and the next start loads again', async (t) => {
+  const { worker, reports } = setUp(t);
+  worker.start({ generation: 1, start: plan }, profile);
+  await worker.ready(1);
+  const pid = worker.describe()!.pid!;
+  process.kill(pid, 'SIGKILL');
+  await until('the exit report', async () => reports.find((r) => r.type === 'worker.exited'));
+  t.match(reports.find((r) => r.type === 'worker.exited'), { kind: 'stt', generation: 1, message: /SIGKILL/ });
+  t.equal(worker.describe(), undefined);
+  worker.start({ generation: 2, start: plan }, profile);
+  await worker.ready(2);
+  t.equal(await worker.transcribe(2, Buffer.alloc(0)), '', 'the new engine answers');
+});
