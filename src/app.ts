@@ -4,6 +4,7 @@
 // reply and map it to HTTP.
 import { randomBytes } from 'node:crypto';
 import fastifyCookie from '@fastify/cookie';
+import fastifyMultipart from '@fastify/multipart';
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -23,6 +24,8 @@ import { adminProfileRoutes } from './routes/admin/profiles.js';
 import { adminSessionRoutes } from './routes/admin/session.js';
 import { chatRoutes } from './routes/inference/chat.js';
 import { healthRoutes } from './routes/inference/health.js';
+import { transcriptionRoutes } from './routes/inference/transcriptions.js';
+import { TRANSCRIPTION_WAV } from './adapters/wav.js';
 import { modelRoutes } from './routes/inference/models.js';
 
 export const JSON_BODY_LIMIT = 1024 * 1024;
@@ -72,6 +75,9 @@ export async function buildInferenceApp(service: Service): Promise<App> {
   await app.register(healthRoutes, { service });
   await app.register(modelRoutes, { service });
   await app.register(chatRoutes, { service, limits: service.chatLimits });
+  // Multipart forms (transcriptions): one file of at most 8 MiB, a few short fields.
+  await app.register(fastifyMultipart, { limits: { fileSize: TRANSCRIPTION_WAV.maxBytes, files: 1, fields: 10, fieldSize: 1024, parts: 12 } });
+  await app.register(transcriptionRoutes, { service });
   return app;
 }
 

@@ -53,7 +53,7 @@ export class UpstreamFailure extends Error {
 const reasonOf = (signal: AbortSignal): unknown => (signal.aborted ? (signal.reason as unknown) : undefined);
 
 /** Waits up to `ms` for the reservation to be revoked (the supervisor's diagnosis of a dead worker). */
-function revocation(lease: Lease, ms: number): Promise<ReservationRevoked | undefined> {
+export function revocation(lease: Lease, ms: number): Promise<ReservationRevoked | undefined> {
   const now = reasonOf(lease.signal);
   if (now instanceof ReservationRevoked) return Promise.resolve(now);
   return new Promise((resolve) => {

@@ -16,3 +16,15 @@ export async function speech(dir: string, text: string): Promise<Buffer> {
   const samples = resample(pcm16(wav), wav.sampleRate, 16_000);
   return Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
 }
+
+/** The STT engine program scripts/build-pocketsphinx.sh built into the cache (the test script runs it during set-up). */
+export async function pocketsphinxPath(): Promise<string> {
+  const { access, constants } = await import('node:fs/promises');
+  const os = await import('node:os');
+  const cache = process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
+  const engine = process.env.SERVICE_DECK_POCKETSPHINX ?? path.join(cache, 'bin', 'pocketsphinx-worker');
+  await access(engine, constants.X_OK).catch(() => {
+    throw new Error(`${engine} is not built: run sh scripts/build-pocketsphinx.sh (npm test does it during set-up)`);
+  });
+  return engine;
+}

@@ -1,0 +1,103 @@
+// Spec 4.6: POST /v1/audio/transcriptions, a multipart form with `model`, `file`, `language`
+// (de, en, auto; default de) and `response_format` (json only). The file is checked from its
+// bytes (src/adapters/wav.ts: PCM16 WAV, mono, 16 kHz, at most 120 s and 8 MiB); chunked
+// uploads (refused for every route), timestamps and streaming are rejected with a 400 that says
+// which rule failed. The job goes through the scheduler (one STT job at a time) to the STT worker
+// on the CPU, which stays loaded for further recordings. The answer is `{ "text": string }`.
+import type { MultipartFile } from '@fastify/multipart';
+import type { FastifyPluginAsync } from 'fastify';
+import { checkTranscriptionWav, TRANSCRIPTION_WAV, WavError } from '../../adapters/wav.js';
+import type { Service } from '../../system/service.js';
+import { revocation } from '../../workers/chatRequest.js';
+import { STT_LANGUAGES, type SttProfile } from '../../workers/stt.js';
+import { clientGone } from '../client.js';
+import { ApiError, errors } from '../errors.js';
+
+const LANGUAGES = ['de', 'en', 'auto'] as const;
+type Language = (typeof LANGUAGES)[number];
+
+/** OpenAI fields this endpoint refuses, with the rule that refuses them. */
+const REFUSED: Record<string, string> = {
+  stream: 'streamed transcription is not supported: the answer is one JSON object',
+  'timestamp_granularities[]': 'timestamps are not supported: the answer is { "text": string }',
+  timestamp_granularities: 'timestamps are not supported: the answer is { "text": string }',
+  chunking_strategy: 'chunking is not supported: send one recording of at most 120 s',
+  include: 'logprobs are not supported',
+  'include[]': 'logprobs are not supported',
+};
+
+const readFile = async (part: MultipartFile): Promise<Buffer> => {
+  const chunks: Buffer[] = [];
+  for await (const chunk of part.file) chunks.push(chunk as Buffer);
+  if (part.file.truncated) {
+    throw errors.invalidValue('file', `The file is larger than ${TRANSCRIPTION_WAV.maxBytes} bytes (8 MiB), the limit for a recording.`);
+  }
+  return Buffer.concat(chunks);
+};
+
+export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = async (app, { service }) => {
+  app.post('/v1/audio/transcriptions', async (request, reply) => {
+    const signal = clientGone(reply);
+    if (!request.isMultipart()) throw errors.mediaType('Send the recording as multipart/form-data (fields model, file, language, response_format).');
+    const fields: Record<string, string> = {};
+    let file: Buffer | undefined;
+    for await (const part of request.parts()) {
+      if (part.type === 'file') {
+        if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
+        if (file) throw errors.invalidValue('file', 'Send exactly one file.');
+        file = await readFile(part);
+        continue;
+      }
+      const refused = REFUSED[part.fieldname];
+      if (refused) throw errors.invalidValue(part.fieldname.replace(/\[\]$/, ''), `Not accepted: ${refused}.`);
+      if (!['model', 'language', 'response_format'].includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
+      fields[part.fieldname] = String(part.value);
+    }
+
+    const model = fields.model;
+    if (!model) throw errors.invalidValue('model', "The field 'model' is required: the API name of a published STT profile.");
+    const format = fields.response_format ?? 'json';
+    if (format !== 'json') throw errors.invalidValue('response_format', `Only response_format json is supported, not ${JSON.stringify(format)}.`);
+    const language = (fields.language ?? 'de') as Language;
+    if (!LANGUAGES.includes(language)) throw errors.invalidValue('language', `language must be de, en or auto, not ${JSON.stringify(fields.language)}.`);
+    if (!file) throw errors.invalidValue('file', "The field 'file' is required: a PCM16 WAV recording, mono, 16 kHz.");
+
+    const profile = (await service.catalog.resolve('stt', model)) as SttProfile | undefined;
+    if (!profile) throw errors.modelNotFound(model);
+    const supported = STT_LANGUAGES[profile.params.backend];
+    if (!supported.includes(language)) {
+      throw errors.invalidValue('language', `The ${profile.params.backend} backend of ${profile.name} cannot transcribe language ${language}: it takes ${supported.join(', ')}.`);
+    }
+    let pcm: Buffer;
+    try {
+      pcm = checkTranscriptionWav(file).data;
+    } catch (error) {
+      if (error instanceof WavError) throw new ApiError(400, 'invalid_request_error', error.rule, `The file is refused: ${error.message}.`, 'file');
+      throw error;
+    }
+
+    const lease = await service.scheduler.reserve(
+      { kind: 'stt', source: 'api', profileId: profile.id, revision: profile.revision, slots: 1, device: 'cpu', whenBusy: 'wait', profile },
+      { signal },
+    );
+    const both = AbortSignal.any([signal, lease.signal]);
+    let text: string;
+    try {
+      service.stt.start(lease, profile);
+      await service.stt.ready(lease.generation, both);
+      text = await service.stt.transcribe(lease.generation, pcm, both);
+    } catch (error) {
+      if (signal.aborted) {
+        lease.cancel();
+        throw signal.reason;
+      }
+      // The diagnosis comes with the revocation, so it is awaited before the reservation goes back.
+      const revoked = await revocation(lease, 2_000);
+      lease.cancel();
+      if (revoked) throw revoked;
+      throw errors.workerFailed(`The speech-to-text worker failed: ${(error as Error).message}`);
+    }
+    lease.release();
+    return { text };
+  });
+};

@@ -1,0 +1,74 @@
+// POST /v1/audio/transcriptions with the official openai client and plain multipart requests:
+// English speech made with espeak-ng goes through the real pocketsphinx engine and comes back as
+// text; every rule of spec 4.6 refuses with a 400 that names it.
+import OpenAI, { toFile } from 'openai';
+import t from 'tap';
+import { encodeWav } from '../../src/adapters/wav.js';
+import { build, TOKEN, type Built } from '../helpers/build.js';
+import { openapiErrors } from '../helpers/openapi.js';
+import { pocketsphinxPath, speech } from '../helpers/speech.js';
+
+async function setUp(t: Parameters<typeof build>[0]) {
+  const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
+  await b.startEndpoint();
+  const created = await b.admin('POST', '/api/v1/profiles', { name: 'listener', category: 'stt', params: {} });
+  const id = ((await created.json()) as { id: string }).id;
+  t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200);
+  return b;
+}
+
+const wav = (pcm: Buffer) => encodeWav(new Int16Array(pcm.buffer, pcm.byteOffset, pcm.length / 2), 16_000);
+
+async function post(b: Built, fields: Record<string, string>, file?: { bytes: Buffer; name?: string }) {
+  const form = new FormData();
+  for (const [name, value] of Object.entries(fields)) form.append(name, value);
+  if (file) form.append('file', new Blob([file.bytes]), file.name ?? 'audio.wav');
+  const response = await fetch(`${b.apiUrl()}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` }, body: form });
+  return { status: response.status, body: (await response.json()) as { text?: string; error?: { code: string; param: string | null; message: string } } };
+}
+
+t.test('the openai client transcribes English speech; the worker stays loaded', async (t) => {
+  const b = await setUp(t);
+  const client = new OpenAI({ apiKey: TOKEN, baseURL: `${b.apiUrl()}/v1`, maxRetries: 0 });
+  const dir = t.testdir();
+  const recording = wav(await speech(dir, 'hello world this is a test'));
+  const first = await client.audio.transcriptions.create({ model: 'listener', file: await toFile(recording, 'speech.wav'), language: 'en' });
+  t.same(openapiErrors('CreateTranscriptionResponseJson', first), [], 'the answer matches CreateTranscriptionResponseJson');
+  t.match(first.text, /hello|world|test/, `heard: "${first.text}"`);
+  const status = async () => ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; pid: number; state: string }> }).workers.find((w) => w.kind === 'stt');
+  const worker = await status();
+  t.equal(worker?.state, 'loaded', 'the STT worker stays loaded');
+  const second = await client.audio.transcriptions.create({ model: 'listener', file: await toFile(wav(await speech(dir, 'good morning how are you')), 'x.bin'), language: 'auto' });
+  t.match(second.text, /morning|how|are|you/, `heard: "${second.text}" (the name of the file does not matter)`);
+  t.equal((await status())?.pid, worker?.pid, 'the same process transcribed both recordings');
+});
+
+t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
+  const b = await setUp(t);
+  const good = wav(Buffer.alloc(16_000 * 2 * 0.5));
+  const stereo = encodeWav(new Int16Array(16_000), 16_000, 2);
+  const cases: Array<[string, Record<string, string>, { bytes: Buffer; name?: string } | undefined, number, string, string | null]> = [
+    ['the default language de on an English-only backend', { model: 'listener' }, { bytes: good }, 400, 'invalid_value', 'language'],
+    ['an unknown language', { model: 'listener', language: 'fr' }, { bytes: good }, 400, 'invalid_value', 'language'],
+    ['response_format text', { model: 'listener', language: 'en', response_format: 'text' }, { bytes: good }, 400, 'invalid_value', 'response_format'],
+    ['timestamps', { model: 'listener', language: 'en', 'timestamp_granularities[]': 'word' }, { bytes: good }, 400, 'invalid_value', 'timestamp_granularities'],
+    ['streaming', { model: 'listener', language: 'en', stream: 'true' }, { bytes: good }, 400, 'invalid_value', 'stream'],
+    ['an unknown field', { model: 'listener', language: 'en', temperature: '0' }, { bytes: good }, 400, 'unknown_parameter', 'temperature'],
+    ['no model', { language: 'en' }, { bytes: good }, 400, 'invalid_value', 'model'],
+    ['no file', { model: 'listener', language: 'en' }, undefined, 400, 'invalid_value', 'file'],
+    ['an unknown model', { model: 'nope', language: 'en' }, { bytes: good }, 404, 'model_not_found', 'model'],
+    ['stereo', { model: 'listener', language: 'en' }, { bytes: stereo }, 400, 'wav_not_mono', 'file'],
+    ['44.1 kHz', { model: 'listener', language: 'en' }, { bytes: encodeWav(new Int16Array(4410), 44_100) }, 400, 'wav_sample_rate', 'file'],
+    ['an MP3 named .wav', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([Buffer.from('ID3'), Buffer.alloc(100)]), name: 'song.wav' }, 400, 'wav_not_riff', 'file'],
+    ['a truncated WAV', { model: 'listener', language: 'en' }, { bytes: good.subarray(0, 1000) }, 400, 'wav_riff_size', 'file'],
+    ['9 MiB', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([good, Buffer.alloc(9 * 1024 * 1024)]) }, 400, 'invalid_value', 'file'],
+  ];
+  for (const [name, fields, file, status, code, param] of cases) {
+    const answer = await post(b, fields, file);
+    t.same([answer.status, answer.body.error?.code, answer.body.error?.param], [status, code, param], name);
+  }
+  const json = await b.api('POST', '/v1/audio/transcriptions', { model: 'listener' });
+  t.equal(json.status, 415, 'a JSON body is not a multipart form');
+  const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: unknown[]; queue: { running: unknown[] } };
+  t.same([status.workers, status.queue.running], [[], []], 'no refused request started a worker');
+});
