@@ -72,3 +72,24 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
   const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: unknown[]; queue: { running: unknown[] } };
   t.same([status.workers, status.queue.running], [[], []], 'no refused request started a worker');
 });
+
+t.test('a client that leaves mid-transcription never hands its answer to the next job', async (t) => {
+  const b = await setUp(t);
+  const dir = t.testdir();
+  const long = wav(await speech(dir, 'one two three four five six seven eight nine ten '.repeat(6)));
+  const short = wav(await speech(dir, 'good morning how are you'));
+  await post(b, { model: 'listener', language: 'en' }, { bytes: short });
+  const controller = new AbortController();
+  const form = new FormData();
+  form.append('model', 'listener');
+  form.append('language', 'en');
+  form.append('file', new Blob([long]), 'long.wav');
+  const left = fetch(`${b.apiUrl()}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` }, body: form, signal: controller.signal }).catch((e: unknown) => e);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  controller.abort();
+  t.ok((await left) instanceof Error, 'the first client left');
+  const next = await post(b, { model: 'listener', language: 'en' }, { bytes: short });
+  t.equal(next.status, 200);
+  t.notMatch(next.body.text ?? '', /one|two|three|four|five|six|seven|eight|nine|ten/, `the next job gets its own answer: "${next.body.text}"`);
+  t.match(next.body.text ?? '', /morning|how|are|you/);
+});

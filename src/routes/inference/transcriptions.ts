@@ -85,7 +85,10 @@ export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = asy
     try {
       service.stt.start(lease, profile);
       await service.stt.ready(lease.generation, both);
-      text = await service.stt.transcribe(lease.generation, pcm, both);
+      // A recording is not dropped halfway: a client that leaves now still lets the engine finish
+      // (a few seconds at most), so the next job never meets a busy engine. Only a revoked
+      // reservation (endpoint stop, a dead worker) ends it early.
+      text = await service.stt.transcribe(lease.generation, pcm, lease.signal);
     } catch (error) {
       if (signal.aborted) {
         lease.cancel();
