@@ -4,6 +4,7 @@
 // stay in RAM: nothing here logs them.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { waitFor } from 'xstate';
 import { z } from 'zod';
 import type { SupervisorEmitted } from '../../../machines/supervisor/index.js';
 import { ask } from '../../system/ask.js';
@@ -16,6 +17,8 @@ import { errors } from '../errors.js';
 
 const emptyBody = z.strictObject({}).nullish();
 const UNLOAD_REPLY_MS = 15_000;
+/** How long the unload answer waits for the process to end before it answers 202 (still unloading). */
+const UNLOAD_WAIT_MS = 30_000;
 
 const startBody = z.strictObject({
   profile_id: z.string().min(1),
@@ -63,6 +66,11 @@ export const adminChatTestRoutes: FastifyPluginAsync<{ service: Service }> = asy
     );
     if (!replied) throw errors.unavailable('supervisor_timeout', 'The scheduler did not answer the unload in time.');
     if (!replied.outcome.ok) throw errors.conflict(replied.outcome.code, replied.outcome.message);
-    return { unloaded: true, status: await service.status() };
+    // The answer comes once the process is gone (SIGTERM, then SIGKILL after the grace).
+    const gone = await waitFor(service.supervisor, (s) => s.context.workers.chat.state === 'unloaded', { timeout: UNLOAD_WAIT_MS }).then(
+      () => true,
+      () => false,
+    );
+    return reply.code(gone ? 200 : 202).send({ unloaded: gone, status: await service.status() });
   });
 };
