@@ -1,0 +1,199 @@
+// The life of one worker process, shared by the speech workers (spec 3.4 TTS, 3.5 STT): each is
+// its own machine made here with its kind, its limits and the spec rows it mirrors. The
+// supervisor decides (its reservations and the memory check); the job whose grant starts the
+// worker sends `worker.start`, and every unload is the supervisor's `worker.unload` naming the
+// start's generation. The machine is the process's life: loading until the engine says it is
+// ready, loaded for job after job, unloading with SIGTERM and then SIGKILL after a grace. A
+// process that ends on its own is reported at once as `worker.exited` with the adapter's
+// diagnosis; a start that does not load within its limit is stopped and reported as a timeout.
+import { assign, emit, fromCallback, sendTo, setup } from 'xstate';
+import type { ExitReport } from '../worker.types.js';
+
+export interface LaunchBase {
+  /** The start's generation from the supervisor's grant; every report names it. */
+  generation: number;
+  profileId: string;
+  revision: number;
+}
+
+export type LifecycleEvent<L extends LaunchBase> =
+  | { type: 'worker.start'; launch: L }
+  | { type: 'worker.unload'; generation: number; reason: string }
+  /** From the engine process actor. */
+  | { type: 'engine.spawned'; pid: number }
+  | { type: 'engine.ready' }
+  | { type: 'engine.exited'; report: ExitReport };
+
+/** Sent by the machine to its engine process actor. */
+export type EngineCommand = { type: 'engine.stop' } | { type: 'engine.kill' };
+
+export type LifecycleEmitted<K extends string> =
+  | { type: 'worker.started'; kind: K; generation: number; pid: number }
+  | { type: 'worker.loaded'; kind: K; generation: number }
+  | { type: 'worker.exited'; kind: K; generation: number; cause: string; message: string };
+
+export interface LifecycleContext<L extends LaunchBase> {
+  launch: L | null;
+  pid: number | null;
+  /** Why the worker is being unloaded, or the failure that ends it (then reported as `worker.exited`). */
+  stopping: { reason: string; failure: { cause: string; message: string } | null } | null;
+  last: string | null;
+  loadTimeLimitMs: number;
+  terminationGraceMs: number;
+}
+
+export interface LifecycleInput {
+  loadTimeLimitMs?: number;
+  terminationGraceMs?: number;
+}
+
+export interface EngineInput<L extends LaunchBase> {
+  launch: L;
+}
+
+/** What makes one worker machine: its id and kind, limits, and the spec rows its transitions quote. */
+export interface LifecycleSpec<K extends string> {
+  id: string;
+  kind: K;
+  /** How messages name it: "speech-to-text worker". */
+  name: string;
+  limits: { loadTimeLimitMs: number; terminationGraceMs: number };
+  rows: {
+    /** unloaded → loaded. */
+    start: string;
+    /** loaded → unloaded on the supervisor's command. */
+    unload: string;
+    /** loaded → unloaded on its own (an error). */
+    error: string;
+  };
+}
+
+export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: LifecycleSpec<K>) {
+  type Context = LifecycleContext<L>;
+  type Event = LifecycleEvent<L>;
+  type Emitted = LifecycleEmitted<K>;
+  type Ctx = { context: Context; event: Event };
+  const generationOf = (context: Context) => context.launch?.generation ?? 0;
+  const exited = (context: Context, failure: { cause: string; message: string }): Emitted => ({
+    type: 'worker.exited',
+    kind: spec.kind,
+    generation: generationOf(context),
+    cause: failure.cause,
+    message: failure.message,
+  });
+
+  return setup({
+    types: {
+      context: {} as Context,
+      events: {} as Event,
+      input: {} as LifecycleInput,
+      emitted: {} as Emitted,
+    },
+    actors: {
+      /**
+       * The engine process of one start: spawns it, sends `engine.spawned` (pid), `engine.ready` once
+       * it can take jobs, and `engine.exited` (with a diagnosis) when it ends. Takes `engine.stop`
+       * (SIGTERM) and `engine.kill` (SIGKILL); its cleanup kills what is left. The system provides it.
+       */
+      engine: fromCallback<EngineCommand, EngineInput<L>, Event>(() => {
+        throw new Error(`${spec.id} actor engine was not provided`);
+      }),
+    },
+    guards: {
+      /** The unload command names this start. */
+      ownGeneration: ({ context, event }: Ctx) => event.type === 'worker.unload' && event.generation === generationOf(context),
+      /** The start failed (the load limit): its end is reported as `worker.exited`. */
+      stopFailed: ({ context }: Ctx) => context.stopping?.failure != null,
+    },
+    delays: {
+      loadTimeLimit: ({ context }: { context: Context }) => context.loadTimeLimitMs,
+      terminationGrace: ({ context }: { context: Context }) => context.terminationGraceMs,
+    },
+    actions: {
+      adoptLaunch: assign(({ event }: Ctx) => (event.type === 'worker.start' ? { launch: event.launch, pid: null, stopping: null } : {})),
+      adoptProcess: assign(({ event }: Ctx) => (event.type === 'engine.spawned' ? { pid: event.pid } : {})),
+      reportStarted: emit(({ context, event }: Ctx): Emitted => ({
+        type: 'worker.started',
+        kind: spec.kind,
+        generation: generationOf(context),
+        pid: event.type === 'engine.spawned' ? event.pid : 0,
+      })),
+      reportLoaded: emit(({ context }: Ctx): Emitted => ({ type: 'worker.loaded', kind: spec.kind, generation: generationOf(context) })),
+      noteUnload: assign(({ event }: Ctx) => (event.type === 'worker.unload' ? { stopping: { reason: event.reason, failure: null } } : {})),
+      noteLoadTimeout: assign(({ context }: Ctx) => ({
+        stopping: {
+          reason: 'the engine did not finish loading in time',
+          failure: {
+            cause: 'timeout',
+            message: `The ${spec.name} did not load within ${Math.round(context.loadTimeLimitMs / 1000)} s (timeout); it was stopped.`,
+          },
+        },
+      })),
+      terminate: sendTo('engine', { type: 'engine.stop' } as EngineCommand),
+      kill: sendTo('engine', { type: 'engine.kill' } as EngineCommand),
+      reportExit: emit(({ context, event }: Ctx) => exited(context, event.type === 'engine.exited' ? event.report : { cause: 'unclear', message: `the ${spec.name} ended` })),
+      reportStopFailure: emit(({ context }: Ctx) => exited(context, context.stopping?.failure ?? { cause: 'unclear', message: `the ${spec.name} failed` })),
+      forgetProcess: assign(({ context, event }: Ctx) => ({
+        pid: null,
+        last: context.stopping?.failure?.message ?? context.stopping?.reason ?? (event.type === 'engine.exited' ? event.report.message : context.last),
+        stopping: null,
+      })),
+    },
+  }).createMachine({
+    id: spec.id,
+    context: ({ input }) => ({
+      launch: null,
+      pid: null,
+      stopping: null,
+      last: null,
+      loadTimeLimitMs: input.loadTimeLimitMs ?? spec.limits.loadTimeLimitMs,
+      terminationGraceMs: input.terminationGraceMs ?? spec.limits.terminationGraceMs,
+    }),
+    initial: 'unloaded',
+    states: {
+      unloaded: {
+        description: `no ${spec.name} process of ours runs`,
+        on: { 'worker.start': { target: 'running', actions: 'adoptLaunch', description: spec.rows.start } },
+      },
+      running: {
+        description: 'the engine process exists: it loads, works, or is being ended',
+        invoke: { id: 'engine', src: 'engine', input: ({ context }) => ({ launch: context.launch! }) },
+        on: { 'engine.spawned': { actions: ['adoptProcess', 'reportStarted'], description: 'the process exists: its pid is ours' } },
+        initial: 'loading',
+        states: {
+          loading: {
+            description: 'the engine loads',
+            on: {
+              'engine.ready': { target: 'loaded', actions: 'reportLoaded', description: 'the engine is ready' },
+              'worker.unload': { guard: 'ownGeneration', target: 'unloading', actions: 'noteUnload', description: 'unloaded before it was ready (endpoint stop)' },
+              'engine.exited': {
+                target: `#${spec.id}.unloaded`,
+                actions: ['reportExit', 'forgetProcess'],
+                description: 'the engine failed to load: its job gets 502 worker_failed with the likely cause',
+              },
+            },
+            after: { loadTimeLimit: { target: 'unloading', actions: 'noteLoadTimeout', description: 'it did not load within the limit (timeout)' } },
+          },
+          loaded: {
+            description: 'one job at a time; the worker stays loaded for further jobs',
+            on: {
+              'worker.unload': { guard: 'ownGeneration', target: 'unloading', actions: 'noteUnload', description: spec.rows.unload },
+              'engine.exited': { target: `#${spec.id}.unloaded`, actions: ['reportExit', 'forgetProcess'], description: spec.rows.error },
+            },
+          },
+          unloading: {
+            description: 'SIGTERM was sent; SIGKILL follows after the grace period',
+            entry: 'terminate',
+            after: { terminationGrace: { actions: 'kill', description: 'still alive after the grace period: SIGKILL' } },
+            on: {
+              'engine.exited': [
+                { guard: 'stopFailed', target: `#${spec.id}.unloaded`, actions: ['reportStopFailure', 'forgetProcess'], description: 'a failed start is gone: reported with its cause' },
+                { target: `#${spec.id}.unloaded`, actions: 'forgetProcess', description: 'the engine is gone: unloaded' },
+              ],
+            },
+          },
+        },
+      },
+    },
+  });
+}
