@@ -3,30 +3,14 @@
 // further recordings, unload on endpoint stop or a new build (SIGTERM, then SIGKILL after the
 // grace), and an engine error reported at once. Also every state reachable (xstate/graph).
 import t, { type Test } from 'tap';
-import { createActor, fromCallback, SimulatedClock } from 'xstate';
+import { fromCallback } from 'xstate';
 import { getShortestPaths, getStateNodes } from 'xstate/graph';
-import { STT_WORKER_LIMITS, sttWorkerMachine, type EngineCommand, type EngineInput, type SttLaunch, type SttWorkerEmitted, type SttWorkerEvent } from '../../machines/sttWorker/index.js';
+import { STT_WORKER_LIMITS, sttWorkerMachine, type SttLaunch } from '../../machines/sttWorker/index.js';
+import { lifecycleHarness } from '../helpers/lifecycle.js';
 
 const launch = (over: Partial<SttLaunch> = {}): SttLaunch => ({ generation: 1, profileId: 's', revision: 1, backend: 'pocketsphinx', model: undefined, threads: 2, ...over });
 
-function harness(input: { loadTimeLimitMs?: number; terminationGraceMs?: number } = {}) {
-  const clock = new SimulatedClock();
-  const commands: string[] = [];
-  const engines: EngineInput[] = [];
-  let send: ((event: SttWorkerEvent) => void) | undefined;
-  const engine = fromCallback<EngineCommand, EngineInput, SttWorkerEvent>(({ input: engineInput, sendBack, receive }) => {
-    engines.push(engineInput);
-    send = sendBack;
-    receive((command) => commands.push(command.type));
-    return () => commands.push('cleanup');
-  });
-  const actor = createActor(sttWorkerMachine.provide({ actors: { engine } }), { clock, input });
-  const emitted: SttWorkerEmitted[] = [];
-  actor.on('*', (event) => emitted.push(event));
-  actor.start();
-  const state = () => JSON.stringify(actor.getSnapshot().value);
-  return { clock, commands, engines, emitted, actor, state, engine: (event: SttWorkerEvent) => send?.(event) };
-}
+const harness = (input: { loadTimeLimitMs?: number; terminationGraceMs?: number } = {}) => lifecycleHarness(sttWorkerMachine, input);
 
 interface Row {
   row: string;
