@@ -24,6 +24,7 @@ import { adminProfileRoutes } from './routes/admin/profiles.js';
 import { adminSessionRoutes } from './routes/admin/session.js';
 import { chatRoutes } from './routes/inference/chat.js';
 import { healthRoutes } from './routes/inference/health.js';
+import { speechRoutes } from './routes/inference/speech.js';
 import { transcriptionRoutes } from './routes/inference/transcriptions.js';
 import { TRANSCRIPTION_WAV } from './adapters/wav.js';
 import { modelRoutes } from './routes/inference/models.js';
@@ -78,6 +79,7 @@ export async function buildInferenceApp(service: Service): Promise<App> {
   // Multipart forms (transcriptions): one file of at most 8 MiB, a few short fields.
   await app.register(fastifyMultipart, { limits: { fileSize: TRANSCRIPTION_WAV.maxBytes, files: 1, fields: 10, fieldSize: 1024, parts: 12 } });
   await app.register(transcriptionRoutes, { service });
+  await app.register(speechRoutes, { service });
   return app;
 }
 

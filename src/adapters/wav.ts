@@ -135,6 +135,34 @@ export function checkTranscriptionWav(bytes: Buffer, rules = TRANSCRIPTION_WAV):
   return wav;
 }
 
+/**
+ * A WAV written to a pipe (espeak-ng --stdout) cannot know its length and says 0x7ffff024 in its
+ * RIFF and data sizes: the sizes are set to what is there (a whole number of frames).
+ */
+export function fixStreamedWav(bytes: Buffer): Buffer {
+  if (bytes.length < 12 || bytes.toString('latin1', 0, 4) !== 'RIFF' || bytes.toString('latin1', 8, 12) !== 'WAVE') {
+    throw new WavError('wav_not_riff', 'the engine did not write a RIFF WAV');
+  }
+  const out = Buffer.from(bytes);
+  let offset = 12;
+  let blockAlign = 2;
+  while (offset + 8 <= out.length) {
+    const id = out.toString('latin1', offset, offset + 4);
+    const size = out.readUInt32LE(offset + 4);
+    if (id === 'fmt ' && offset + 22 <= out.length) blockAlign = Math.max(1, out.readUInt16LE(offset + 20));
+    if (id === 'data') {
+      const available = out.length - offset - 8;
+      const length = Math.min(size, available) - (Math.min(size, available) % blockAlign);
+      out.writeUInt32LE(length, offset + 4);
+      const end = offset + 8 + length;
+      out.writeUInt32LE(end - 8, 4);
+      return out.subarray(0, end);
+    }
+    offset += 8 + size + (size % 2);
+  }
+  throw new WavError('wav_no_data', 'the engine wrote no "data" chunk');
+}
+
 /** A PCM WAV file of the given samples (16-bit little-endian). */
 export function encodeWav(samples: Int16Array, sampleRate: number, channels = 1): Buffer {
   const data = Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);

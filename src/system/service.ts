@@ -33,6 +33,7 @@ import { WorkerHooks } from './workers.js';
 import { ChatWorker } from '../workers/chat.js';
 import { sweepLeftovers } from '../workers/llamaServer.js';
 import { SttWorker } from '../workers/stt.js';
+import { TtsWorker } from '../workers/tts.js';
 import { ChatTests } from './chatTests.js';
 import { CHAT_LIMITS, type ChatLimits } from '../workers/chatRequest.js';
 
@@ -56,6 +57,8 @@ export interface Service {
   chat: ChatWorker;
   /** The STT worker (spec 3.5): one engine process on the CPU, one recording at a time. */
   stt: SttWorker;
+  /** The TTS worker (spec 3.4): espeak-ng on the CPU, ready for further requests once loaded. */
+  tts: TtsWorker;
   /** The chat worker's HTTP limits (spec 8). */
   chatLimits: ChatLimits;
   /** The operator's chat test (spec 2.5, 4.7): one job, in RAM only. */
@@ -208,6 +211,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     },
   );
   const scheduler = new Scheduler(supervisor);
+  const tts = new TtsWorker({ supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
   const stt = new SttWorker({ supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
   const chat = new ChatWorker({
     supervisor,
@@ -289,6 +293,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     scheduler,
     chat,
     stt,
+    tts,
     chatLimits: options.chatLimits ?? CHAT_LIMITS,
     get chatTests() {
       chatTests ??= new ChatTests(service, service.chatLimits);
@@ -356,6 +361,7 @@ export async function startService(config: Config, options: StartOptions): Promi
       supervisor.stop();
       chat.stop();
       stt.stop();
+      tts.stop();
       await endpoint.flushed();
       await admin.close();
       await inspection.close();

@@ -15,9 +15,9 @@ import { diagnoseExit } from '../system/diagnose.js';
 import type { Inspection } from '../system/inspect.js';
 import type { Logger } from '../system/log.js';
 import type { Lease, SupervisorActor } from '../system/scheduler.js';
-import type { WorkerHooks, WorkerStatus } from '../system/workers.js';
+import type { WorkerHooks } from '../system/workers.js';
 import type { StoredProfile } from '../store/profile.schema.js';
-import { describeWorker, whenGone, whenLoaded } from './lifecycle.js';
+import { LifecycleWorker } from './lifecycle.js';
 import { Tail, workerEnv } from './llamaServer.js';
 
 export type SttWorkerActor = Actor<typeof sttWorkerMachine>;
@@ -101,13 +101,11 @@ export function sttLaunchOf(lease: Pick<Lease, 'generation'>, profile: SttProfil
   return { generation: lease.generation, profileId: profile.id, revision: profile.revision, backend: profile.params.backend, model: profile.params.model, threads: profile.params.threads };
 }
 
-export class SttWorker {
-  readonly actor: SttWorkerActor;
-  readonly #links = new Map<number, EngineLink>();
-  #since: string | null = null;
+export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSnapshot']>, SttLaunch, SttProfile> {
+  readonly #links: Map<number, EngineLink>;
 
   constructor(deps: SttWorkerDeps) {
-    const links = this.#links;
+    const links = new Map<number, EngineLink>();
     const engine = fromCallback<EngineCommand, EngineInput, SttWorkerEvent>(({ input, sendBack, receive }) => {
       const { launch } = input;
       const tail = new Tail(16 * 1024);
@@ -177,25 +175,13 @@ export class SttWorker {
       ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
       ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
     };
-    this.actor = createActor(sttWorkerMachine.provide({ actors: { engine } }), { systemId: 'sttWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
-    this.actor.on('*', (event) => {
-      if (event.type === 'worker.started') this.#since = new Date().toISOString();
-      deps.supervisor.send(event);
-    });
-    this.actor.subscribe({ error: (error) => deps.log.error({ err: error }, 'STT worker actor failed') });
-    this.actor.start();
-    deps.workers.register({ name: 'STT worker', kind: 'stt', unload: (command) => this.unload(command.generation, command.reason), describe: () => this.describe() });
+    const actor = createActor(sttWorkerMachine.provide({ actors: { engine } }), { systemId: 'sttWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    super(actor, 'stt', { name: 'STT worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new EngineFailure(reason));
+    this.#links = links;
   }
 
-  /** The job whose grant starts the worker sends the start. */
-  start(lease: Pick<Lease, 'generation' | 'start'>, profile: SttProfile): void {
-    if (lease.start === null) return;
-    this.actor.send({ type: 'worker.start', launch: sttLaunchOf(lease, profile) });
-  }
-
-  /** Resolves once the start `generation` is loaded; rejects when it ends first. */
-  async ready(generation: number, signal?: AbortSignal): Promise<void> {
-    await whenLoaded(this.actor, generation, (reason) => new EngineFailure(reason), signal);
+  protected launchOf(generation: number, profile: SttProfile): SttLaunch {
+    return sttLaunchOf({ generation }, profile);
   }
 
   /** Transcribes one recording (16-bit PCM, 16 kHz mono) on the loaded start `generation`. */
@@ -211,20 +197,5 @@ export class SttWorker {
     }
     if (typeof answer.text === 'string') return answer.text;
     throw new EngineFailure(typeof answer.error === 'string' ? answer.error : 'the speech-to-text engine failed');
-  }
-
-  async unload(generation: number, reason: string): Promise<void> {
-    const snapshot = this.actor.getSnapshot();
-    if (snapshot.matches('unloaded') || snapshot.context.launch?.generation !== generation) return;
-    this.actor.send({ type: 'worker.unload', generation, reason });
-    await whenGone(this.actor, generation);
-  }
-
-  describe(): WorkerStatus | undefined {
-    return describeWorker(this.actor.getSnapshot(), 'stt', this.#since, []);
-  }
-
-  stop(): void {
-    this.actor.stop();
   }
 }

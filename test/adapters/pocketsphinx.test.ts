@@ -6,22 +6,12 @@ import { access, constants } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { speech } from '../helpers/speech.js';
+import { speech, wordAccuracy } from '../helpers/speech.js';
 
 const cache = process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
 const ENGINE = path.join(cache, 'bin', 'pocketsphinx-worker');
 
 
-/** Word accuracy: the share of the reference's words found, in order (longest common subsequence). */
-function wordAccuracy(reference: string, heard: string): number {
-  const a = reference.toLowerCase().split(/\s+/).filter(Boolean);
-  const b = heard.toLowerCase().split(/\s+/).filter(Boolean);
-  const table = Array.from({ length: a.length + 1 }, () => new Array<number>(b.length + 1).fill(0));
-  for (let i = 1; i <= a.length; i += 1) {
-    for (let j = 1; j <= b.length; j += 1) table[i]![j] = a[i - 1] === b[j - 1] ? table[i - 1]![j - 1]! + 1 : Math.max(table[i - 1]![j]!, table[i]![j - 1]!);
-  }
-  return a.length === 0 ? 0 : table[a.length]![b.length]! / a.length;
-}
 
 t.test('one engine process transcribes recording after recording', async (t) => {
   await access(ENGINE, constants.X_OK).catch(() => {

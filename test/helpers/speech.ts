@@ -28,3 +28,14 @@ export async function pocketsphinxPath(): Promise<string> {
   });
   return engine;
 }
+
+/** Word accuracy: the share of the reference's words heard, in order (longest common subsequence). */
+export function wordAccuracy(reference: string, heard: string): number {
+  const a = reference.toLowerCase().split(/\s+/).filter(Boolean);
+  const b = heard.toLowerCase().split(/\s+/).filter(Boolean);
+  const table = Array.from({ length: a.length + 1 }, () => new Array<number>(b.length + 1).fill(0));
+  for (let i = 1; i <= a.length; i += 1) {
+    for (let j = 1; j <= b.length; j += 1) table[i]![j] = a[i - 1] === b[j - 1] ? table[i - 1]![j - 1]! + 1 : Math.max(table[i - 1]![j]!, table[i]![j - 1]!);
+  }
+  return a.length === 0 ? 0 : table[a.length]![b.length]! / a.length;
+}

@@ -8,7 +8,7 @@ import type { MultipartFile } from '@fastify/multipart';
 import type { FastifyPluginAsync } from 'fastify';
 import { checkTranscriptionWav, TRANSCRIPTION_WAV, WavError } from '../../adapters/wav.js';
 import type { Service } from '../../system/service.js';
-import { revocation } from '../../workers/chatRequest.js';
+import { onLease } from '../../workers/job.js';
 import { STT_LANGUAGES, type SttProfile } from '../../workers/stt.js';
 import { clientGone } from '../client.js';
 import { ApiError, errors } from '../errors.js';
@@ -80,27 +80,14 @@ export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = asy
       { kind: 'stt', source: 'api', profileId: profile.id, revision: profile.revision, slots: 1, device: 'cpu', whenBusy: 'wait', profile },
       { signal },
     );
-    const both = AbortSignal.any([signal, lease.signal]);
-    let text: string;
-    try {
+    const text = await onLease(lease, signal, 'speech-to-text worker', async (both) => {
       service.stt.start(lease, profile);
       await service.stt.ready(lease.generation, both);
       // A recording is not dropped halfway: a client that leaves now still lets the engine finish
       // (a few seconds at most), so the next job never meets a busy engine. Only a revoked
       // reservation (endpoint stop, a dead worker) ends it early.
-      text = await service.stt.transcribe(lease.generation, pcm, lease.signal);
-    } catch (error) {
-      if (signal.aborted) {
-        lease.cancel();
-        throw signal.reason;
-      }
-      // The diagnosis comes with the revocation, so it is awaited before the reservation goes back.
-      const revoked = await revocation(lease, 2_000);
-      lease.cancel();
-      if (revoked) throw revoked;
-      throw errors.workerFailed(`The speech-to-text worker failed: ${(error as Error).message}`);
-    }
-    lease.release();
+      return service.stt.transcribe(lease.generation, pcm, lease.signal);
+    });
     return { text };
   });
 };

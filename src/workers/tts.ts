@@ -1,0 +1,159 @@
+// The TTS worker adapter (spec 3.4): runs the TTS worker machine (machines/ttsWorker) with the
+// real engine, forwards its reports to the supervisor, carries the supervisor's unload commands to
+// it, and synthesises one text at a time on a loaded start.
+//
+// The espeak-ng backend (Debian, the embedded default, CPU) has no model to keep in memory: its
+// start checks that the program runs and speaks, and each request is one short espeak-ng run that
+// reads the text from stdin (never from its command line, where other users could see it) and
+// writes a WAV to stdout. The openai-server backend (a GPU engine a user installs) is not part of
+// this build yet: its start fails with a message that says so.
+import { execa, type ResultPromise } from 'execa';
+import { createActor, fromCallback, type Actor } from 'xstate';
+import { ttsWorkerMachine, type EngineCommand, type EngineInput, type TtsLaunch, type TtsWorkerEvent } from '../../machines/ttsWorker/index.js';
+import { fixStreamedWav } from '../adapters/wav.js';
+import { resolveRuntime } from '../adapters/runtimes.js';
+import type { Lease } from '../system/scheduler.js';
+import type { StoredProfile } from '../store/profile.schema.js';
+import { LifecycleWorker } from './lifecycle.js';
+import type { SttWorkerDeps } from './stt.js';
+import { workerEnv } from './llamaServer.js';
+
+export type TtsProfile = Extract<StoredProfile, { category: 'tts' }>;
+
+/** Spec 4.5 `language` (a name, default German) → espeak-ng's voice for it. */
+export const ESPEAK_LANGUAGES: Readonly<Record<string, string>> = {
+  German: 'de',
+  English: 'en-us',
+  French: 'fr',
+  Spanish: 'es',
+  Italian: 'it',
+  Portuguese: 'pt',
+  Dutch: 'nl',
+  Polish: 'pl',
+  Russian: 'ru',
+  Swedish: 'sv',
+  Japanese: 'ja',
+  Chinese: 'cmn',
+};
+
+/** OpenAI's preset voice names → espeak-ng voice variants; `alloy` is the default preset. */
+export const ESPEAK_VOICES: Readonly<Record<string, string>> = {
+  alloy: 'm3',
+  ash: 'm1',
+  ballad: 'm5',
+  coral: 'f2',
+  echo: 'm2',
+  fable: 'm7',
+  nova: 'f3',
+  onyx: 'm6',
+  sage: 'f4',
+  shimmer: 'f1',
+  verse: 'm4',
+};
+export const DEFAULT_VOICE = 'alloy';
+
+/** espeak-ng's words per minute at speed 1, and the range it can speak. */
+const ESPEAK_WPM = { base: 175, min: 80, max: 450 } as const;
+
+export class SpeechFailure extends Error {
+  override name = 'SpeechFailure';
+}
+
+export interface SpeechRequest {
+  text: string;
+  /** espeak-ng language voice, e.g. `de`. */
+  language: string;
+  /** espeak-ng variant, e.g. `m3`. */
+  variant: string;
+  speed: number;
+}
+
+/** espeak-ng's -s for a speed factor, within the range it can speak. */
+export function espeakRate(speed: number): number {
+  return Math.round(Math.min(ESPEAK_WPM.max, Math.max(ESPEAK_WPM.min, ESPEAK_WPM.base * speed)));
+}
+
+export type TtsWorkerDeps = Omit<SttWorkerDeps, 'loadTimeLimitMs' | 'terminationGraceMs'>;
+
+export function ttsLaunchOf(lease: Pick<Lease, 'generation'>, profile: TtsProfile): TtsLaunch {
+  return { generation: lease.generation, profileId: profile.id, revision: profile.revision, backend: profile.params.backend, device: profile.params.device, command: profile.params.command };
+}
+
+type TtsActor = Actor<typeof ttsWorkerMachine>;
+
+export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot']>, TtsLaunch, TtsProfile> {
+  readonly #binaries: Map<number, string>;
+
+  constructor(readonly deps: TtsWorkerDeps) {
+    const binaries = new Map<number, string>();
+    const engine = fromCallback<EngineCommand, EngineInput, TtsWorkerEvent>(({ input, sendBack, receive }) => {
+      const { launch } = input;
+      let stopped = false;
+      receive(() => {
+        // espeak-ng keeps no process between requests: there is nothing left to end.
+        binaries.delete(launch.generation);
+        if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: 0, signal: null, cause: 'stopped', message: 'The text-to-speech worker was stopped as requested.' } });
+      });
+      const start = async () => {
+        if (launch.backend !== 'espeak-ng') {
+          return { cause: 'runtime_missing', message: `The ${launch.backend} backend is not available in this build.` };
+        }
+        const binary = await resolveRuntime('espeak-ng', deps.lookup);
+        if (!binary) return { cause: 'runtime_missing', message: 'The text-to-speech worker cannot start: espeak-ng is not installed (apt-get install espeak-ng).' };
+        const probe = await execa(binary, ['--version'], { env: workerEnv(deps.env), extendEnv: false, reject: false, timeout: 10_000 });
+        if (probe.exitCode !== 0) return { cause: 'model_error', message: `espeak-ng does not run: ${String(probe.stderr).split('\n')[0] ?? ''}` };
+        binaries.set(launch.generation, binary);
+        return undefined;
+      };
+      start().then(
+        (failure) => {
+          if (stopped) return;
+          if (failure) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, ...failure } });
+          else sendBack({ type: 'engine.ready' });
+        },
+        (error: unknown) => {
+          if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'unclear', message: `The text-to-speech worker could not be started: ${(error as Error).message}` } });
+        },
+      );
+      return () => {
+        stopped = true;
+        binaries.delete(launch.generation);
+      };
+    });
+    const actor = createActor(ttsWorkerMachine.provide({ actors: { engine } }), { systemId: 'ttsWorker', input: {}, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    super(actor, 'tts', { name: 'TTS worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new SpeechFailure(reason));
+    this.#binaries = binaries;
+  }
+
+  protected launchOf(generation: number, profile: TtsProfile): TtsLaunch {
+    return ttsLaunchOf({ generation }, profile);
+  }
+
+  protected override gpus(): string[] {
+    const device = this.actor.getSnapshot().context.launch?.device;
+    return device && device !== 'cpu' ? [device] : [];
+  }
+
+  /** Speaks one text on the loaded start `generation`; resolves with a WAV file. */
+  async synthesize(generation: number, request: SpeechRequest, signal?: AbortSignal): Promise<Buffer> {
+    const binary = this.#binaries.get(generation);
+    if (!binary) throw new SpeechFailure('the text-to-speech worker is not running');
+    const child: ResultPromise = execa(binary, ['-v', `${request.language}+${request.variant}`, '-s', String(espeakRate(request.speed)), '--stdin', '--stdout'], {
+      env: workerEnv(this.deps.env),
+      extendEnv: false,
+      input: request.text,
+      encoding: 'buffer',
+      stripFinalNewline: false,
+      reject: false,
+      timeout: 120_000,
+      ...(signal ? { cancelSignal: signal } : {}),
+      forceKillAfterDelay: 1_000,
+    });
+    const result = await child;
+    if (result.isCanceled) throw new SpeechFailure('the request was cancelled');
+    if (result.exitCode !== 0 || !(result.stdout instanceof Uint8Array)) {
+      throw new SpeechFailure(`espeak-ng failed${result.timedOut ? ' (timeout)' : ''}: exit ${String(result.exitCode ?? result.signal)}`);
+    }
+    return fixStreamedWav(Buffer.from(result.stdout));
+  }
+}

@@ -1,0 +1,75 @@
+// POST /v1/audio/speech with the official openai client: espeak-ng speaks, the answer is a valid
+// RIFF WAV; the English round trip goes on through /v1/audio/transcriptions (resampled to 16 kHz
+// mono) and its word accuracy is measured; every rule of spec 4.5 refuses with a 400.
+import OpenAI, { toFile } from 'openai';
+import t from 'tap';
+import { encodeWav, pcm16, readWav, resample } from '../../src/adapters/wav.js';
+import { build, TOKEN } from '../helpers/build.js';
+import { pocketsphinxPath, wordAccuracy } from '../helpers/speech.js';
+
+
+async function setUp(t: Parameters<typeof build>[0]) {
+  const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
+  await b.startEndpoint();
+  for (const profile of [
+    { name: 'speaker', category: 'tts', params: {} },
+    { name: 'listener', category: 'stt', params: {} },
+  ]) {
+    const id = ((await (await b.admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
+    t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200);
+  }
+  return b;
+}
+
+const SENTENCES = ['hello world this is a test', 'good morning how are you', 'open the door and turn on the light'];
+
+t.test('speak through the openai client, then transcribe it: the round trip', async (t) => {
+  const b = await setUp(t);
+  const client = new OpenAI({ apiKey: TOKEN, baseURL: `${b.apiUrl()}/v1`, maxRetries: 0 });
+  const accuracies: number[] = [];
+  for (const sentence of SENTENCES) {
+    const spoken = await client.audio.speech.create({ model: 'speaker', input: sentence, voice: 'alloy', response_format: 'wav', language: 'English', speed: 0.75 } as OpenAI.Audio.SpeechCreateParams);
+    t.equal(spoken.headers.get('content-type'), 'audio/wav');
+    const wav = readWav(Buffer.from(await spoken.arrayBuffer()));
+    t.same([wav.channels, wav.bitsPerSample], [1, 16], 'a valid RIFF WAV, 16-bit mono');
+    t.ok(wav.seconds > 0.5, `${wav.seconds.toFixed(2)} s of speech`);
+    const pcm = resample(pcm16(wav), wav.sampleRate, 16_000);
+    const heard = await client.audio.transcriptions.create({ model: 'listener', language: 'en', file: await toFile(encodeWav(pcm, 16_000), 'speech.wav') });
+    accuracies.push(wordAccuracy(sentence, heard.text));
+    t.comment(`"${sentence}" → "${heard.text}" (${(accuracies.at(-1)! * 100).toFixed(0)}%)`);
+  }
+  const mean = accuracies.reduce((a, b) => a + b, 0) / accuracies.length;
+  t.comment(`round-trip word accuracy: ${(mean * 100).toFixed(0)}%`);
+  t.ok(mean >= 0.3, `English speech survives the round trip (${(mean * 100).toFixed(0)}% of the words)`);
+  const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; state: string }> };
+  t.equal(status.workers.find((w) => w.kind === 'tts')?.state, 'loaded', 'the TTS worker stays ready for further requests');
+
+  const german = await b.api('POST', '/v1/audio/speech', { model: 'speaker', input: 'Guten Morgen, wie geht es dir?' });
+  t.equal(german.status, 200, 'German is the default language');
+  const slow = readWav(Buffer.from(await (await b.api('POST', '/v1/audio/speech', { model: 'speaker', input: 'Guten Morgen, wie geht es dir?', speed: 0.5 })).arrayBuffer()));
+  t.ok(slow.seconds > readWav(Buffer.from(await german.arrayBuffer())).seconds, 'a lower speed speaks longer');
+});
+
+t.test('every rule of spec 4.5 refuses with a 400', async (t) => {
+  const b = await setUp(t);
+  const cases: Array<[string, Record<string, unknown>, number, string, string | null]> = [
+    ['mp3', { model: 'speaker', input: 'x', response_format: 'mp3' }, 400, 'invalid_value', 'response_format'],
+    ['stream_format', { model: 'speaker', input: 'x', stream_format: 'sse' }, 400, 'unknown_parameter', 'stream_format'],
+    ['an unknown field', { model: 'speaker', input: 'x', instructions: 'whisper' }, 400, 'unknown_parameter', 'instructions'],
+    ['an empty input', { model: 'speaker', input: '' }, 400, 'invalid_value', 'input'],
+    ['1001 characters', { model: 'speaker', input: 'a'.repeat(1001) }, 400, 'invalid_value', 'input'],
+    ['speed 5', { model: 'speaker', input: 'x', speed: 5 }, 400, 'invalid_value', 'speed'],
+    ['speed 0.2', { model: 'speaker', input: 'x', speed: 0.2 }, 400, 'invalid_value', 'speed'],
+    ['an unsupported language', { model: 'speaker', input: 'x', language: 'Klingon' }, 400, 'invalid_value', 'language'],
+    ['an unknown voice', { model: 'speaker', input: 'x', voice: 'darth' }, 400, 'invalid_value', 'voice'],
+    ['an unknown model', { model: 'nope', input: 'x' }, 404, 'model_not_found', 'model'],
+    ['an STT profile as model', { model: 'listener', input: 'x' }, 404, 'model_not_found', 'model'],
+  ];
+  for (const [name, body, status, code, param] of cases) {
+    const response = await b.api('POST', '/v1/audio/speech', body);
+    const error = ((await response.json()) as { error: { code: string; param: string | null; message: string } }).error;
+    t.same([response.status, error.code, error.param], [status, code, param], name);
+  }
+  const language = ((await (await b.api('POST', '/v1/audio/speech', { model: 'speaker', input: 'x', language: 'Klingon' })).json()) as { error: { message: string } }).error.message;
+  t.match(language, /German.*English/, 'the refusal names the supported languages');
+});
