@@ -2,7 +2,8 @@
 // part is a tiny GGUF model that the project generates itself (weights cannot be downloaded) in
 // the state directory, served by the llama-server that scripts/build-llama.sh built from the
 // llama.cpp source node-llama-cpp ships; its profile `tiny-chat` is created and published once.
-// The speech, transcription and image profiles arrive with their workers (issues 5 and 6).
+// The speech profiles `speaker` (espeak-ng) and `listener` (pocketsphinx, en-us) are made and
+// published once too; the image profile arrives with its worker (issue 6).
 import path from 'node:path';
 import { access } from 'node:fs/promises';
 import type { Config } from './config.js';
@@ -18,6 +19,11 @@ export interface Demo {
 }
 
 export const DEMO_CHAT = { id: 'demo-chat', name: 'tiny-chat' } as const;
+/** espeak-ng speech and pocketsphinx transcription (Debian's packages; the set-up installs them as root). */
+export const DEMO_SPEECH = [
+  { id: 'demo-tts', name: 'speaker', category: 'tts' },
+  { id: 'demo-stt', name: 'listener', category: 'stt' },
+] as const;
 
 const exists = (file: string) => access(file).then(() => true, () => false);
 
@@ -44,6 +50,12 @@ export async function setUpDemo(config: Config): Promise<Demo> {
     await profiles.create({ name: DEMO_CHAT.name, category: 'chat', params: { model, context: 4096, slots: 2, gpuSplit: null, gpuLayers: null, sampling: {} } }, DEMO_CHAT.id);
     await profiles.setPublished(DEMO_CHAT.id, true);
   }
+  for (const speech of DEMO_SPEECH) {
+    if (profiles.get(speech.id) || profiles.byName(speech.name)) continue;
+    const params = speech.category === 'tts' ? { backend: 'espeak-ng' as const, speed: 1, device: 'cpu', memoryMiB: 0 } : { backend: 'pocketsphinx' as const, threads: 2 };
+    await profiles.create({ name: speech.name, category: speech.category, params } as Parameters<typeof profiles.create>[0], speech.id);
+    await profiles.setPublished(speech.id, true);
+  }
   await endpoint.flushed();
 
   return {
@@ -54,7 +66,7 @@ export async function setUpDemo(config: Config): Promise<Demo> {
         `service-deck demo: state in ${config.stateDir}`,
         `service-deck demo: ${listed.length} profile(s): ${listed.map((p) => `${p.name} (${p.category}${service.profiles.isPublished(p.id) ? ', published' : ''})`).join(', ')}`,
         `service-deck demo: try  curl -s http://127.0.0.1:${service.inferenceAddress()?.port ?? 8120}/v1/chat/completions -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"model":"${DEMO_CHAT.name}","messages":[{"role":"user","content":"Hello"}],"max_tokens":32}'`,
-        'service-deck demo: speech, transcription and image profiles arrive with their workers; Ctrl-C stops the service',
+        'service-deck demo: the image profile arrives with its worker; Ctrl-C stops the service',
       ];
     },
   };

@@ -24,18 +24,27 @@ t.test('the demo serves a chat model out of the box', async (t) => {
   const demo = spawnCli(t, ['demo', '--ui-port', String(uiPort)], env);
   await demo.waitFor(/Ctrl-C stops the service/, 60_000);
   t.match(demo.output(), /operator password \(shown once\)/);
-  t.match(demo.output(), /tiny-chat \(chat, published\)/);
+  t.match(demo.output(), /tiny-chat \(chat, published\), speaker \(tts, published\), listener \(stt, published\)/);
   const client = new OpenAI({ apiKey: 'sd-demo-token', baseURL: `http://127.0.0.1:${apiPort}/v1`, maxRetries: 0 });
   t.same((await client.models.list()).data.map((m) => m.id), ['tiny-chat']);
   const answer = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8 });
   t.equal(answer.usage?.completion_tokens, 8, 'the demo model answers');
+  const speech = await fetch(`http://127.0.0.1:${apiPort}/v1/audio/speech`, {
+    method: 'POST',
+    headers: { authorization: 'Bearer sd-demo-token', 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'speaker', input: 'Hallo!' }),
+  });
+  t.equal(speech.headers.get('content-type'), 'audio/wav', 'the demo speaks');
+  const ids = async (route: string) => ((await client.get(route)) as { data: Array<{ id: string }> }).data.map((m) => m.id);
+  t.same(await ids('/audio/speech/models'), ['speaker'], 'the speech profile is published');
+  t.same(await ids('/audio/transcriptions/models'), ['listener'], 'the transcription profile is published');
   demo.child.kill('SIGTERM');
   t.same(await demo.exited, { code: 0, signal: null }, 'SIGTERM ends it cleanly');
 
   const again = spawnCli(t, ['demo', '--ui-port', String(uiPort)], env);
   await again.waitFor(/Ctrl-C stops the service/, 60_000);
   t.notMatch(again.output(), /generated the tiny chat model|password \(shown once\)/, 'the second run reuses the model and the password');
-  t.match(again.output(), /1 profile\(s\): tiny-chat/);
+  t.match(again.output(), /3 profile\(s\): tiny-chat/, 'nothing was made twice');
   again.child.kill('SIGTERM');
   await again.exited;
 });
