@@ -6,6 +6,7 @@ import t from 'tap';
 import { encodeWav, pcm16, readWav, resample } from '../../src/adapters/wav.js';
 import { build, TOKEN } from '../helpers/build.js';
 import { pocketsphinxPath, wordAccuracy } from '../helpers/speech.js';
+import { alive, until } from '../helpers/until.js';
 
 
 async function setUp(t: Parameters<typeof build>[0]) {
@@ -44,10 +45,22 @@ t.test('speak through the openai client, then transcribe it: the round trip', as
   const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; state: string }> };
   t.equal(status.workers.find((w) => w.kind === 'tts')?.state, 'loaded', 'the TTS worker stays ready for further requests');
 
+  const sttPid = ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; pid: number | null }> }).workers.find((w) => w.kind === 'stt')?.pid;
+  t.ok(sttPid && alive(sttPid), 'the STT engine runs');
+
   const german = await b.api('POST', '/v1/audio/speech', { model: 'speaker', input: 'Guten Morgen, wie geht es dir?' });
   t.equal(german.status, 200, 'German is the default language');
   const slow = readWav(Buffer.from(await (await b.api('POST', '/v1/audio/speech', { model: 'speaker', input: 'Guten Morgen, wie geht es dir?', speed: 0.5 })).arrayBuffer()));
   t.ok(slow.seconds > readWav(Buffer.from(await german.arrayBuffer())).seconds, 'a lower speed speaks longer');
+
+  // Endpoint stop: the TTS worker and the STT worker are unloaded.
+  t.equal((await b.admin('POST', '/api/v1/endpoint/stop', {})).status, 200);
+  const after = await until('the speech workers to go', async () => {
+    const workers = ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string }> }).workers;
+    return workers.some((w) => w.kind === 'tts' || w.kind === 'stt') ? undefined : workers;
+  });
+  t.same(after, [], 'no worker is left after the stop');
+  t.notOk(alive(sttPid!), "the STT engine's process ended");
 });
 
 t.test('every rule of spec 4.5 refuses with a 400', async (t) => {
