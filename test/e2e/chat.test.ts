@@ -78,7 +78,7 @@ t.test('tools, structured output, reasoning headers and request errors', async (
   ];
   // The tiny model never ends a turn on its own, so it calls again and again until max_tokens: the
   // first call is complete long before that.
-  const called = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Weather in Berlin?' }], tools, max_tokens: 300 });
+  const called = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Weather in Berlin?' }], tools, max_tokens: 300, seed: 7 });
   t.same(openapiErrors('CreateChatCompletionResponse', called), [], 'a tool call answer matches the schema');
   const call = called.choices[0]?.message.tool_calls?.[0];
   t.ok(['tool_calls', 'length'].includes(called.choices[0]?.finish_reason ?? ''), 'the worker answered with tool calls');
