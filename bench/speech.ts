@@ -1,0 +1,168 @@
+// bench/speech: the service's own cost on speech, measured in one run against the engines alone.
+//
+// - Speech synthesis: the same paragraphs spoken by espeak-ng directly (the command line the TTS
+//   worker runs, text on stdin, WAV on stdout, read by this process) and through
+//   POST /v1/audio/speech (the WAV then also crosses HTTP to this process).
+// - Transcription: the same 16 kHz recordings sent to a pocketsphinx engine process of our own
+//   (native/pocketsphinx-worker.c, model loaded once) and through POST /v1/audio/transcriptions
+//   (the service's own engine, loaded once).
+//
+// The two sides alternate request by request, so drift hits both alike; the first requests of each
+// side are a warm-up. Prints p50 per side and the ratio. Target (issue 5): service overhead under 5%.
+// Run: npm run bench:speech [-- ROUNDS]
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { execa } from 'execa';
+import { encodeWav, fixStreamedWav, pcm16, readWav, resample } from '../src/adapters/wav.js';
+import { loadConfig } from '../src/config.js';
+import { createLogger } from '../src/system/log.js';
+import { startService } from '../src/system/service.js';
+import { espeakRate } from '../src/workers/tts.js';
+import { freePort } from '../test/helpers/build.js';
+import { pocketsphinxPath } from '../test/helpers/speech.js';
+
+const ROUNDS = Number(process.argv[2] ?? 20);
+const WARM_UP = 3;
+const TOKEN = 'sd-bench-speech-token-0123';
+/** Recordings for transcription: short sentences (pocketsphinx takes about a second each). */
+const TEXTS = ['hello world this is a test of the speech service', 'good morning how are you today', 'open the door and turn on the light in the kitchen'];
+/** Texts for synthesis: paragraphs of 300 to 400 characters, what a client sends for a spoken answer (the limit is 1000). */
+const PARAGRAPHS = [
+  'The weather today will be mostly sunny with a light breeze from the west. In the afternoon a few clouds may pass over the hills, but no rain is expected before the evening. Temperatures will reach about twenty degrees, so a light jacket should be enough for a walk in the park or a visit to the market in the old town.',
+  'Your appointment has been moved to Thursday at half past ten. Please bring the documents we talked about on the phone, and arrive a few minutes early so that we can check them together. If this time does not suit you, call the office before Wednesday noon and we will find another slot in the same week.',
+  'To reset the device, hold the power button for ten seconds until the light turns orange, then release it and wait. The device restarts on its own and shows the welcome screen after about a minute. Your settings are kept, but the saved networks are removed, so you will need to enter the password of your wireless network again.',
+];
+
+const p50 = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN;
+
+/** espeak-ng as the TTS worker runs it. */
+async function espeakDirect(text: string): Promise<Buffer> {
+  const result = await execa('espeak-ng', ['-v', 'en-us+m3', '-s', String(espeakRate(0.75)), '--stdin', '--stdout'], { input: text, encoding: 'buffer' });
+  return Buffer.from(result.stdout);
+}
+
+/** Our own engine process: one recording at a time over its line protocol. */
+function engineClient(binary: string) {
+  const child = spawn(binary, [], { stdio: ['pipe', 'pipe', 'ignore'] });
+  let pending = '';
+  const waiters: Array<(line: string) => void> = [];
+  child.stdout.on('data', (chunk: Buffer) => {
+    pending += chunk.toString('utf8');
+    for (let at = pending.indexOf('\n'); at >= 0; at = pending.indexOf('\n')) {
+      const line = pending.slice(0, at);
+      pending = pending.slice(at + 1);
+      waiters.shift()?.(line);
+    }
+  });
+  const next = () => new Promise<string>((resolve) => waiters.push(resolve));
+  const ready = next();
+  return {
+    ready,
+    transcribe: async (pcm: Buffer) => {
+      const answer = next();
+      child.stdin.write(`${pcm.length}\n`);
+      child.stdin.write(pcm);
+      return JSON.parse(await answer) as { text: string };
+    },
+    stop: () => child.kill('SIGTERM'),
+  };
+}
+
+const dir = await mkdtemp(path.join(os.tmpdir(), 'sd-bench-speech-'));
+const engine = engineClient(await pocketsphinxPath());
+const log = createLogger({ level: 'warn', destination: { write: (line: string) => void process.stderr.write(line) } });
+const env: NodeJS.ProcessEnv = {
+  PATH: process.env.PATH,
+  HOME: process.env.HOME,
+  SERVICE_DECK_API_TOKEN: TOKEN,
+  SERVICE_DECK_ADMIN_PASSWORD: 'bench speech password',
+  SERVICE_DECK_CACHE_DIR: path.join(dir, 'cache'),
+  SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(),
+  SERVICE_DECK_GPUS: 'none',
+};
+const { service } = await startService(loadConfig({ stateDir: path.join(dir, 'state') }, env), { log, adminPort: 0 });
+try {
+  for (const [name, category, params] of [
+    ['speaker', 'tts', { backend: 'espeak-ng', speed: 0.75, device: 'cpu', memoryMiB: 0 }],
+    ['listener', 'stt', { backend: 'pocketsphinx', threads: 2 }],
+  ] as const) {
+    const profile = await service.profiles.create({ name, category, params } as Parameters<typeof service.profiles.create>[0]);
+    await service.profiles.setPublished(profile.id, true);
+  }
+  const apiPort = await freePort();
+  service.listener.send({ type: 'endpoint.config', port: apiPort });
+  service.listener.send({ type: 'endpoint.start' });
+  const until = Date.now() + 10_000;
+  while (!service.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
+  const api = `http://127.0.0.1:${service.inferenceAddress()?.port}`;
+  await engine.ready;
+
+  const speak = async (text: string) => {
+    const response = await fetch(`${api}/v1/audio/speech`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'speaker', input: text, language: 'English' }),
+    });
+    if (response.status !== 200) throw new Error(`speech: ${response.status} ${await response.text()}`);
+    return Buffer.from(await response.arrayBuffer());
+  };
+  const transcribe = async (wav: Buffer) => {
+    const form = new FormData();
+    form.append('model', 'listener');
+    form.append('language', 'en');
+    form.append('file', new Blob([wav]), 'speech.wav');
+    const response = await fetch(`${api}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` }, body: form });
+    if (response.status !== 200) throw new Error(`transcription: ${response.status} ${await response.text()}`);
+    return (await response.json()) as { text: string };
+  };
+
+  // The recordings: each text spoken once, resampled to 16 kHz mono.
+  const recordings = await Promise.all(
+    TEXTS.map(async (text) => {
+      const wav = readWav(fixStreamedWav(await espeakDirect(text)));
+      const samples = resample(pcm16(wav), wav.sampleRate, 16_000);
+      return { wav: encodeWav(samples, 16_000), pcm: Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength) };
+    }),
+  );
+
+  const times = { ttsDirect: [] as number[], ttsService: [] as number[], sttDirect: [] as number[], sttService: [] as number[] };
+  const time = async (into: number[] | undefined, work: () => Promise<unknown>) => {
+    const started = performance.now();
+    await work();
+    into?.push(performance.now() - started);
+  };
+  const began = performance.now();
+  for (let round = 0; round < ROUNDS + WARM_UP; round += 1) {
+    const keep = round >= WARM_UP;
+    const text = PARAGRAPHS[round % PARAGRAPHS.length]!;
+    const recording = recordings[round % recordings.length]!;
+    const order = round % 2 === 0;
+    for (const side of order ? ['direct', 'service'] : ['service', 'direct']) {
+      if (side === 'direct') {
+        await time(keep ? times.ttsDirect : undefined, () => espeakDirect(text));
+        await time(keep ? times.sttDirect : undefined, () => engine.transcribe(recording.pcm));
+      } else {
+        await time(keep ? times.ttsService : undefined, () => speak(text));
+        await time(keep ? times.sttService : undefined, () => transcribe(recording.wav));
+      }
+    }
+  }
+  const row = (label: string, direct: number[], through: number[]) => {
+    const [d, s] = [p50(direct), p50(through)];
+    const overhead = s / d - 1;
+    console.log(`${label.padEnd(26)}${d.toFixed(1).padStart(10)}${s.toFixed(1).padStart(10)}${(s / d).toFixed(3).padStart(8)}   overhead ${(overhead * 100).toFixed(1)}% (target < 5%: ${overhead < 0.05 ? 'met' : 'MISSED'})`);
+    return overhead;
+  };
+  console.log(`bench/speech: ${ROUNDS} rounds, ${os.cpus().length} CPUs, node ${process.version}; p50 in ms`);
+  console.log(`${''.padEnd(26)}${'engine'.padStart(10)}${'service'.padStart(10)}${'ratio'.padStart(8)}`);
+  const overheads = [row('speech (espeak-ng)', times.ttsDirect, times.ttsService), row('transcription (pocketsphinx)', times.sttDirect, times.sttService)];
+  console.log(`${((performance.now() - began) / 1000).toFixed(1)} s`);
+  if (overheads.some((o) => o >= 0.05)) process.exitCode = 1;
+} finally {
+  engine.stop();
+  await service.shutdown();
+  await rm(dir, { recursive: true, force: true });
+}
