@@ -13,9 +13,9 @@ import type { ChatParams, StoredProfile } from '../store/profile.schema.js';
 import type { Lease, SupervisorActor } from '../system/scheduler.js';
 import type { Inspection } from '../system/inspect.js';
 import type { Logger } from '../system/log.js';
-import type { WorkerHooks, WorkerStatus } from '../system/workers.js';
+import type { WorkerHooks } from '../system/workers.js';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
-import { describeWorker, whenGone, whenLoaded } from './lifecycle.js';
+import { LifecycleWorker } from './lifecycle.js';
 import { llamaServerActor } from './llamaServer.js';
 
 export type ChatWorkerActor = Actor<typeof chatWorkerMachine>;
@@ -67,61 +67,44 @@ export function launchOf(lease: Pick<Lease, 'generation' | 'start'>, profile: Ch
   };
 }
 
-export class ChatWorker {
-  readonly actor: ChatWorkerActor;
-  readonly #keys = new Map<number, string>();
+export class ChatWorker extends LifecycleWorker<ReturnType<ChatWorkerActor['getSnapshot']>, ChatLaunch, ChatProfile> {
+  readonly #keys: Map<number, string>;
   readonly #agents = new Map<number, http.Agent>();
-  /** Starts the supervisor unloaded before their job sent them. */
-  readonly #unloadedEarly = new Set<number>();
-  #since: string | null = null;
 
   constructor(deps: ChatWorkerDeps) {
+    const keys = new Map<number, string>();
     const logic = chatWorkerMachine.provide({
-      actors: { server: llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys: this.#keys }) },
+      actors: { server: llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys }) },
     });
     const input = {
       ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
       ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
     };
-    this.actor = createActor(logic, { systemId: 'chatWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
-    // The machine's reports go to the supervisor as they are.
-    this.actor.on('*', (event) => {
-      if (event.type === 'worker.started') this.#since = new Date().toISOString();
-      deps.supervisor.send(event);
-    });
-    this.actor.subscribe({
-      next: (snapshot) => {
-        // Connections of starts that ended are closed.
-        const live = snapshot.matches('unloaded') ? null : (snapshot.context.launch?.generation ?? null);
-        for (const [generation, agent] of this.#agents) {
-          if (generation !== live) {
-            agent.destroy();
-            this.#agents.delete(generation);
-          }
-        }
-        if (live === null) this.#since = null;
-      },
-      error: (error) => deps.log.error({ err: error }, 'chat worker actor failed'),
-    });
-    this.actor.start();
-    deps.workers.register({
-      name: 'chat worker',
-      kind: 'chat',
-      unload: (command) => this.unload(command.generation, command.reason),
-      describe: () => this.describe(),
+    const actor = createActor(logic, { systemId: 'chatWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    super(actor, 'chat', { name: 'chat worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new WorkerGone(reason));
+    this.#keys = keys;
+    // Connections of starts that ended are closed.
+    actor.subscribe((snapshot) => {
+      const live = snapshot.matches('unloaded') ? null : (snapshot.context.launch?.generation ?? null);
+      for (const [generation, agent] of this.#agents) {
+        if (generation === live) continue;
+        agent.destroy();
+        this.#agents.delete(generation);
+      }
     });
   }
 
-  /** The job whose grant starts the worker sends the start; others of the same start only wait. */
-  start(lease: Pick<Lease, 'generation' | 'start'>, profile: ChatProfile): void {
-    if (lease.start === null || this.#unloadedEarly.has(lease.generation)) return;
-    this.actor.send({ type: 'worker.start', launch: launchOf(lease, profile) });
+  protected launchOf(lease: Pick<Lease, 'generation' | 'start'>, profile: ChatProfile): ChatLaunch {
+    return launchOf(lease, profile);
   }
 
-  /** Resolves once the start `generation` is loaded; rejects when it ends first or `signal` aborts. */
-  async ready(generation: number, signal?: AbortSignal): Promise<ChatConnection> {
-    const early = () => (this.#unloadedEarly.has(generation) ? 'the chat worker start was unloaded before it began' : undefined);
-    await whenLoaded(this.actor, generation, (reason) => new WorkerGone(reason), signal, early);
+  protected override gpus(): string[] {
+    return this.actor.getSnapshot().context.launch?.gpus ?? [];
+  }
+
+  /** Resolves with the connection once the start `generation` is loaded; rejects when it ends first or `signal` aborts. */
+  async connect(generation: number, signal?: AbortSignal): Promise<ChatConnection> {
+    await this.ready(generation, signal);
     const connection = this.connection(generation);
     if (!connection) throw new WorkerGone('the chat worker is loaded but its key is gone');
     return connection;
@@ -142,28 +125,8 @@ export class ChatWorker {
     return { generation, port: context.port, key, agent, name: context.launch.name };
   }
 
-  /** The supervisor's unload command: resolves once the process of that start is gone. */
-  async unload(generation: number, reason: string): Promise<void> {
-    const snapshot = this.actor.getSnapshot();
-    const current = snapshot.context.launch?.generation ?? 0;
-    // An unload of a start whose job has not sent it yet (a narrow gap after the grant): that
-    // start must never begin, and its jobs must not wait for it.
-    if (generation > current) {
-      this.#unloadedEarly.add(generation);
-      return;
-    }
-    if (snapshot.matches('unloaded') || current !== generation) return;
-    this.actor.send({ type: 'worker.unload', generation, reason });
-    await whenGone(this.actor, generation);
-  }
-
-  describe(): WorkerStatus | undefined {
-    const snapshot = this.actor.getSnapshot();
-    return describeWorker(snapshot, 'chat', this.#since, snapshot.context.launch?.gpus ?? []);
-  }
-
-  stop(): void {
-    this.actor.stop();
+  override stop(): void {
+    super.stop();
     for (const agent of this.#agents.values()) agent.destroy();
     this.#agents.clear();
   }

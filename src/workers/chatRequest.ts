@@ -228,7 +228,7 @@ export async function openChat(
   options.onGranted?.(lease);
   try {
     service.chat.start(lease, profile);
-    const connection = await service.chat.ready(lease.generation, both);
+    const connection = await service.chat.connect(lease.generation, both);
     const sent = postToWorker(connection, Buffer.from(JSON.stringify(body)), { stream: options.stream, signal: both, idleMs: limits.idleMs });
     const response = await sent.response;
     return { lease, connection, response, abort: sent.abort };

@@ -1,5 +1,5 @@
-// What the chat and STT worker adapters share about a worker machine's life: both machines have
-// the states unloaded and running.{loading, loaded, unloading} and keep the start's launch
+// What the chat, STT and TTS worker adapters share (LifecycleWorker): their machines all have the
+// states unloaded and running.{loading, loaded, unloading} and keep the start's launch
 // (generation, profile), pid, stopping reason and last reason in their context.
 import type { WorkerStatus } from '../system/workers.js';
 
@@ -22,7 +22,7 @@ export interface WorkerActorLike<S extends WorkerSnapshotLike> {
  * Resolves once the start `generation` is loaded; rejects (with `gone(reason)`) when that start
  * ends first, when a later start replaced it, or when `signal` aborts.
  */
-export function whenLoaded<S extends WorkerSnapshotLike>(
+function whenLoaded<S extends WorkerSnapshotLike>(
   actor: WorkerActorLike<S>,
   generation: number,
   gone: (reason: string) => Error,
@@ -68,7 +68,7 @@ export function whenLoaded<S extends WorkerSnapshotLike>(
 }
 
 /** Resolves once the start `generation` is gone (unloaded, or replaced). */
-export function whenGone<S extends WorkerSnapshotLike>(actor: WorkerActorLike<S>, generation: number): Promise<void> {
+function whenGone<S extends WorkerSnapshotLike>(actor: WorkerActorLike<S>, generation: number): Promise<void> {
   const done = (s: S) => s.matches('unloaded') || s.context.launch?.generation !== generation;
   return new Promise((resolve) => {
     if (done(actor.getSnapshot())) return resolve();
@@ -81,67 +81,34 @@ export function whenGone<S extends WorkerSnapshotLike>(actor: WorkerActorLike<S>
 }
 
 /** The status line of a worker machine, or undefined while it is unloaded. */
-export function describeWorker(snapshot: WorkerSnapshotLike, kind: WorkerStatus['kind'], since: string | null, gpus: string[]): WorkerStatus | undefined {
+function describeWorker(snapshot: WorkerSnapshotLike, kind: WorkerStatus['kind'], since: string | null, gpus: string[]): WorkerStatus | undefined {
   const { launch, pid } = snapshot.context;
   if (snapshot.matches('unloaded') || !launch) return undefined;
   const state = snapshot.matches({ running: 'loaded' }) ? 'loaded' : snapshot.matches({ running: 'loading' }) ? 'loading' : 'unloading';
   return { kind, profile_id: launch.profileId, state, pid, gpus, since };
 }
 
-/** The supervisor's unload command for one start: resolves once that start is gone. */
-export async function unloadStart<S extends WorkerSnapshotLike>(
-  actor: WorkerActorLike<S> & { send(event: { type: 'worker.unload'; generation: number; reason: string }): void },
-  generation: number,
-  reason: string,
-): Promise<void> {
-  const snapshot = actor.getSnapshot();
-  if (snapshot.matches('unloaded') || snapshot.context.launch?.generation !== generation) return;
-  actor.send({ type: 'worker.unload', generation, reason });
-  await whenGone(actor, generation);
-}
-
 export interface Connection {
-  kind: WorkerStatus['kind'];
   name: string;
   /** The supervisor: every report of the machine goes to it as it is. */
   supervisor: { send(event: never): void };
   workers: { register(hook: { name: string; kind: WorkerStatus['kind']; unload: (command: { generation: number; reason: string }) => Promise<void>; describe: () => WorkerStatus | undefined }): unknown };
   log: { error(details: object, message: string): void };
-  unload: (generation: number, reason: string) => Promise<void>;
-  describe: () => WorkerStatus | undefined;
-  /** Sees each report first (the adapters note when their worker started). */
-  onReport?: (event: { type: string }) => void;
 }
 
 /**
- * Starts a worker machine's actor and connects it: its reports go to the supervisor, and the
- * supervisor's unload commands (through the worker hooks) reach it.
- */
-export function connectWorker(
-  actor: { on(type: '*', handler: (event: { type: string }) => void): unknown; subscribe(observer: { error: (error: unknown) => void }): unknown; start(): unknown },
-  connection: Connection,
-): void {
-  actor.on('*', (event) => {
-    connection.onReport?.(event);
-    connection.supervisor.send(event as never);
-  });
-  actor.subscribe({ error: (error) => connection.log.error({ err: error }, `${connection.name} actor failed`) });
-  actor.start();
-  connection.workers.register({
-    name: connection.name,
-    kind: connection.kind,
-    unload: (command) => connection.unload(command.generation, command.reason),
-    describe: connection.describe,
-  });
-}
-
-/**
- * What the speech worker adapters share: the actor of their lifecycle machine, connected to the
- * supervisor; the start sent by the job whose grant carries a start plan; waiting for `loaded`;
- * the unload; the status line. Subclasses give the launch of a profile and their work.
+ * What the worker adapters share: the actor of their worker machine, started and connected (its
+ * reports go to the supervisor, the supervisor's unload commands reach it through the worker
+ * hooks); the start sent by the job whose grant carries a start plan; waiting for `loaded`; the
+ * unload; the status line. Subclasses give the launch of a profile and their work.
  */
 export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
   #since: string | null = null;
+  /**
+   * Starts the supervisor unloaded before their job sent them (a narrow gap after the grant):
+   * such a start must never begin, and its jobs must not wait for it.
+   */
+  readonly #unloadedEarly = new Set<number>();
 
   protected constructor(
     readonly actor: WorkerActorLike<S> & {
@@ -152,22 +119,25 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
       stop(): unknown;
     },
     readonly kind: WorkerStatus['kind'],
-    connection: Pick<Connection, 'name' | 'supervisor' | 'workers' | 'log'>,
+    connection: Connection,
     readonly failure: (reason: string) => Error,
   ) {
-    connectWorker(actor, {
-      ...connection,
+    actor.on('*', (event) => {
+      if (event.type === 'worker.loaded') this.#since = new Date().toISOString();
+      connection.supervisor.send(event as never);
+    });
+    actor.subscribe({ error: (error) => connection.log.error({ err: error }, `${connection.name} actor failed`) });
+    actor.start();
+    connection.workers.register({
+      name: connection.name,
       kind,
-      unload: (generation, reason) => this.unload(generation, reason),
+      unload: (command) => this.unload(command.generation, command.reason),
       describe: () => this.describe(),
-      onReport: (event) => {
-        if (event.type === 'worker.loaded') this.#since = new Date().toISOString();
-      },
     });
   }
 
-  /** The start a profile snapshot asks for under this grant. */
-  protected abstract launchOf(generation: number, profile: P): L;
+  /** The start a profile snapshot asks for under this grant (and its start plan). */
+  protected abstract launchOf(lease: { generation: number; start: unknown }, profile: P): L;
 
   /** The GPUs the status shows for the loaded start. */
   protected gpus(): string[] {
@@ -176,17 +146,27 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
 
   /** The job whose grant starts the worker sends the start; others of the same start only wait. */
   start(lease: { generation: number; start: unknown }, profile: P): void {
-    if (lease.start === null) return;
-    this.actor.send({ type: 'worker.start', launch: this.launchOf(lease.generation, profile) });
+    if (lease.start === null || this.#unloadedEarly.has(lease.generation)) return;
+    this.actor.send({ type: 'worker.start', launch: this.launchOf(lease, profile) });
   }
 
-  /** Resolves once the start `generation` is loaded; rejects when it ends first. */
+  /** Resolves once the start `generation` is loaded; rejects when it ends first or `signal` aborts. */
   async ready(generation: number, signal?: AbortSignal): Promise<void> {
-    await whenLoaded(this.actor, generation, this.failure, signal);
+    const early = () => (this.#unloadedEarly.has(generation) ? `the ${this.kind} worker start was unloaded before it began` : undefined);
+    await whenLoaded(this.actor, generation, this.failure, signal, early);
   }
 
-  unload(generation: number, reason: string): Promise<void> {
-    return unloadStart(this.actor, generation, reason);
+  /** The supervisor's unload command for one start: resolves once that start is gone. */
+  async unload(generation: number, reason: string): Promise<void> {
+    const snapshot = this.actor.getSnapshot();
+    const current = snapshot.context.launch?.generation ?? 0;
+    if (generation > current) {
+      this.#unloadedEarly.add(generation);
+      return;
+    }
+    if (snapshot.matches('unloaded') || current !== generation) return;
+    this.actor.send({ type: 'worker.unload', generation, reason });
+    await whenGone(this.actor, generation);
   }
 
   describe(): WorkerStatus | undefined {

@@ -180,8 +180,8 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
     this.#links = links;
   }
 
-  protected launchOf(generation: number, profile: SttProfile): SttLaunch {
-    return sttLaunchOf({ generation }, profile);
+  protected launchOf(lease: { generation: number }, profile: SttProfile): SttLaunch {
+    return sttLaunchOf(lease, profile);
   }
 
   /** Transcribes one recording (16-bit PCM, 16 kHz mono) on the loaded start `generation`. */

@@ -125,8 +125,8 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
     this.#binaries = binaries;
   }
 
-  protected launchOf(generation: number, profile: TtsProfile): TtsLaunch {
-    return ttsLaunchOf({ generation }, profile);
+  protected launchOf(lease: { generation: number }, profile: TtsProfile): TtsLaunch {
+    return ttsLaunchOf(lease, profile);
   }
 
   protected override gpus(): string[] {
