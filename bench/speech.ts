@@ -10,7 +10,6 @@
 // The two sides alternate request by request, so drift hits both alike; the first requests of each
 // side are a warm-up. Prints p50 per side and the ratio. Target (issue 5): service overhead under 5%.
 // Run: npm run bench:speech [-- ROUNDS]
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,7 +21,7 @@ import { createLogger } from '../src/system/log.js';
 import { startService } from '../src/system/service.js';
 import { espeakRate } from '../src/workers/tts.js';
 import { freePort } from '../test/helpers/build.js';
-import { pocketsphinxPath } from '../test/helpers/speech.js';
+import { engineClient, pocketsphinxPath } from '../test/helpers/speech.js';
 
 const ROUNDS = Number(process.argv[2] ?? 20);
 const WARM_UP = 3;
@@ -44,35 +43,9 @@ async function espeakDirect(text: string): Promise<Buffer> {
   return Buffer.from(result.stdout);
 }
 
-/** Our own engine process: one recording at a time over its line protocol. */
-function engineClient(binary: string) {
-  const child = spawn(binary, [], { stdio: ['pipe', 'pipe', 'ignore'] });
-  let pending = '';
-  const waiters: Array<(line: string) => void> = [];
-  child.stdout.on('data', (chunk: Buffer) => {
-    pending += chunk.toString('utf8');
-    for (let at = pending.indexOf('\n'); at >= 0; at = pending.indexOf('\n')) {
-      const line = pending.slice(0, at);
-      pending = pending.slice(at + 1);
-      waiters.shift()?.(line);
-    }
-  });
-  const next = () => new Promise<string>((resolve) => waiters.push(resolve));
-  const ready = next();
-  return {
-    ready,
-    transcribe: async (pcm: Buffer) => {
-      const answer = next();
-      child.stdin.write(`${pcm.length}\n`);
-      child.stdin.write(pcm);
-      return JSON.parse(await answer) as { text: string };
-    },
-    stop: () => child.kill('SIGTERM'),
-  };
-}
-
 const dir = await mkdtemp(path.join(os.tmpdir(), 'sd-bench-speech-'));
 const engine = engineClient(await pocketsphinxPath());
+const engineReady = engine.next();
 const log = createLogger({ level: 'warn', destination: { write: (line: string) => void process.stderr.write(line) } });
 const env: NodeJS.ProcessEnv = {
   PATH: process.env.PATH,
@@ -98,7 +71,7 @@ try {
   const until = Date.now() + 10_000;
   while (!service.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
   const api = `http://127.0.0.1:${service.inferenceAddress()?.port}`;
-  await engine.ready;
+  await engineReady;
 
   const speak = async (text: string) => {
     const response = await fetch(`${api}/v1/audio/speech`, {
@@ -162,7 +135,7 @@ try {
   console.log(`${((performance.now() - began) / 1000).toFixed(1)} s`);
   if (overheads.some((o) => o >= 0.05)) process.exitCode = 1;
 } finally {
-  engine.stop();
+  engine.child.kill('SIGTERM');
   await service.shutdown();
   await rm(dir, { recursive: true, force: true });
 }

@@ -1,12 +1,11 @@
 // The STT engine program (native/pocketsphinx-worker.c, built by scripts/build-pocketsphinx.sh):
 // it loads the en-us model once and transcribes recording after recording in the same process.
 // The recordings are English speech made here with espeak-ng, resampled to 16 kHz mono.
-import { spawn } from 'node:child_process';
 import { access, constants } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { speech, wordAccuracy } from '../helpers/speech.js';
+import { engineClient, speech, wordAccuracy } from '../helpers/speech.js';
 
 const cache = process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
 const ENGINE = path.join(cache, 'bin', 'pocketsphinx-worker');
@@ -18,27 +17,8 @@ t.test('one engine process transcribes recording after recording', async (t) => 
     throw new Error(`${ENGINE} is not built: run sh scripts/build-pocketsphinx.sh (npm test does it during set-up, as root with Debian's packages)`);
   });
   const dir = t.testdir();
-  const engine = spawn(ENGINE, [], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const { child: engine, next, transcribe } = engineClient(ENGINE);
   t.teardown(() => engine.kill('SIGKILL'));
-  const lines: string[] = [];
-  let pending = '';
-  const waiters: Array<(line: string) => void> = [];
-  engine.stdout.on('data', (chunk: Buffer) => {
-    pending += chunk.toString('utf8');
-    for (let at = pending.indexOf('\n'); at >= 0; at = pending.indexOf('\n')) {
-      const line = pending.slice(0, at);
-      pending = pending.slice(at + 1);
-      const waiter = waiters.shift();
-      if (waiter) waiter(line);
-      else lines.push(line);
-    }
-  });
-  const next = () => new Promise<string>((resolve) => (lines.length > 0 ? resolve(lines.shift()!) : waiters.push(resolve)));
-  const transcribe = async (pcm: Buffer) => {
-    engine.stdin.write(`${pcm.length}\n`);
-    engine.stdin.write(pcm);
-    return JSON.parse(await next()) as { text?: string; error?: string };
-  };
 
   t.same(JSON.parse(await next()), { ready: true }, 'the model is loaded once, at the start');
   const sentences = ['hello world this is a test of speech recognition', 'open the door and turn on the light', 'good morning how are you'];

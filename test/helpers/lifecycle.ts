@@ -1,6 +1,7 @@
 // A running worker lifecycle machine (machines/worker/lifecycle.ts) with a simulated clock and a
 // simulated engine process: the tests send the supervisor's commands and the engine's reports
 // and read the machine's state, its reports and the signals the engine got.
+import type { Test } from 'tap';
 import { createActor, fromCallback, SimulatedClock } from 'xstate';
 import type { EngineCommand, EngineInput, LaunchBase, LifecycleEmitted, LifecycleEvent, LifecycleInput, lifecycleMachine } from '../../machines/worker/lifecycle.js';
 
@@ -28,4 +29,30 @@ export function lifecycleHarness<L extends LaunchBase, K extends string>(machine
     state: () => JSON.stringify(actor.getSnapshot().value),
     engine: (event: LifecycleEvent<L>) => send?.(event),
   };
+}
+
+/**
+ * An unload on the supervisor's command, as every worker machine does it: SIGTERM, no SIGKILL
+ * before the grace, SIGKILL at the grace, unloaded once the process is gone, the reason kept for
+ * the status, and no `worker.exited` (an unload we asked for is not an exit).
+ */
+export function expectUnload<L extends LaunchBase, K extends string>(
+  t: Test,
+  h: ReturnType<typeof lifecycleHarness<L, K>>,
+  reason: string,
+  graceMs: number,
+  generation = 1,
+): void {
+  t.ok(h.actor.getSnapshot().can({ type: 'worker.unload', generation, reason }), 'the unload names this start');
+  h.actor.send({ type: 'worker.unload', generation, reason });
+  t.equal(h.state(), '{"running":"unloading"}');
+  t.same(h.commands, ['engine.stop'], 'SIGTERM first');
+  h.clock.increment(graceMs - 1);
+  t.same(h.commands, ['engine.stop'], 'no SIGKILL before the grace');
+  h.clock.increment(1);
+  t.same(h.commands, ['engine.stop', 'engine.kill'], 'SIGKILL after the grace');
+  h.engine({ type: 'engine.exited', report: { exitCode: null, signal: 'SIGKILL', cause: 'stopped', message: 'stopped' } });
+  t.equal(h.state(), '"unloaded"');
+  t.equal(h.actor.getSnapshot().context.last, reason, 'the status keeps why');
+  t.notOk(h.emitted.some((e) => e.type === 'worker.exited'), 'an unload we asked for is not an exit');
 }

@@ -1,6 +1,6 @@
 // English speech made with espeak-ng (Debian, installed by the set-up), resampled to the 16 kHz
 // mono 16-bit PCM that the transcription route and the STT engine take.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -38,4 +38,35 @@ export function wordAccuracy(reference: string, heard: string): number {
     for (let j = 1; j <= b.length; j += 1) table[i]![j] = a[i - 1] === b[j - 1] ? table[i - 1]![j - 1]! + 1 : Math.max(table[i - 1]![j]!, table[i]![j - 1]!);
   }
   return a.length === 0 ? 0 : table[a.length]![b.length]! / a.length;
+}
+
+/**
+ * A pocketsphinx engine process of our own, spoken to over its line protocol: `next()` is its next
+ * output line, `transcribe()` sends one recording and parses the answer line.
+ */
+export function engineClient(binary: string) {
+  const child = spawn(binary, [], { stdio: ['pipe', 'pipe', 'ignore'] });
+  const lines: string[] = [];
+  const waiters: Array<(line: string) => void> = [];
+  let pending = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    pending += chunk.toString('utf8');
+    for (let at = pending.indexOf('\n'); at >= 0; at = pending.indexOf('\n')) {
+      const line = pending.slice(0, at);
+      pending = pending.slice(at + 1);
+      const waiter = waiters.shift();
+      if (waiter) waiter(line);
+      else lines.push(line);
+    }
+  });
+  const next = () => new Promise<string>((resolve) => (lines.length > 0 ? resolve(lines.shift()!) : waiters.push(resolve)));
+  return {
+    child,
+    next,
+    transcribe: async (pcm: Buffer) => {
+      child.stdin.write(`${pcm.length}\n`);
+      child.stdin.write(pcm);
+      return JSON.parse(await next()) as { text?: string; error?: string };
+    },
+  };
 }

@@ -5,7 +5,7 @@
 // memory check (test/machines/fit.test.ts); here the start arrives only when it passed.
 import t, { type Test } from 'tap';
 import { TTS_WORKER_LIMITS, ttsWorkerMachine, type TtsLaunch } from '../../machines/ttsWorker/index.js';
-import { lifecycleHarness } from '../helpers/lifecycle.js';
+import { expectUnload, lifecycleHarness } from '../helpers/lifecycle.js';
 
 const launch = (over: Partial<TtsLaunch> = {}): TtsLaunch => ({ generation: 1, profileId: 'tts', revision: 1, backend: 'espeak-ng', device: 'cpu', command: undefined, ...over });
 const harness = () => lifecycleHarness(ttsWorkerMachine);
@@ -18,15 +18,7 @@ const load = (h: ReturnType<typeof harness>, generation = 1) => {
 const unloadRow = (reason: string) => async (t: Test) => {
   const h = harness();
   load(h);
-  h.actor.send({ type: 'worker.unload', generation: 1, reason });
-  t.equal(h.state(), '{"running":"unloading"}');
-  t.same(h.commands, ['engine.stop'], 'SIGTERM to our own worker');
-  h.clock.increment(TTS_WORKER_LIMITS.terminationGraceMs);
-  t.same(h.commands, ['engine.stop', 'engine.kill'], 'SIGKILL after the grace');
-  h.engine({ type: 'engine.exited', report: { exitCode: null, signal: 'SIGKILL', cause: 'stopped', message: 'stopped' } });
-  t.equal(h.state(), '"unloaded"');
-  t.equal(h.actor.getSnapshot().context.last, reason);
-  t.notOk(h.emitted.some((e) => e.type === 'worker.exited'), 'an unload we asked for is not an exit');
+  expectUnload(t, h, reason, TTS_WORKER_LIMITS.terminationGraceMs);
 };
 
 t.test('spec 3.4 TTS worker, row by row', async (t) => {
@@ -58,15 +50,4 @@ t.test('an engine that ends on its own is reported at once; the next request loa
   t.equal(h.state(), '"unloaded"');
   load(h, 2);
   t.equal(h.state(), '{"running":"loaded"}');
-});
-
-t.test('a start that does not load within its limit is stopped and reported as a timeout', async (t) => {
-  const h = harness();
-  h.actor.send({ type: 'worker.start', launch: launch() });
-  h.clock.increment(TTS_WORKER_LIMITS.loadTimeLimitMs - 1);
-  t.equal(h.state(), '{"running":"loading"}');
-  h.clock.increment(1);
-  t.same(h.commands, ['engine.stop']);
-  h.engine({ type: 'engine.exited', report: { exitCode: null, signal: 'SIGTERM', cause: 'stopped', message: 'stopped' } });
-  t.match(h.emitted.at(-1), { type: 'worker.exited', kind: 'tts', cause: 'timeout', message: /text-to-speech worker did not load within 300 s/ });
 });
