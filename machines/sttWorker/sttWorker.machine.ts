@@ -17,6 +17,7 @@ export const sttWorkerMachine = lifecycleMachine<SttLaunch, 'stt'>({
   limits: STT_WORKER_LIMITS,
   rows: {
     start: 'unloaded | first transcription request | | loaded (CPU): the engine starts on the CPU and loads its model',
+    cancel: 'loading | endpoint stop before the engine was ready | | unloaded: the start is aborted',
     unload: 'loaded | endpoint stop, a new build (or the per-request policy) | | unloaded',
     error: 'loaded | an error | | unloaded: the engine ended on its own; noticed at once',
   },

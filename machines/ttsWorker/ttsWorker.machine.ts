@@ -19,6 +19,7 @@ export const ttsWorkerMachine = lifecycleMachine<TtsLaunch, 'tts'>({
   limits: TTS_WORKER_LIMITS,
   rows: {
     start: 'unloaded | first speech request | the designated GPU has at least 7 GiB free (checked by the supervisor) | loaded: worker stays ready for further requests',
+    cancel: 'loading | endpoint stop before the engine was ready | | unloaded: the start is aborted',
     unload: 'loaded | exclusive image or video mode, incompatible GPU profile change, endpoint stop | | unloaded: only our own worker is ended',
     error: 'loaded | the engine ended on its own | | unloaded: noticed at once, its request gets 502 worker_failed',
   },

@@ -1,5 +1,6 @@
-// The life of one worker process, shared by the speech workers (spec 3.4 TTS, 3.5 STT): each is
-// its own machine made here with its kind, its limits and the spec rows it mirrors. The
+// The life of one worker process, shared by the chat worker (spec 3.2) and the speech workers
+// (3.4 TTS, 3.5 STT): each is its own machine made here with its kind, its limits and the spec rows
+// it mirrors. The
 // supervisor decides (its reservations and the memory check); the job whose grant starts the
 // worker sends `worker.start`, and every unload is the supervisor's `worker.unload` naming the
 // start's generation. The machine is the process's life: loading until the engine says it is
@@ -20,7 +21,7 @@ export type LifecycleEvent<L extends LaunchBase> =
   | { type: 'worker.start'; launch: L }
   | { type: 'worker.unload'; generation: number; reason: string }
   /** From the engine process actor. */
-  | { type: 'engine.spawned'; pid: number }
+  | { type: 'engine.spawned'; pid: number; port?: number }
   | { type: 'engine.ready' }
   | { type: 'engine.exited'; report: ExitReport };
 
@@ -35,6 +36,8 @@ export type LifecycleEmitted<K extends string> =
 export interface LifecycleContext<L extends LaunchBase> {
   launch: L | null;
   pid: number | null;
+  /** The loopback port of an engine that serves HTTP (llama-server); null otherwise. */
+  port: number | null;
   /** Why the worker is being unloaded, or the failure that ends it (then reported as `worker.exited`). */
   stopping: { reason: string; failure: { cause: string; message: string } | null } | null;
   last: string | null;
@@ -61,6 +64,8 @@ export interface LifecycleSpec<K extends string> {
   rows: {
     /** unloaded → loaded. */
     start: string;
+    /** loading → unloaded on the supervisor's command (a cancelled or stopped start). */
+    cancel: string;
     /** loaded → unloaded on the supervisor's command. */
     unload: string;
     /** loaded → unloaded on its own (an error). */
@@ -110,8 +115,8 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       terminationGrace: ({ context }: { context: Context }) => context.terminationGraceMs,
     },
     actions: {
-      adoptLaunch: assign(({ event }: Ctx) => (event.type === 'worker.start' ? { launch: event.launch, pid: null, stopping: null } : {})),
-      adoptProcess: assign(({ event }: Ctx) => (event.type === 'engine.spawned' ? { pid: event.pid } : {})),
+      adoptLaunch: assign(({ event }: Ctx) => (event.type === 'worker.start' ? { launch: event.launch, pid: null, port: null, stopping: null } : {})),
+      adoptProcess: assign(({ event }: Ctx) => (event.type === 'engine.spawned' ? { pid: event.pid, port: event.port ?? null } : {})),
       reportStarted: emit(({ context, event }: Ctx): Emitted => ({
         type: 'worker.started',
         kind: spec.kind,
@@ -125,7 +130,7 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
           reason: 'the engine did not finish loading in time',
           failure: {
             cause: 'timeout',
-            message: `The ${spec.name} did not load within ${Math.round(context.loadTimeLimitMs / 1000)} s (timeout); it was stopped.`,
+            message: `The ${spec.name} did not become ready within ${Math.round(context.loadTimeLimitMs / 1000)} s (timeout); it was stopped.`,
           },
         },
       })),
@@ -135,6 +140,7 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       reportStopFailure: emit(({ context }: Ctx) => exited(context, context.stopping?.failure ?? { cause: 'unclear', message: `the ${spec.name} failed` })),
       forgetProcess: assign(({ context, event }: Ctx) => ({
         pid: null,
+        port: null,
         last: context.stopping?.failure?.message ?? context.stopping?.reason ?? (event.type === 'engine.exited' ? event.report.message : context.last),
         stopping: null,
       })),
@@ -144,6 +150,7 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
     context: ({ input }) => ({
       launch: null,
       pid: null,
+      port: null,
       stopping: null,
       last: null,
       loadTimeLimitMs: input.loadTimeLimitMs ?? spec.limits.loadTimeLimitMs,
@@ -165,7 +172,7 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
             description: 'the engine loads',
             on: {
               'engine.ready': { target: 'loaded', actions: 'reportLoaded', description: 'the engine is ready' },
-              'worker.unload': { guard: 'ownGeneration', target: 'unloading', actions: 'noteUnload', description: 'unloaded before it was ready (endpoint stop)' },
+              'worker.unload': { guard: 'ownGeneration', target: 'unloading', actions: 'noteUnload', description: spec.rows.cancel },
               'engine.exited': {
                 target: `#${spec.id}.unloaded`,
                 actions: ['reportExit', 'forgetProcess'],

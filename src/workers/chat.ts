@@ -74,7 +74,7 @@ export class ChatWorker extends LifecycleWorker<ReturnType<ChatWorkerActor['getS
   constructor(deps: ChatWorkerDeps) {
     const keys = new Map<number, string>();
     const logic = chatWorkerMachine.provide({
-      actors: { server: llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys }) },
+      actors: { engine: llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys }) },
     });
     const input = {
       ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),

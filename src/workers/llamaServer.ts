@@ -1,10 +1,10 @@
-// The real `server` actor of the chat worker machine: one llama-server process per start.
+// The real `engine` actor of the chat worker machine: one llama-server process per start.
 //
 // - Spawned with the stored parameters and the fixed backend defaults (machines/chatWorker/args.ts)
 //   on a free loopback port, with `--api-key-file` naming a fresh short-lived key in a 0600 file
 //   under the state's runtime folder (spec 5 rule 3). The file is removed when the process ends.
 // - Ready when `/health` answers 200 (it answers 503 while the model loads).
-// - `server.stop` sends SIGTERM, `server.kill` SIGKILL (the machine times the grace period).
+// - `engine.stop` sends SIGTERM, `engine.kill` SIGKILL (the machine times the grace period).
 // - When the process ends, the output tail (kept in RAM only, never logged) and the cgroup's
 //   oom_kill count before and after are diagnosed (src/system/diagnose.ts): the machine reports
 //   the likely cause, and only the matching line is ever shown as evidence.
@@ -15,7 +15,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { fromCallback } from 'xstate';
-import { serverArgs, type ChatWorkerEvent, type ServerCommand, type ServerInput } from '../../machines/chatWorker/index.js';
+import { serverArgs, type ChatWorkerEvent, type EngineCommand, type EngineInput } from '../../machines/chatWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
 import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
 import { diagnoseExit } from '../system/diagnose.js';
@@ -114,7 +114,7 @@ export class Tail {
 }
 
 export function llamaServerActor(deps: ServerDeps) {
-  return fromCallback<ServerCommand, ServerInput, ChatWorkerEvent>(({ input, sendBack, receive }) => {
+  return fromCallback<EngineCommand, EngineInput, ChatWorkerEvent>(({ input, sendBack, receive }) => {
     const { launch } = input;
     const generation = launch.generation;
     const keyFile = path.join(deps.runtimeDir, `chat-${generation}-${process.pid}.key`);
@@ -131,7 +131,7 @@ export function llamaServerActor(deps: ServerDeps) {
     };
 
     receive((command) => {
-      const signal = command.type === 'server.kill' ? 'SIGKILL' : 'SIGTERM';
+      const signal = command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM';
       stopRequested = true;
       if (child?.pid !== undefined && !exited) child.kill(signal);
       else pendingSignal = signal;
@@ -154,7 +154,7 @@ export function llamaServerActor(deps: ServerDeps) {
             expected: stopRequested,
           });
           if (!stopRequested) deps.log.warn({ worker: 'chat', generation, exit_code: exitCode, signal, cause: diagnosis.cause, evidence: diagnosis.evidence }, 'chat worker ended');
-          if (!stopped) sendBack({ type: 'server.exited', report: { exitCode, signal, cause: diagnosis.cause, message: diagnosis.message } });
+          if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode, signal, cause: diagnosis.cause, message: diagnosis.message } });
         });
     };
 
@@ -164,7 +164,7 @@ export function llamaServerActor(deps: ServerDeps) {
       if (!binary) {
         exited = true;
         const message = 'The chat worker cannot start: llama-server is not installed (run scripts/build-llama.sh or set SERVICE_DECK_LLAMA_SERVER).';
-        if (!stopped) sendBack({ type: 'server.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message } });
+        if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message } });
         return;
       }
       const [port, oom] = await Promise.all([freePort(), readOomKills().catch(() => null)]);
@@ -200,12 +200,12 @@ export function llamaServerActor(deps: ServerDeps) {
       if (child.pid === undefined) return;
       // Found by the next start of the service if this one is killed before it can end the worker.
       await writeFile(pidFile, `${child.pid}\n`, { mode: 0o600 }).catch(() => undefined);
-      if (!stopped) sendBack({ type: 'server.spawned', pid: child.pid, port });
+      if (!stopped) sendBack({ type: 'engine.spawned', pid: child.pid, port });
       deps.log.info({ worker: 'chat', generation, pid: child.pid, port, profile: launch.profileId }, 'chat worker started');
       while (!exited && !stopped && !stopRequested) {
         const status = await healthStatus(port);
         if (status === 200) {
-          if (!stopped && !exited) sendBack({ type: 'server.ready' });
+          if (!stopped && !exited) sendBack({ type: 'engine.ready' });
           return;
         }
         await new Promise((resolve) => setTimeout(resolve, HEALTH_POLL_MS));

@@ -16,8 +16,8 @@ import {
   type ChatWorkerEmitted,
   type ChatWorkerEvent,
   type ChatWorkerInput,
-  type ServerCommand,
-  type ServerInput,
+  type EngineCommand,
+  type EngineInput,
 } from '../../machines/chatWorker/index.js';
 import type { ExitReport } from '../../machines/worker.types.js';
 
@@ -44,7 +44,7 @@ function launch(over: Partial<ChatLaunch> = {}): ChatLaunch {
 /** One simulated llama-server process: what it was started with and the commands it got. */
 interface FakeProcess {
   launch: ChatLaunch;
-  commands: ServerCommand['type'][];
+  commands: EngineCommand['type'][];
   /** The invoke ended: the real actor's cleanup would kill what is left and remove the key file. */
   cleanedUp: boolean;
   sendBack: (event: ChatWorkerEvent) => void;
@@ -57,7 +57,7 @@ function harness(input: ChatWorkerInput = {}) {
   const processes: FakeProcess[] = [];
   const machine = chatWorkerMachine.provide({
     actors: {
-      server: fromCallback<ServerCommand, ServerInput, ChatWorkerEvent>(({ input, receive, sendBack }) => {
+      engine: fromCallback<EngineCommand, EngineInput, ChatWorkerEvent>(({ input, receive, sendBack }) => {
         const fake: FakeProcess = { launch: input.launch, commands: [], cleanedUp: false, sendBack };
         processes.push(fake);
         receive((command) => void fake.commands.push(command.type));
@@ -84,9 +84,9 @@ function harness(input: ChatWorkerInput = {}) {
     return last;
   };
   const start = (l: ChatLaunch = launch()) => actor.send({ type: 'worker.start', launch: l });
-  const spawned = (pid = 4100, port = 39001) => proc().sendBack({ type: 'server.spawned', pid, port });
-  const ready = () => proc().sendBack({ type: 'server.ready' });
-  const exited = (report: ExitReport = exitReport()) => proc().sendBack({ type: 'server.exited', report });
+  const spawned = (pid = 4100, port = 39001) => proc().sendBack({ type: 'engine.spawned', pid, port });
+  const ready = () => proc().sendBack({ type: 'engine.ready' });
+  const exited = (report: ExitReport = exitReport()) => proc().sendBack({ type: 'engine.exited', report });
   /** Start, spawn and answer /health: running.loaded. */
   const load = (l: ChatLaunch = launch(), pid = 4100) => {
     start(l);
@@ -129,7 +129,7 @@ const rows: Row[] = [
       t.equal(h.state(), 'unloaded', 'nothing runs before the start');
       t.equal(h.processes.length, 0, 'no process before the start');
       t.ok(h.snapshot().can({ type: 'worker.start', launch: launch() }), 'unloaded takes a start');
-      t.notOk(h.snapshot().can({ type: 'server.ready' }), 'nothing to become ready');
+      t.notOk(h.snapshot().can({ type: 'engine.ready' }), 'nothing to become ready');
       const stored = launch({ context: 16384, slots: 4, gpuLayers: 20, tensorSplit: [3, 1], overrides: ['blk\\.1\\.=CPU'], gpus: ['GPU-a', 'GPU-b'] });
       h.start(stored);
       t.equal(h.state(), 'running.loading');
@@ -139,12 +139,12 @@ const rows: Row[] = [
       h.spawned(4242, 39123);
       t.same(h.emitted, [{ type: 'worker.started', kind: 'chat', generation: 1, pid: 4242 }], 'its pid is reported as ours');
       t.match(h.snapshot().context, { pid: 4242, port: 39123 });
-      t.ok(h.snapshot().can({ type: 'server.ready' }));
+      t.ok(h.snapshot().can({ type: 'engine.ready' }));
       h.ready();
       t.equal(h.state(), 'running.loaded');
       t.same(h.emitted.at(-1), { type: 'worker.loaded', kind: 'chat', generation: 1 });
       t.same(h.proc().commands, [], 'a start sends no signal');
-      t.notOk(h.snapshot().can({ type: 'server.ready' }), 'loaded takes no second ready');
+      t.notOk(h.snapshot().can({ type: 'engine.ready' }), 'loaded takes no second ready');
     },
   },
   {
@@ -220,15 +220,15 @@ async function runRow(t: Test, row: Row) {
     t.notOk(h.snapshot().can({ type: 'worker.unload', generation: 7, reason: row.unload }), 'another generation cannot');
     h.unload(1, row.unload);
     t.equal(h.state(), 'running.unloading');
-    t.same(own.commands, ['server.stop'], 'SIGTERM first');
+    t.same(own.commands, ['engine.stop'], 'SIGTERM first');
     t.notOk(h.snapshot().can({ type: 'worker.unload', generation: 1, reason: row.unload }), 'a second unload changes nothing');
     row.whileUnloading?.(t, h);
     h.clock.increment(grace - 1);
-    t.same(own.commands, ['server.stop'], 'no SIGKILL before the grace has passed');
+    t.same(own.commands, ['engine.stop'], 'no SIGKILL before the grace has passed');
     h.clock.increment(1);
-    t.same(own.commands, ['server.stop', 'server.kill'], `SIGKILL exactly after the ${grace} ms grace`);
+    t.same(own.commands, ['engine.stop', 'engine.kill'], `SIGKILL exactly after the ${grace} ms grace`);
     h.clock.increment(grace * 3);
-    t.same(own.commands, ['server.stop', 'server.kill'], 'one SIGKILL only');
+    t.same(own.commands, ['engine.stop', 'engine.kill'], 'one SIGKILL only');
     t.equal(h.state(), 'running.unloading', 'unloading lasts until the process is gone');
     h.exited(exitReport({ signal: 'SIGKILL', message: 'killed after the grace period' }));
     t.equal(h.state(), 'unloaded');
@@ -262,7 +262,7 @@ async function runRow(t: Test, row: Row) {
     if (over !== row.then?.at(-1)) {
       const current = h.proc();
       h.unload(generation, `switch again`);
-      t.same(current.commands, ['server.stop']);
+      t.same(current.commands, ['engine.stop']);
       h.exited();
       t.equal(h.state(), 'unloaded');
     }
@@ -330,7 +330,7 @@ for (const crash of crashes) {
     h.spawned(777);
     if (crash.from === 'loaded') h.ready();
     t.equal(h.state(), `running.${crash.from}`);
-    t.ok(h.snapshot().can({ type: 'server.exited', report: crash.report }));
+    t.ok(h.snapshot().can({ type: 'engine.exited', report: crash.report }));
     h.exited(crash.report);
     t.equal(h.state(), 'unloaded');
     t.same(h.exits(), [{ type: 'worker.exited', kind: 'chat', generation: 3, cause: crash.report.cause, message: crash.report.message }]);
@@ -357,12 +357,12 @@ t.test('load timeout: the process is stopped at the limit and then reported as w
       t.same(h.proc().commands, []);
       h.clock.increment(1);
       t.equal(h.state(), 'running.unloading', 'at the limit it is stopped');
-      t.same(h.proc().commands, ['server.stop']);
+      t.same(h.proc().commands, ['engine.stop']);
       t.same(h.exits(), [], 'reported only once the process is gone');
       h.ready();
       t.equal(h.state(), 'running.unloading', 'a late ready does not revive a timed-out start');
       h.clock.increment(grace);
-      t.same(h.proc().commands, ['server.stop', 'server.kill']);
+      t.same(h.proc().commands, ['engine.stop', 'engine.kill']);
       h.exited(exitReport({ signal: 'SIGKILL' }));
       t.equal(h.state(), 'unloaded');
       const seconds = Math.round(limit / 1000);
@@ -402,7 +402,7 @@ t.test('a process that exits within the grace gets no SIGKILL, and no timer reac
   t.equal(h.state(), 'unloaded');
   h.load(launch({ generation: 2, profileId: 'b' }));
   h.clock.increment(CHAT_WORKER_LIMITS.terminationGraceMs * 2);
-  t.same(first.commands, ['server.stop'], 'the ended process got SIGTERM only');
+  t.same(first.commands, ['engine.stop'], 'the ended process got SIGTERM only');
   t.same(h.proc().commands, [], 'the new process got nothing');
   t.equal(h.state(), 'running.loaded');
 });
@@ -425,13 +425,13 @@ t.test('every state is reachable (xstate/graph shortest paths)', async (t) => {
     .map((node) => node.path.join('.'))
     .sort();
   t.same(names, ['running', 'running.loaded', 'running.loading', 'running.unloading', 'unloaded'], 'the machine has exactly these states');
-  const logic = chatWorkerMachine.provide({ actors: { server: fromCallback<ServerCommand, ServerInput, ChatWorkerEvent>(() => undefined) } });
+  const logic = chatWorkerMachine.provide({ actors: { engine: fromCallback<EngineCommand, EngineInput, ChatWorkerEvent>(() => undefined) } });
   const events: ChatWorkerEvent[] = [
     { type: 'worker.start', launch: launch() },
-    { type: 'server.spawned', pid: 1, port: 2 },
-    { type: 'server.ready' },
+    { type: 'engine.spawned', pid: 1, port: 2 },
+    { type: 'engine.ready' },
     { type: 'worker.unload', generation: 1, reason: 'unload' },
-    { type: 'server.exited', report: exitReport() },
+    { type: 'engine.exited', report: exitReport() },
   ];
   const paths = getShortestPaths(logic, { events, input: {} });
   const reached = new Map<string, string[]>();
@@ -444,7 +444,7 @@ t.test('every state is reachable (xstate/graph shortest paths)', async (t) => {
   }
   t.same([...reached.keys()].sort(), ['running.loaded', 'running.loading', 'running.unloading', 'unloaded'], 'every leaf state is reached');
   t.same(reached.get('running.loading'), ['worker.start']);
-  t.same(reached.get('running.loaded'), ['worker.start', 'server.ready']);
+  t.same(reached.get('running.loaded'), ['worker.start', 'engine.ready']);
   t.same(reached.get('running.unloading'), ['worker.start', 'worker.unload']);
   t.same(reached.get('unloaded'), []);
 });

@@ -16,7 +16,7 @@ const machine = lifecycleMachine<LaunchBase, 'stt'>({
   kind: 'stt',
   name: 'test worker',
   limits: LIMITS,
-  rows: { start: 'start row', unload: 'unload row', error: 'error row' },
+  rows: { start: 'start row', cancel: 'cancel row', unload: 'unload row', error: 'error row' },
 });
 const launch = (generation = 1): LaunchBase => ({ generation, profileId: 'p', revision: 1 });
 const harness = (input = {}) => lifecycleHarness(machine, input);
@@ -28,7 +28,7 @@ const load = (h: ReturnType<typeof harness>, generation = 1) => {
 
 t.test('the spec rows quoted by the machine are its transitions', async (t) => {
   const json = JSON.stringify(machine.root.definition);
-  for (const row of ['start row', 'unload row', 'error row']) t.ok(json.includes(row), `"${row}" describes a transition`);
+  for (const row of ['start row', 'cancel row', 'unload row', 'error row']) t.ok(json.includes(row), `"${row}" describes a transition`);
 });
 
 t.test('a start loads and stays loaded; the unload, while loaded and while loading', async (t) => {
@@ -78,7 +78,7 @@ t.test('an engine that does not load in time is stopped and reported as a timeou
       kind: 'stt',
       generation: 1,
       cause: 'timeout',
-      message: `The test worker did not load within ${limit / 1000} s (timeout); it was stopped.`,
+      message: `The test worker did not become ready within ${limit / 1000} s (timeout); it was stopped.`,
     });
     t.equal(h.state(), '"unloaded"');
   }
