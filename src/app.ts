@@ -18,6 +18,7 @@ import type { Logger } from './system/log.js';
 import type { Service } from './system/service.js';
 import { bearerAuth } from './routes/auth.js';
 import { errors, installErrorHandling } from './routes/errors.js';
+import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
 import { adminChatTestRoutes } from './routes/admin/chatTests.js';
 import { adminEndpointRoutes } from './routes/admin/endpoint.js';
 import { adminProfileRoutes } from './routes/admin/profiles.js';
@@ -91,5 +92,6 @@ export async function buildAdminApp(service: Service): Promise<App> {
   await app.register(adminEndpointRoutes, { service });
   await app.register(adminProfileRoutes, { service });
   await app.register(adminChatTestRoutes, { service });
+  await app.register(adminAudioPolicyRoutes, { service });
   return app;
 }

@@ -2,11 +2,16 @@
 
 export type JobKind = 'chat' | 'image' | 'tts' | 'stt';
 
+/**
+ * `api`: an inference request; `test`: the operator's test, which needs no publication;
+ * `preload`: the warm audio policy loading its selected profile (spec 3.6), which needs none either.
+ */
+export type JobSource = 'api' | 'test' | 'preload';
+
 export interface QueuedJob {
   id: string;
   kind: JobKind;
-  /** `api`: an inference request; `test`: the operator's test, which needs no publication. */
-  source: 'api' | 'test';
+  source: JobSource;
   /** The profile the job was accepted with; null for jobs that need none. */
   profileId: string | null;
   /** The profile revision of the snapshot the job took when it was accepted. */

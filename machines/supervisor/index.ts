@@ -3,4 +3,5 @@ export { supervisorActors } from './supervisor.actors.js';
 export { plan, admit, runningOn, unloadableFor, type Step } from './schedule.js';
 export * from './fit.js';
 export type * from './supervisor.types.js';
+export type { JobSource } from '../queue/index.js';
 export { WORKER_KINDS } from './supervisor.types.js';

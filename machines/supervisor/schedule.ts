@@ -16,6 +16,10 @@
 //   the memory check's question (fit.ts), asked before every worker start, one start at a time.
 // - One STT job at a time (3.5, 4.6); one TTS job at a time on its one worker.
 // - The GUI image test reports a conflict instead of waiting (3.3, 7).
+// - Audio memory policy (3.6): `auto` and `warm` keep a speech worker loaded after its job;
+//   `per_request` unloads it after each request. A warm preload waits behind every job that needs
+//   its worker and holds up none: a TTS preload waits while an image job waits or runs ("TTS
+//   preloads only in the LLM GPU mode"), and its memory check never unloads anything of ours.
 import type { JobRecord, JobSpec, SupervisorContext, WorkerKind, WorkerRecord } from './supervisor.types.js';
 
 export type Step =
@@ -28,7 +32,7 @@ export type Step =
   /** The GUI image test found the reservation busy. */
   | { do: 'refuse'; jobId: string; code: 'image_busy'; message: string };
 
-export type PlanView = Pick<SupervisorContext, 'jobs' | 'waiting' | 'workers' | 'checking'>;
+export type PlanView = Pick<SupervisorContext, 'jobs' | 'waiting' | 'workers' | 'checking' | 'audio'>;
 
 /** The resources a job claims, for the no-overtaking rule. */
 const NEEDS: Record<JobSpec['kind'], readonly string[]> = {
@@ -104,6 +108,15 @@ export function plan(view: PlanView): Step[] {
     if (!loadedOrLoading(w) || runningOn(jobs, w.kind) > 0) continue;
     if (w.stale) unload(w.kind, 'its profile changed, was deleted, or a foreign process needs the GPU');
     else if (w.kind === 'image') unload(w.kind, 'the image is done: one image process per image');
+    else if ((w.kind === 'tts' || w.kind === 'stt') && view.audio[w.kind] === 'per_request') {
+      unload(w.kind, 'audio memory policy per_request: unloaded after its request');
+    }
+  }
+  // What waiting jobs other than preloads need: a preload steps aside for them.
+  const wanted = new Set<string>();
+  for (const id of view.waiting) {
+    const job = jobs[id];
+    if (job?.phase === 'waiting' && job.spec.source !== 'preload') for (const need of NEEDS[job.spec.kind]) wanted.add(need);
   }
 
   const blocked = new Set<string>();
@@ -116,12 +129,17 @@ export function plan(view: PlanView): Step[] {
     }
     const needs = NEEDS[job.spec.kind];
     const refuse = job.spec.whenBusy === 'refuse';
+    // A preload yields: what it waits for stays free for the jobs behind it.
+    const yields = job.spec.source === 'preload';
     if (needs.some((need) => blocked.has(need))) {
       if (refuse) steps.push({ do: 'refuse', jobId: id, code: 'image_busy', message: 'the image reservation is busy: earlier jobs wait for it' });
-      else for (const need of needs) blocked.add(need);
+      else if (!yields) for (const need of needs) blocked.add(need);
       continue;
     }
-    const admission = admit({ jobs, workers, waiting: view.waiting, checking: view.checking }, job.spec);
+    // Never ahead of a request: while any job waits for the same worker (an image job waits for the
+    // TTS worker's GPU too), the preload waits. So a TTS preload waits out the image mode.
+    if (yields && needs.some((need) => wanted.has(need))) continue;
+    const admission = admit({ jobs, workers, waiting: view.waiting, checking: view.checking, audio: view.audio }, job.spec);
     if (admission.type === 'grant') {
       jobs[id] = { ...job, phase: 'running', worker: job.spec.kind };
       steps.push({ do: 'grant', jobId: id, worker: job.spec.kind });
@@ -136,7 +154,7 @@ export function plan(view: PlanView): Step[] {
     } else if (admission.type === 'wait') {
       for (const u of admission.unload ?? []) unload(u.kind, u.reason);
     }
-    for (const need of needs) blocked.add(need);
+    if (!yields) for (const need of needs) blocked.add(need);
   }
   return steps;
 }

@@ -234,6 +234,10 @@ export const supervisorMachine = setup({
       }
       enqueue.assign({ workers, revisions: { ...context.revisions, [event.profileId]: event.revision } });
     }),
+    audioMode: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'audio.mode') return;
+      enqueue.assign({ audio: { ...context.audio, [event.kind]: event.mode } });
+    }),
     /** The inference listener is bound again: a stop that never saw every unload confirmed no longer blocks new jobs. */
     opened: assign({ accepting: true, unloadWaiters: [] }),
     discard: enqueueActions(({ event, enqueue }) => {
@@ -382,6 +386,7 @@ export const supervisorMachine = setup({
     starts: 0,
     revisions: {},
     gpus: [],
+    audio: { tts: 'auto', stt: 'auto' },
     accepting: true,
     unloadWaiters: [],
     listenerInput: input.listener,
@@ -456,6 +461,10 @@ export const supervisorMachine = setup({
         'worker.unloadRequest': {
           actions: ['unloadRequest', 'schedule'],
           description: 'loaded | explicit unload in the chat test | no active requests | unloaded; with active requests the unload is rejected',
+        },
+        'audio.mode': {
+          actions: ['audioMode', 'schedule'],
+          description: 'audio memory policy (3.6): auto keeps a speech worker loaded after its job, per_request unloads it after each request',
         },
         'workers.unloadAll': {
           actions: ['unloadAll', 'replyUnloadWaiters'],

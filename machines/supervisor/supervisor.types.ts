@@ -1,7 +1,7 @@
 // Events, context and input of the supervisor (spec 1, 3, 3.7, 7, 8): the root actor that shares
 // the GPUs and the RAM between the chat, image, TTS and STT workers through reservations.
 import type { ListenerInput } from '../listener/index.js';
-import type { QueueInput } from '../queue/index.js';
+import type { JobSource, QueueInput } from '../queue/index.js';
 
 export type JobKind = 'chat' | 'image' | 'tts' | 'stt';
 /** One worker of each kind exists at a time; its kind names it. */
@@ -12,8 +12,8 @@ export const WORKER_KINDS: readonly WorkerKind[] = ['chat', 'image', 'tts', 'stt
 export interface JobSpec {
   id: string;
   kind: JobKind;
-  /** `api`: an inference request; `test`: the operator's chat or image test (no publication needed). */
-  source: 'api' | 'test';
+  /** `api`: an inference request; `test`: the operator's chat or image test; `preload`: the warm audio policy (3.6). */
+  source: JobSource;
   profileId: string;
   /** The revision of the snapshot the job took when it was accepted (spec 2.1 rule 6). */
   revision: number;
@@ -127,6 +127,10 @@ export interface SupervisorInput {
   queue?: Omit<QueueInput, 'reportToParent'>;
 }
 
+/** The audio memory policy's mode per speech worker kind (spec 2.4, 3.6). */
+export type AudioKind = 'tts' | 'stt';
+export type AudioMode = 'auto' | 'warm' | 'per_request';
+
 export interface SupervisorContext {
   jobs: Record<string, JobRecord>;
   /** The waiting jobs in FIFO order, as the queue reported them. */
@@ -141,6 +145,8 @@ export interface SupervisorContext {
   /** The latest revision seen per profile (null: deleted); an older snapshot is refused. */
   revisions: Record<string, number | null>;
   gpus: GpuView[];
+  /** How long the speech workers stay loaded (3.6): `per_request` unloads after each request. */
+  audio: Record<AudioKind, AudioMode>;
   /** False between an endpoint stop's discard and the end of its unload: new reservations are refused. */
   accepting: boolean;
   /** Routes waiting for every worker to be unloaded (endpoint stop). */
@@ -176,6 +182,8 @@ export type SupervisorEvent =
   | { type: 'workers.unloadAll'; requestId: string }
   /** The inference listener is bound (again). */
   | { type: 'endpoint.opened' }
+  /** The audio memory policy of a speech worker kind changed (3.6). */
+  | { type: 'audio.mode'; kind: AudioKind; mode: AudioMode }
   /** The chat test's explicit unload (3.2): rejected while requests are active. */
   | { type: 'worker.unloadRequest'; kind: WorkerKind; requestId: string };
 

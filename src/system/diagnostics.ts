@@ -2,7 +2,7 @@
 // each job's phase, wait time, reservations and GPU occupancy; each started worker's memory
 // forecast with the reserve per GPU, the RAM budget and the GPU layer limit. A projection of the
 // supervisor's context, nothing more; forecasts are labelled as predictions.
-import type { JobRecord, StartPlan, SupervisorContext, WorkerKind, WorkerRecord } from '../../machines/supervisor/index.js';
+import type { JobRecord, JobSource, StartPlan, SupervisorContext, WorkerKind, WorkerRecord } from '../../machines/supervisor/index.js';
 import type { JobTimes } from './scheduler.js';
 import type { WorkerStatus } from './workers.js';
 
@@ -21,7 +21,7 @@ export interface JobStatus {
   kind: JobRecord['spec']['kind'];
   profile_id: string;
   revision: number;
-  source: 'api' | 'test';
+  source: JobSource;
   /** waiting, checking (the memory check of its worker start), starting (its worker loads), running. */
   phase: 'waiting' | 'checking' | 'starting' | 'running';
   position: number | null;

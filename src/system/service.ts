@@ -35,6 +35,8 @@ import { sweepLeftovers } from '../workers/llamaServer.js';
 import { SttWorker } from '../workers/stt.js';
 import { TtsWorker } from '../workers/tts.js';
 import { ChatTests } from './chatTests.js';
+import { AudioPolicies } from './audioPolicy.js';
+import { AudioPolicyStore } from '../store/audioPolicy.js';
 import { CHAT_LIMITS, type ChatLimits } from '../workers/chatRequest.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
@@ -59,6 +61,8 @@ export interface Service {
   stt: SttWorker;
   /** The TTS worker (spec 3.4): espeak-ng on the CPU, ready for further requests once loaded. */
   tts: TtsWorker;
+  /** The audio memory policy per speech worker kind (spec 3.6). */
+  audio: AudioPolicies;
   /** The chat worker's HTTP limits (spec 8). */
   chatLimits: ChatLimits;
   /** The operator's chat test (spec 2.5, 4.7): one job, in RAM only. */
@@ -127,6 +131,8 @@ export interface StartOptions {
   adminPort?: number;
   /** Tests shorten the chat worker limits (spec 8: 120 s idle, 600 s SSE, 16 MiB buffered). */
   chatLimits?: ChatLimits;
+  /** Tests shorten the wait before a failed warm preload is tried again (spec 3.6: "retried later"). */
+  audioRetryMs?: number;
 }
 
 export interface Started {
@@ -147,6 +153,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   const opened = await SecretStore.open(config.stateDir, { password: config.firstPassword, token: config.firstToken, generateToken: true });
   const secrets = opened.store;
   const profiles = await ProfileStore.open(config.stateDir, endpoint);
+  const audioPolicy = await AudioPolicyStore.open(config.stateDir);
   const lookup: RuntimeLookup = { env: config.env, cacheDir: config.cacheDir };
   const catalog = new Catalog(profiles, lookup);
   const workers = new WorkerHooks();
@@ -223,6 +230,21 @@ export async function startService(config: Config, options: StartOptions): Promi
     ...(inspection.inspect ? { inspect: inspection.inspect } : {}),
   });
 
+  const audio = new AudioPolicies({
+    store: audioPolicy,
+    supervisor,
+    scheduler,
+    profiles,
+    lookup,
+    workers: { tts, stt },
+    // The listener child is gone once the service has ended.
+    accepting: () => (listenerRef() as ListenerActor | undefined)?.getSnapshot().hasTag(TAGS.accepting) ?? false,
+    watchListener: (onChange) => listenerRef().subscribe({ next: onChange }),
+    log,
+    ...(options.audioRetryMs === undefined ? {} : { retryMs: options.audioRetryMs }),
+    ...(inspection.inspect ? { inspect: inspection.inspect } : {}),
+  });
+
   async function askSupervisor(event: { type: 'endpoint.discard' } | { type: 'workers.unloadAll' }, timeoutMs: number): Promise<void> {
     const replied = await ask<typeof supervisorMachine, Extract<SupervisorEmitted, { type: 'supervisor.reply' }>>(supervisor, 'supervisor.reply', event, { timeoutMs });
     if (!replied) throw new Error(`the supervisor did not answer ${event.type} within ${timeoutMs} ms`);
@@ -278,6 +300,7 @@ export async function startService(config: Config, options: StartOptions): Promi
 
   const inferenceAddress = () => boundAddress(inference);
   let chatTests: ChatTests | undefined;
+  let shuttingDown: Promise<void> | undefined;
 
   const service: Service = {
     config,
@@ -294,6 +317,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     chat,
     stt,
     tts,
+    audio,
     chatLimits: options.chatLimits ?? CHAT_LIMITS,
     get chatTests() {
       chatTests ??= new ChatTests(service, service.chatLimits);
@@ -352,19 +376,24 @@ export async function startService(config: Config, options: StartOptions): Promi
         },
       };
     },
-    async shutdown() {
-      chatTests?.cancel();
-      listenerRef().send({ type: 'service.shutdown' });
-      await waitFor(supervisor, (s) => s.status === 'done', { timeout: config.drainLimitMs + 90_000 }).catch((error: unknown) => {
-        log.error({ err: error }, 'the listener did not stop in time');
-      });
-      supervisor.stop();
-      chat.stop();
-      stt.stop();
-      tts.stop();
-      await endpoint.flushed();
-      await admin.close();
-      await inspection.close();
+    /** Safe to call more than once: later calls wait for the first. */
+    shutdown() {
+      shuttingDown ??= (async () => {
+        chatTests?.cancel();
+        listenerRef().send({ type: 'service.shutdown' });
+        await waitFor(supervisor, (s) => s.status === 'done', { timeout: config.drainLimitMs + 90_000 }).catch((error: unknown) => {
+          log.error({ err: error }, 'the listener did not stop in time');
+        });
+        audio.stop();
+        supervisor.stop();
+        chat.stop();
+        stt.stop();
+        tts.stop();
+        await endpoint.flushed();
+        await admin.close();
+        await inspection.close();
+      })();
+      return shuttingDown;
     },
   };
 
@@ -373,6 +402,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   log.info({ host: config.uiHost, port: service.adminAddress()?.port }, 'admin listener started');
   supervisor.start();
   watchRemembered();
+  audio.start();
   if (record.running) {
     await waitFor(listenerRef(), (s) => !s.matches('starting') && !s.matches('restoring'), { timeout: 30_000 });
   }

@@ -51,6 +51,8 @@ export interface BuildOptions {
   login?: boolean;
   /** Shorter chat worker limits for the tests of those limits. */
   chatLimits?: ChatLimits;
+  /** How soon a failed warm preload is tried again (spec 3.6). */
+  audioRetryMs?: number;
 }
 
 export async function build(t: Test, options: BuildOptions = {}): Promise<Built> {
@@ -67,7 +69,12 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
     ...options.env,
   };
   const config = loadConfig({ stateDir }, env);
-  const { service } = await startService(config, { log, adminPort: 0, ...(options.chatLimits ? { chatLimits: options.chatLimits } : {}) });
+  const { service } = await startService(config, {
+    log,
+    adminPort: 0,
+    ...(options.chatLimits ? { chatLimits: options.chatLimits } : {}),
+    ...(options.audioRetryMs === undefined ? {} : { audioRetryMs: options.audioRetryMs }),
+  });
   t.teardown(() => service.shutdown());
   const adminUrl = `http://127.0.0.1:${service.adminAddress()?.port}`;
   let cookie = '';

@@ -1,11 +1,14 @@
 // Thousands of random arrival sequences through the real supervisor and queue machines: chats of
 // several profiles, images (API and GUI test), TTS, STT, client cancels, releases, profile edits and
-// unpublications, foreign GPU processes, worker deaths, endpoint stops and the clock running on.
+// unpublications, foreign GPU processes, worker deaths, endpoint stops, warm preloads and audio
+// policy changes, and the clock running on.
 // Checked from the outside, on the emitted events alone:
 // - every job ends exactly once: granted or denied, never both, never twice; a revocation only
 //   follows a grant; after the sequence, with the load gone, nothing is left waiting;
 // - FIFO without overtaking: a job is never granted while an earlier job that needs the same
-//   resource still waits (so no profile switch starves behind later chats);
+//   resource still waits (so no profile switch starves behind later chats); a warm preload
+//   (spec 3.6) is the one exception by design: it is granted only while no request waits for
+//   its worker, so it never holds anyone up;
 // - reservations never overlap where the spec forbids it: an image holds the GPUs alone, one chat
 //   profile at a time up to its slots, one TTS and one STT job at a time;
 // - a queue_timeout comes only after 600 s of waiting, a profile_changed only after an edit;
@@ -101,7 +104,10 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         job.granted += 1;
         if (job.granted > 1 || job.denied > 0) fail(`${event.jobId} granted twice or after a denial`);
         for (const other of jobs.values()) {
-          if (other.pending && other.seq < job.seq) {
+          if (job.spec.source === 'preload' && other.pending && other.spec.source !== 'preload' && NEEDS[other.spec.kind].some((n) => NEEDS[job.spec.kind].includes(n))) {
+            fail(`the preload ${event.jobId} went ahead of the waiting request ${other.spec.id}`);
+          }
+          if (other.pending && other.seq < job.seq && other.spec.source !== 'preload') {
             if (NEEDS[other.spec.kind].some((n) => NEEDS[job.spec.kind].includes(n))) fail(`${event.jobId} overtook the earlier ${other.spec.id}`);
           }
         }
@@ -139,13 +145,14 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         const profileId = kindRoll < 0.6 ? (pick(['a', 'b', 'c']) ?? 'a') : kindRoll < 0.72 ? 'img' : kindRoll < 0.86 ? 't' : 's';
         const kind: JobSpec['kind'] = profileId === 'img' ? 'image' : profileId === 't' ? 'tts' : profileId === 's' ? 'stt' : 'chat';
         const refuse = kind === 'image' && random() < 0.3;
+        const preload = (kind === 'tts' || kind === 'stt') && random() < 0.3;
         const spec = h.spec({
           kind,
           profileId,
           revision: revisions[profileId] ?? 1,
           slots: SLOTS[profileId] ?? 1,
           device: kind === 'tts' ? 'GPU-a' : 'cpu',
-          source: refuse ? 'test' : 'api',
+          source: refuse ? 'test' : preload ? 'preload' : 'api',
           whenBusy: refuse ? 'refuse' : 'wait',
         });
         jobs.set(spec.id, { spec, submittedAt: h.clock.now(), seq: jobs.size, pending: true, granted: 0, denied: 0, revoked: 0, cancelledWhileWaiting: false });
@@ -190,6 +197,8 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
           reports.push({ event: { type: 'worker.exited', kind, generation: proc.generation, cause: 'unclear', message: 'exit code 134' }, ends: proc.pid });
         }
         else if (delivered.length > 0) reports.push({ event: pick(delivered)!.event });
+      } else if (r < 0.93) {
+        h.actor.send({ type: 'audio.mode', kind: pick(['tts', 'stt'] as const)!, mode: pick(['auto', 'warm', 'per_request'] as const)! });
       } else {
         h.clock.increment(Math.floor(random() * 400_000));
       }

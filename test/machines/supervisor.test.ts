@@ -590,12 +590,143 @@ const queueRows: Row[] = [
   },
 ];
 
+const audioRows: Row[] = [
+  {
+    row: '3.6 auto (default) | load at the first job and keep loaded',
+    async run(t) {
+      const h = supervisorHarness();
+      t.same(h.context().audio, { tts: 'auto', stt: 'auto' }, 'auto is the default for both kinds');
+      for (const kind of ['tts', 'stt'] as const) {
+        const id = await h.submit({ kind, profileId: kind });
+        t.same(h.outcome(id), ['job.queued', 'granted +start'], `${kind}: loaded at the first job`);
+        await h.release(id);
+        h.clock.increment(3_600_000);
+        t.equal(h.worker(kind).state, 'loaded', `${kind}: kept loaded`);
+        const next = await h.submit({ kind, profileId: kind });
+        t.same(h.outcome(next), ['job.queued', 'granted'], `${kind}: the next job needs no start`);
+      }
+      t.same(h.unloads(), []);
+    },
+  },
+  {
+    row: '3.6 per_request | unload after each request; the next request loads again',
+    async run(t) {
+      const h = supervisorHarness();
+      await h.send({ type: 'audio.mode', kind: 'stt', mode: 'per_request' });
+      const first = await h.submit({ kind: 'stt', profileId: 's' });
+      const second = await h.submit({ kind: 'stt', profileId: 's' });
+      t.same(h.outcome(second), ['job.queued'], 'one STT job at a time');
+      await h.release(first);
+      t.same(h.unloads('stt').map((u) => u.reason), ['audio memory policy per_request: unloaded after its request']);
+      t.same(h.outcome(second), ['job.queued', 'granted +start'], 'the waiting request does not reuse the worker: it loads again');
+      await h.release(second);
+      t.equal(h.worker('stt').state, 'unloaded');
+      t.equal(h.unloads('stt').length, 2);
+    },
+  },
+  {
+    row: '3.6 per_request is per kind: TTS per_request leaves STT (auto) loaded',
+    async run(t) {
+      const h = supervisorHarness();
+      await h.send({ type: 'audio.mode', kind: 'tts', mode: 'per_request' });
+      await h.release(await h.submit({ kind: 'tts', profileId: 't' }));
+      await h.release(await h.submit({ kind: 'stt', profileId: 's' }));
+      t.equal(h.worker('tts').state, 'unloaded');
+      t.equal(h.worker('stt').state, 'loaded');
+    },
+  },
+  {
+    row: '3.6 switching to per_request unloads an idle loaded worker; a busy one goes after its request',
+    async run(t) {
+      const h = supervisorHarness();
+      await h.release(await h.submit({ kind: 'tts', profileId: 't' }));
+      const busy = await h.submit({ kind: 'stt', profileId: 's' });
+      await h.send({ type: 'audio.mode', kind: 'tts', mode: 'per_request' });
+      await h.send({ type: 'audio.mode', kind: 'stt', mode: 'per_request' });
+      t.same(h.unloads().map((u) => u.kind), ['tts']);
+      await h.release(busy);
+      t.same(h.unloads().map((u) => u.kind), ['tts', 'stt']);
+    },
+  },
+  {
+    row: '3.6 warm | STT loads on the CPU: the preload job starts the worker without a GPU and it stays loaded',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a')] } });
+      await h.send({ type: 'audio.mode', kind: 'stt', mode: 'warm' });
+      const preload = await h.submit({ kind: 'stt', profileId: 's', source: 'preload' });
+      t.same(h.outcome(preload), ['job.queued', 'granted +start']);
+      t.same(h.grant(preload)?.start?.gpus, [], 'on the CPU');
+      await h.release(preload);
+      t.equal(h.worker('stt').state, 'loaded', 'the preload is over, the worker stays');
+      const request = await h.submit({ kind: 'stt', profileId: 's' });
+      t.same(h.outcome(request), ['job.queued', 'granted'], 'the first request finds it loaded');
+    },
+  },
+  {
+    row: '3.6 warm | a preload waits behind requests for its worker and holds up none',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit({ kind: 'stt', profileId: 'old' });
+      const preload = await h.submit({ kind: 'stt', profileId: 'warm', source: 'preload' });
+      const later = await h.submit({ kind: 'stt', profileId: 'old' });
+      await h.release(running);
+      t.same(h.outcome(later), ['job.queued', 'granted'], 'the later request goes first, on the loaded worker');
+      t.same(h.outcome(preload), ['job.queued']);
+      t.same(h.unloads(), [], 'the preload unloads nothing a request still wants');
+      await h.release(later);
+      t.same(h.unloads('stt').map((u) => u.reason), ['switch to profile warm (revision 1)']);
+      t.same(h.outcome(preload), ['job.queued', 'granted +start'], 'then the selection loads');
+    },
+  },
+  {
+    row: '3.6 warm | TTS preloads only in the LLM GPU mode: it waits while an image job waits or runs, then loads',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a')], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      const image = await h.submit({ kind: 'image', profileId: 'img' });
+      t.ok(h.granted(image));
+      const preload = await h.submit({ kind: 'tts', profileId: 't', source: 'preload', device: 'GPU-a' });
+      const second = await h.submit({ kind: 'image', profileId: 'img' });
+      await h.release(image);
+      t.same(h.outcome(preload), ['job.queued'], 'the image mode goes on');
+      t.same(h.outcome(second), ['job.queued', 'granted +start'], 'the waiting image job is not held up by the preload');
+      await h.release(second);
+      t.same(h.outcome(preload), ['job.queued', 'granted +start'], 'back in the LLM GPU mode, the TTS worker preloads');
+    },
+  },
+  {
+    row: '3.6 warm | not enough free memory on its GPU | the preload is refused; the loaded chat worker and foreign processes are not touched',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB, 24 * GIB, [])], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      h.world.chat.big = { model: model(40, 500), context: 4096, gpuSplit: [1], gpuLayers: null };
+      await loadedChat(h, { profileId: 'big' });
+      h.world.gpus = [gpu('GPU-a', 24 * GIB, 24 * GIB - h.worker('chat').plan!.forecast.gpuMiB['GPU-a']! - 2 * GIB, [{ pid: 99, usedMiB: 2 * GIB }])];
+      const preload = await h.submit({ kind: 'tts', profileId: 't', source: 'preload', device: 'GPU-a' });
+      t.match(h.outcome(preload), ['job.queued', /^denied (insufficient_memory|resources_busy)$/]);
+      t.same(h.unloads(), [], 'nothing of ours is unloaded for a preload');
+      t.equal(h.worker('chat').state, 'loaded');
+    },
+  },
+  {
+    row: '3.6 warm | a preload needs no publication: unpublishing the profile does not reject a waiting preload',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit({ kind: 'tts', profileId: 'x' });
+      const preload = await h.submit({ kind: 'tts', profileId: 't', source: 'preload' });
+      await h.send({ type: 'profile.changed', profileId: 't', revision: 1, published: false });
+      t.same(h.outcome(preload), ['job.queued']);
+      await h.release(running);
+      t.same(h.outcome(preload), ['job.queued', 'granted +start']);
+    },
+  },
+];
+
 for (const [name, rows] of [
   ['spec 3.2 chat worker', chatRows],
   ['worker reports, revisions and the end of the service', reportRows],
   ['spec 3.3 image worker', imageRows],
   ['spec 3.4 TTS worker', ttsRows],
   ['spec 3.5 STT worker', sttRows],
+  ['spec 3.6 audio memory policy under the supervisor', audioRows],
   ['spec 3.1/7 endpoint stop', stopRows],
   ['spec 3.7/8 queue and memory check under the supervisor', queueRows],
 ] as const) {

@@ -108,6 +108,10 @@ t.test('every admin route needs the header, a real session, and the CSRF token t
     ['GET', '/api/v1/profiles/p-none'],
     ['PUT', '/api/v1/profiles/p-none', { revision: 1, name: 'auth-probe', category: 'tts', params: {} }],
     ['DELETE', '/api/v1/profiles/p-none'],
+    ['GET', '/api/v1/audio-policy'],
+    ['POST', '/api/v1/audio-policy', { kind: 'stt', mode: 'auto', profile_id: null }],
+    ['GET', '/api/v1/chat-tests'],
+    ['POST', '/api/v1/chat-tests/cancel', {}],
     ['POST', '/api/v1/token/rotate', {}],
     ['DELETE', '/api/v1/session'],
   ];
