@@ -9,6 +9,7 @@ export const RUNTIMES = {
   'llama-fit-params': 'SERVICE_DECK_LLAMA_FIT_PARAMS',
   'sd-cli': 'SERVICE_DECK_SD_CLI',
   'whisper-cli': 'SERVICE_DECK_WHISPER_CLI',
+  'whisper-server': 'SERVICE_DECK_WHISPER_SERVER',
   'espeak-ng': 'SERVICE_DECK_ESPEAK_NG',
   pocketsphinx: 'SERVICE_DECK_POCKETSPHINX',
 } as const;
@@ -67,4 +68,12 @@ export async function findCommand(command: string, env: NodeJS.ProcessEnv): Prom
     if (await isExecutableFile(candidate)) return candidate;
   }
   return undefined;
+}
+
+/** The whisper.cpp program to use: whisper-server (kept loaded) when it is installed, else whisper-cli. */
+export async function whisperProgram(lookup: RuntimeLookup): Promise<{ mode: 'server' | 'cli'; binary: string } | undefined> {
+  const server = await resolveRuntime('whisper-server', lookup);
+  if (server) return { mode: 'server', binary: server };
+  const cli = await resolveRuntime('whisper-cli', lookup);
+  return cli ? { mode: 'cli', binary: cli } : undefined;
 }

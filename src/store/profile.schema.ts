@@ -54,12 +54,25 @@ export const ttsParamsSchema = z
     speed: z.number().min(0.25).max(4).default(1.0),
     device: gpuDevice.default('cpu'),
     memoryMiB: z.number().int().min(0).max(1_048_576).optional(),
-    /** openai-server: the command line that starts an OpenAI-compatible speech server. */
-    command: z.array(z.string().min(1)).min(1).optional(),
+    /**
+     * openai-server: the command line that starts an OpenAI-compatible speech server; `{port}` is
+     * replaced by the loopback port the service chose, `{host}` by 127.0.0.1.
+     */
+    command: z.array(z.string().min(1)).min(1).max(64).optional(),
+    /** openai-server: the `model` its /v1/audio/speech expects. */
+    model: z.string().min(1).max(200).optional(),
+    /** openai-server: the language names it speaks (spec 4.5 `language`); unset: any name is passed on. */
+    languages: z.array(z.string().min(1).max(100)).min(1).max(200).optional(),
   })
   .superRefine((p, ctx) => {
     if (p.backend === 'openai-server' && p.command === undefined) {
       ctx.addIssue({ code: 'custom', path: ['command'], message: 'the openai-server backend needs a command line' });
+    }
+    if (p.backend === 'openai-server' && p.command !== undefined && !p.command.some((arg) => arg.includes('{port}'))) {
+      ctx.addIssue({ code: 'custom', path: ['command'], message: 'the command line must take the port the service chooses: put {port} where the server expects it' });
+    }
+    if (p.backend === 'espeak-ng' && (p.command !== undefined || p.model !== undefined || p.languages !== undefined)) {
+      ctx.addIssue({ code: 'custom', path: ['backend'], message: 'command, model and languages belong to the openai-server backend' });
     }
   })
   .transform((p) => ({ ...p, memoryMiB: p.memoryMiB ?? (p.device === 'cpu' ? 0 : 7168) }));

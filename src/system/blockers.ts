@@ -4,7 +4,7 @@
 import { open, stat } from 'node:fs/promises';
 import type { StoredProfile } from '../store/profile.schema.js';
 import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
-import { findCommand, resolveRuntime } from '../adapters/runtimes.js';
+import { findCommand, resolveRuntime, whisperProgram } from '../adapters/runtimes.js';
 
 const GGUF_MAGIC = Buffer.from('GGUF', 'latin1');
 
@@ -83,7 +83,7 @@ export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLoo
       break;
     case 'stt':
       if (profile.params.backend === 'pocketsphinx') checks.push(runtimeBlocker('pocketsphinx', lookup));
-      else checks.push(runtimeBlocker('whisper-cli', lookup));
+      else checks.push(whisperProgram(lookup).then((found) => (found ? undefined : 'runtime missing: whisper-server or whisper-cli')));
       if (profile.params.model) checks.push(fileBlocker(profile.params.model));
       break;
   }

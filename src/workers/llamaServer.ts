@@ -18,7 +18,8 @@ import { fromCallback } from 'xstate';
 import { serverArgs, type ChatWorkerEvent, type EngineCommand, type EngineInput } from '../../machines/chatWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
 import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
-import { diagnoseExit } from '../system/diagnose.js';
+import { diagnoseExit, type WorkerKind } from '../system/diagnose.js';
+import type { ExitReport } from '../../machines/worker.types.js';
 import type { Logger } from '../system/log.js';
 
 /** How much of the process's output is kept for the diagnosis (RAM only). */
@@ -111,6 +112,22 @@ export class Tail {
     const all = Buffer.concat(this.#chunks);
     return all.subarray(Math.max(0, all.length - this.max)).toString('utf8');
   }
+}
+
+/**
+ * How a worker process ended, as its machine's `engine.exited` report: diagnosed from its exit,
+ * its output tail and the cgroup's OOM kill count before its start and now.
+ */
+export async function endReport(
+  worker: WorkerKind,
+  result: { exitCode?: number | undefined; signal?: string | undefined },
+  facts: { oomKillsBefore: number | null; outputTail: string; expected: boolean },
+): Promise<{ report: ExitReport; evidence: string | null }> {
+  const after = await readOomKills().catch(() => null);
+  const exitCode = result.exitCode ?? null;
+  const signal = result.signal ?? null;
+  const diagnosis = diagnoseExit({ worker, exitCode, signal, oomKillsBefore: facts.oomKillsBefore, oomKillsAfter: after, outputTail: facts.outputTail, expected: facts.expected });
+  return { report: { exitCode, signal, cause: diagnosis.cause, message: diagnosis.message }, evidence: diagnosis.evidence };
 }
 
 export function llamaServerActor(deps: ServerDeps) {

@@ -5,20 +5,21 @@
 // The pocketsphinx backend is the engine program native/pocketsphinx-worker.c (built at set-up by
 // scripts/build-pocketsphinx.sh): it loads the en-us model once and answers recording after
 // recording over stdin/stdout, so the worker stays loaded between jobs. The recordings reach it
-// as 16-bit PCM; the route checked the WAV file before.
+// as 16-bit PCM; the route checked the WAV file before. The whisper.cpp backend (whisper-server
+// kept loaded, or whisper-cli per recording) is src/workers/whisper.ts.
 import { execa, type ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
 import { sttWorkerMachine, type EngineCommand, type EngineInput, type SttLaunch, type SttWorkerEvent } from '../../machines/sttWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
 import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
-import { diagnoseExit } from '../system/diagnose.js';
 import type { Inspection } from '../system/inspect.js';
 import type { Logger } from '../system/log.js';
 import type { Lease, SupervisorActor } from '../system/scheduler.js';
 import type { WorkerHooks } from '../system/workers.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker } from './lifecycle.js';
-import { Tail, workerEnv } from './llamaServer.js';
+import { endReport, Tail, workerEnv } from './llamaServer.js';
+import { runWhisper, whisperTranscribe, type WhisperEngine } from './whisper.js';
 
 export type SttWorkerActor = Actor<typeof sttWorkerMachine>;
 export type SttProfile = Extract<StoredProfile, { category: 'stt' }>;
@@ -103,11 +104,15 @@ export function sttLaunchOf(lease: Pick<Lease, 'generation'>, profile: SttProfil
 
 export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSnapshot']>, SttLaunch, SttProfile> {
   readonly #links: Map<number, EngineLink>;
+  readonly #whispers: Map<number, WhisperEngine>;
+  readonly #env: NodeJS.ProcessEnv;
 
   constructor(deps: SttWorkerDeps) {
     const links = new Map<number, EngineLink>();
+    const whispers = new Map<number, WhisperEngine>();
     const engine = fromCallback<EngineCommand, EngineInput, SttWorkerEvent>(({ input, sendBack, receive }) => {
       const { launch } = input;
+      if (launch.backend === 'whisper.cpp') return runWhisper(launch, { lookup: deps.lookup, env: deps.env, log: deps.log, engines: whispers }, sendBack, receive);
       const tail = new Tail(16 * 1024);
       let child: ResultPromise | undefined;
       let stopped = false;
@@ -119,11 +124,6 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
         if (child && !exited) child.kill(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
       });
       const start = async () => {
-        if (launch.backend !== 'pocketsphinx') {
-          exited = true;
-          sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message: `The ${launch.backend} backend is not available in this build.` } });
-          return;
-        }
         const binary = await resolveRuntime('pocketsphinx', deps.lookup);
         if (!binary) {
           exited = true;
@@ -147,18 +147,9 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
           exited = true;
           link.close(new EngineFailure('the speech-to-text engine ended'));
           links.delete(launch.generation);
-          const after = await readOomKills().catch(() => null);
-          const diagnosis = diagnoseExit({
-            worker: 'stt',
-            exitCode: result.exitCode ?? null,
-            signal: result.signal ?? null,
-            oomKillsBefore: before,
-            oomKillsAfter: after,
-            outputTail: tail.text(),
-            expected: stopRequested,
-          });
-          if (!stopRequested) deps.log.warn({ worker: 'stt', generation: launch.generation, cause: diagnosis.cause, evidence: diagnosis.evidence }, 'speech-to-text worker ended');
-          if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: result.exitCode ?? null, signal: result.signal ?? null, cause: diagnosis.cause, message: diagnosis.message } });
+          const { report, evidence } = await endReport('stt', result, { oomKillsBefore: before, outputTail: tail.text(), expected: stopRequested });
+          if (!stopRequested) deps.log.warn({ worker: 'stt', generation: launch.generation, cause: report.cause, evidence }, 'speech-to-text worker ended');
+          if (!stopped) sendBack({ type: 'engine.exited', report });
         });
         if (child.pid !== undefined && !stopped) sendBack({ type: 'engine.spawned', pid: child.pid });
       };
@@ -178,6 +169,8 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
     const actor = createActor(sttWorkerMachine.provide({ actors: { engine } }), { systemId: 'sttWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
     super(actor, 'stt', { name: 'STT worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new EngineFailure(reason));
     this.#links = links;
+    this.#whispers = whispers;
+    this.#env = deps.env;
   }
 
   protected launchOf(lease: { generation: number }, profile: SttProfile): SttLaunch {
@@ -185,7 +178,9 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
   }
 
   /** Transcribes one recording (16-bit PCM, 16 kHz mono) on the loaded start `generation`. */
-  async transcribe(generation: number, pcm: Buffer, signal?: AbortSignal): Promise<string> {
+  async transcribe(generation: number, pcm: Buffer, language: 'de' | 'en' | 'auto', signal?: AbortSignal): Promise<string> {
+    const whisper = this.#whispers.get(generation);
+    if (whisper) return whisperTranscribe(whisper, pcm, language, this.#env, signal);
     const link = this.#links.get(generation);
     if (!link) throw new EngineFailure('the speech-to-text worker is not running');
     const line = await link.request(pcm, signal);

@@ -5,8 +5,8 @@
 // The espeak-ng backend (Debian, the embedded default, CPU) has no model to keep in memory: its
 // start checks that the program runs and speaks, and each request is one short espeak-ng run that
 // reads the text from stdin (never from its command line, where other users could see it) and
-// writes a WAV to stdout. The openai-server backend (a GPU engine a user installs) is not part of
-// this build yet: its start fails with a message that says so.
+// writes a WAV to stdout. The openai-server backend (a GPU engine a user installs) is a server
+// process kept running while the worker is loaded, proxied to (src/workers/speechServer.ts).
 import { execa, type ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
 import { ttsWorkerMachine, type EngineCommand, type EngineInput, type TtsLaunch, type TtsWorkerEvent } from '../../machines/ttsWorker/index.js';
@@ -15,6 +15,7 @@ import { resolveRuntime } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker } from './lifecycle.js';
+import { runSpeechServer, speakTo, type ServerRequest } from './speechServer.js';
 import type { SttWorkerDeps } from './stt.js';
 import { workerEnv } from './llamaServer.js';
 
@@ -59,14 +60,17 @@ export class SpeechFailure extends Error {
   override name = 'SpeechFailure';
 }
 
-export interface SpeechRequest {
-  text: string;
-  /** espeak-ng language voice, e.g. `de`. */
-  language: string;
-  /** espeak-ng variant, e.g. `m3`. */
-  variant: string;
-  speed: number;
-}
+export type SpeechRequest =
+  | {
+      backend: 'espeak-ng';
+      text: string;
+      /** espeak-ng language voice, e.g. `de`. */
+      language: string;
+      /** espeak-ng variant, e.g. `m3`. */
+      variant: string;
+      speed: number;
+    }
+  | ({ backend: 'openai-server' } & ServerRequest);
 
 /** espeak-ng's -s for a speed factor, within the range it can speak. */
 export function espeakRate(speed: number): number {
@@ -83,11 +87,14 @@ type TtsActor = Actor<typeof ttsWorkerMachine>;
 
 export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot']>, TtsLaunch, TtsProfile> {
   readonly #binaries: Map<number, string>;
+  readonly #ports: Map<number, number>;
 
   constructor(readonly deps: TtsWorkerDeps) {
     const binaries = new Map<number, string>();
+    const ports = new Map<number, number>();
     const engine = fromCallback<EngineCommand, EngineInput, TtsWorkerEvent>(({ input, sendBack, receive }) => {
       const { launch } = input;
+      if (launch.backend === 'openai-server') return runSpeechServer(launch, { env: deps.env, log: deps.log, ports }, sendBack, receive);
       let stopped = false;
       receive(() => {
         // espeak-ng keeps no process between requests: there is nothing left to end.
@@ -95,9 +102,6 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
         if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: 0, signal: null, cause: 'stopped', message: 'The text-to-speech worker was stopped as requested.' } });
       });
       const start = async () => {
-        if (launch.backend !== 'espeak-ng') {
-          return { cause: 'runtime_missing', message: `The ${launch.backend} backend is not available in this build.` };
-        }
         const binary = await resolveRuntime('espeak-ng', deps.lookup);
         if (!binary) return { cause: 'runtime_missing', message: 'The text-to-speech worker cannot start: espeak-ng is not installed (apt-get install espeak-ng).' };
         const probe = await execa(binary, ['--version'], { env: workerEnv(deps.env), extendEnv: false, reject: false, timeout: 10_000 });
@@ -123,6 +127,7 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
     const actor = createActor(ttsWorkerMachine.provide({ actors: { engine } }), { systemId: 'ttsWorker', input: {}, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
     super(actor, 'tts', { name: 'TTS worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new SpeechFailure(reason));
     this.#binaries = binaries;
+    this.#ports = ports;
   }
 
   protected launchOf(lease: { generation: number }, profile: TtsProfile): TtsLaunch {
@@ -136,6 +141,12 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
 
   /** Speaks one text on the loaded start `generation`; resolves with a WAV file. */
   async synthesize(generation: number, request: SpeechRequest, signal?: AbortSignal): Promise<Buffer> {
+    if (request.backend === 'openai-server') {
+      const port = this.#ports.get(generation);
+      if (port === undefined) throw new SpeechFailure('the text-to-speech worker is not running');
+      const { backend: _backend, ...body } = request;
+      return speakTo(port, body, signal);
+    }
     const binary = this.#binaries.get(generation);
     if (!binary) throw new SpeechFailure('the text-to-speech worker is not running');
     const child: ResultPromise = execa(binary, ['-v', `${request.language}+${request.variant}`, '-s', String(espeakRate(request.speed)), '--stdin', '--stdout'], {

@@ -39,8 +39,8 @@ t.test('load once, transcribe twice in one process, unload on command', async (t
   t.same(reports.map((r) => r.type), ['worker.started', 'worker.loaded'], 'reported to the supervisor');
   t.match(reports[0], { kind: 'stt', generation: 1, pid });
   const dir = t.testdir();
-  const first = await worker.transcribe(1, await speech(dir, 'hello world this is a test'));
-  const second = await worker.transcribe(1, await speech(dir, 'good morning how are you'));
+  const first = await worker.transcribe(1, await speech(dir, 'hello world this is a test'), 'en');
+  const second = await worker.transcribe(1, await speech(dir, 'good morning how are you'), 'en');
   t.match(first, /hello|world|test/, `the first recording: "${first}"`);
   t.match(second, /morning|how|are|you/, `the second recording: "${second}"`);
   t.equal(worker.describe()?.pid, pid, 'the same process answered both: the model stayed loaded');
@@ -48,7 +48,7 @@ t.test('load once, transcribe twice in one process, unload on command', async (t
   t.equal(worker.describe(), undefined, 'unloaded');
   await until('the engine to end', async () => (alive(pid!) ? undefined : true), 5_000);
   t.notOk(reports.some((r) => r.type === 'worker.exited'), 'an unload we asked for is not an exit');
-  await t.rejects(worker.transcribe(1, Buffer.alloc(0)), /not running/, 'no transcription without a worker');
+  await t.rejects(worker.transcribe(1, Buffer.alloc(0), 'en'), /not running/, 'no transcription without a worker');
 });
 
 t.test('an engine that dies is reported at once and the next start loads again', async (t) => {
@@ -62,5 +62,5 @@ t.test('an engine that dies is reported at once and the next start loads again',
   t.equal(worker.describe(), undefined);
   worker.start({ generation: 2, start: plan }, profile);
   await worker.ready(2);
-  t.equal(await worker.transcribe(2, Buffer.alloc(0)), '', 'the new engine answers');
+  t.equal(await worker.transcribe(2, Buffer.alloc(0), 'en'), '', 'the new engine answers');
 });

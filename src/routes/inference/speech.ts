@@ -2,13 +2,18 @@
 // profile; `input` 1 to 1000 characters; `voice` optional (the preset `alloy` by default, or the
 // profile's); `language` optional, default German; `speed` 0.25 to 4, else the profile's;
 // `response_format` only wav. Anything else (mp3, stream_format, unknown fields) is a 400. The job
-// goes through the scheduler to the TTS worker, which stays ready for further requests.
+// goes through the scheduler to the TTS worker, which stays ready for further requests. espeak-ng
+// maps language names and OpenAI's preset voices to its own; an openai-server profile passes the
+// voice on and checks the language against the names it lists.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Service } from '../../system/service.js';
 import { onLease } from '../../workers/job.js';
-import { DEFAULT_VOICE, ESPEAK_LANGUAGES, ESPEAK_VOICES, type TtsProfile } from '../../workers/tts.js';
+import { DEFAULT_VOICE, ESPEAK_LANGUAGES, ESPEAK_VOICES, type SpeechRequest, type TtsProfile } from '../../workers/tts.js';
+
+/** Spec 4.5: `language` defaults to German. */
+const DEFAULT_LANGUAGE = 'German';
 import { clientGone } from '../client.js';
 import { errors } from '../errors.js';
 
@@ -26,6 +31,29 @@ export const speechRequestSchema = z.strictObject({
   response_format: z.literal('wav', 'only wav is supported (no mp3, opus, aac, flac or pcm)').optional(),
 });
 
+/** A language name the backend does not speak, or a voice it does not have: a 400 naming what it has. */
+function unsupported(param: 'language' | 'voice', name: string, supported: readonly string[]) {
+  const what = param === 'language' ? `The language ${JSON.stringify(name)} is not supported` : `The voice ${JSON.stringify(name)} is not one of the presets`;
+  return errors.invalidValue(param, `${what}; supported: ${supported.join(', ')}.`);
+}
+
+/** The request for the profile's backend: language names map to its voices (spec 4.5). */
+export function speechJob(profile: TtsProfile, body: z.output<typeof speechRequestSchema>, speed: number): SpeechRequest {
+  const languageName = body.language ?? DEFAULT_LANGUAGE;
+  const voice = body.voice ?? profile.params.voice ?? DEFAULT_VOICE;
+  if (profile.params.backend === 'openai-server') {
+    // The server's own languages, when the profile lists them; else the name is passed on as it is.
+    const languages = profile.params.languages;
+    if (languages && !languages.includes(languageName)) throw unsupported('language', languageName, languages);
+    return { backend: 'openai-server', model: profile.params.model ?? 'tts-1', input: body.input, voice, speed, language: languageName };
+  }
+  const language = ESPEAK_LANGUAGES[languageName];
+  if (!language) throw unsupported('language', languageName, Object.keys(ESPEAK_LANGUAGES));
+  const variant = ESPEAK_VOICES[voice];
+  if (!variant) throw unsupported('voice', voice, Object.keys(ESPEAK_VOICES));
+  return { backend: 'espeak-ng', text: body.input, language, variant, speed };
+}
+
 export const speechRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
 
@@ -34,13 +62,8 @@ export const speechRoutes: FastifyPluginAsync<{ service: Service }> = async (bas
     const body = request.body;
     const profile = (await service.catalog.resolve('tts', body.model)) as TtsProfile | undefined;
     if (!profile) throw errors.modelNotFound(body.model);
-    const languageName = body.language ?? 'German';
-    const language = ESPEAK_LANGUAGES[languageName];
-    if (!language) throw errors.invalidValue('language', `The language ${JSON.stringify(languageName)} is not supported; supported: ${Object.keys(ESPEAK_LANGUAGES).join(', ')}.`);
-    const voiceName = body.voice ?? profile.params.voice ?? DEFAULT_VOICE;
-    const variant = ESPEAK_VOICES[voiceName];
-    if (!variant) throw errors.invalidValue('voice', `The voice ${JSON.stringify(voiceName)} is not one of the presets: ${Object.keys(ESPEAK_VOICES).join(', ')}.`);
     const speed = body.speed ?? profile.params.speed;
+    const job = speechJob(profile, body, speed);
 
     const lease = await service.scheduler.reserve(
       { kind: 'tts', source: 'api', profileId: profile.id, revision: profile.revision, slots: 1, device: profile.params.device, whenBusy: 'wait', profile },
@@ -49,7 +72,7 @@ export const speechRoutes: FastifyPluginAsync<{ service: Service }> = async (bas
     const wav = await onLease(lease, signal, 'text-to-speech worker', async (both) => {
       service.tts.start(lease, profile);
       await service.tts.ready(lease.generation, both);
-      return service.tts.synthesize(lease.generation, { text: body.input, language, variant, speed }, both);
+      return service.tts.synthesize(lease.generation, job, both);
     });
     return reply.code(200).type('audio/wav').send(wav);
   });

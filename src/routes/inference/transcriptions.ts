@@ -86,7 +86,7 @@ export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = asy
       // A recording is not dropped halfway: a client that leaves now still lets the engine finish
       // (a few seconds at most), so the next job never meets a busy engine. Only a revoked
       // reservation (endpoint stop, a dead worker) ends it early.
-      return service.stt.transcribe(lease.generation, pcm, lease.signal);
+      return service.stt.transcribe(lease.generation, pcm, language, lease.signal);
     });
     return { text };
   });

@@ -1,0 +1,188 @@
+// The openai-server TTS backend (spec 3.4): any OpenAI-compatible speech server a user installs
+// (a GPU engine), started from the command line stored in the profile and proxied to. The service
+// chooses a free loopback port and puts it where the command says `{port}` (`{host}` becomes
+// 127.0.0.1); the server sees only the designated GPU (CUDA_VISIBLE_DEVICES, none on the CPU) and
+// the worker environment's allowlist. Ready means GET /health or /v1/models answered 2xx. One
+// request at a time goes to its POST /v1/audio/speech with `response_format: "wav"`; what comes
+// back must be a WAV file. The 7 GiB rule is the supervisor's memory check before the start.
+import http from 'node:http';
+import { execa, type ResultPromise } from 'execa';
+import type { EngineCommand, TtsLaunch, TtsWorkerEvent } from '../../machines/ttsWorker/index.js';
+import { findCommand } from '../adapters/runtimes.js';
+import { readOomKills } from '../adapters/memory.js';
+import { readWav } from '../adapters/wav.js';
+import type { Logger } from '../system/log.js';
+import { endReport, freePort, Tail, workerEnv } from './llamaServer.js';
+
+const READY_POLL_MS = 200;
+const TAIL_BYTES = 16 * 1024;
+/** A speech answer is at most this big (1000 characters at the slowest speed is far less). */
+const MAX_WAV_BYTES = 64 * 1024 * 1024;
+const SPEAK_TIMEOUT_MS = 120_000;
+
+export class SpeechServerFailure extends Error {
+  override name = 'SpeechServerFailure';
+}
+
+/** The stored command line with the chosen port and the loopback host put in. */
+export function serverArgv(command: readonly string[], port: number): string[] {
+  return command.map((arg) => arg.replaceAll('{port}', String(port)).replaceAll('{host}', '127.0.0.1'));
+}
+
+/** One loopback HTTP exchange with the speech server: status and body (bounded). */
+function exchange(port: number, method: 'GET' | 'POST', path: string, body: string | null, options: { timeoutMs: number; signal?: AbortSignal; maxBytes?: number }) {
+  return new Promise<{ status: number; type: string; body: Buffer }>((resolve, reject) => {
+    const request = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        method,
+        path,
+        agent: false,
+        timeout: options.timeoutMs,
+        headers: body === null ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        ...(options.signal ? { signal: options.signal } : {}),
+      },
+      (response) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        response.on('data', (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > (options.maxBytes ?? 1024 * 1024)) {
+            request.destroy(new SpeechServerFailure(`the speech server's answer is larger than ${options.maxBytes ?? 1024 * 1024} bytes`));
+            return;
+          }
+          chunks.push(chunk);
+        });
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, type: String(response.headers['content-type'] ?? ''), body: Buffer.concat(chunks) }));
+        response.on('error', reject);
+      },
+    );
+    request.on('timeout', () => request.destroy(new SpeechServerFailure(`the speech server did not answer within ${options.timeoutMs / 1000} s (timeout)`)));
+    request.on('error', reject);
+    request.end(body ?? undefined);
+  });
+}
+
+/** Whether the server answers: GET /health, else GET /v1/models, with a 2xx. */
+async function answers(port: number): Promise<boolean> {
+  for (const path of ['/health', '/v1/models']) {
+    const status = await exchange(port, 'GET', path, null, { timeoutMs: 2_000 }).then(
+      (r) => r.status,
+      () => 0,
+    );
+    if (status >= 200 && status < 300) return true;
+    if (status === 0) return false;
+  }
+  return false;
+}
+
+export interface ServerRequest {
+  model: string;
+  input: string;
+  voice: string;
+  speed: number;
+  /** The language name, when the profile lists its languages or the client named one. */
+  language: string | undefined;
+}
+
+/** One speech request to a ready server; resolves with its WAV file. */
+export async function speakTo(port: number, request: ServerRequest, signal?: AbortSignal): Promise<Buffer> {
+  const body = JSON.stringify({ ...request, response_format: 'wav' });
+  const answer = await exchange(port, 'POST', '/v1/audio/speech', body, { timeoutMs: SPEAK_TIMEOUT_MS, maxBytes: MAX_WAV_BYTES, ...(signal ? { signal } : {}) }).catch(
+    (error: unknown) => {
+      if (signal?.aborted) throw new SpeechServerFailure('the request was cancelled');
+      throw new SpeechServerFailure(`the speech server did not answer: ${(error as Error).message}`);
+    },
+  );
+  if (answer.status !== 200) {
+    const detail = answer.body.toString('utf8').slice(0, 300).replace(/\s+/g, ' ').trim();
+    throw new SpeechServerFailure(`the speech server answered ${answer.status}${detail ? `: ${detail}` : ''}`);
+  }
+  try {
+    readWav(answer.body);
+  } catch (error) {
+    throw new SpeechServerFailure(`the speech server did not answer with a WAV file (${answer.type || 'no content type'}): ${(error as Error).message}`);
+  }
+  return answer.body;
+}
+
+export interface ServerEngineDeps {
+  env: NodeJS.ProcessEnv;
+  log: Logger;
+  /** Ports of the ready starts, by generation. */
+  ports: Map<number, number>;
+}
+
+/**
+ * The engine process actor's body for one start of the openai-server backend: spawn, wait until it
+ * answers, report its end with a diagnosis. Returns the actor's cleanup.
+ */
+export function runSpeechServer(
+  launch: TtsLaunch,
+  deps: ServerEngineDeps,
+  sendBack: (event: TtsWorkerEvent) => void,
+  receive: (listener: (command: EngineCommand) => void) => void,
+): () => void {
+  const tail = new Tail(TAIL_BYTES);
+  let child: ResultPromise | undefined;
+  let stopped = false;
+  let exited = false;
+  let stopRequested = false;
+  let before: number | null = null;
+  const report = (exitCode: number | null, signal: string | null, cause: string, message: string) => {
+    exited = true;
+    deps.ports.delete(launch.generation);
+    if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode, signal, cause, message } });
+  };
+  receive((command) => {
+    stopRequested = true;
+    if (child && !exited) child.kill(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
+  });
+  const run = async () => {
+    const [program, ...args] = launch.command ?? [];
+    const binary = program === undefined ? undefined : await findCommand(program, deps.env);
+    if (!binary) {
+      report(null, null, 'runtime_missing', `The text-to-speech worker cannot start: the speech server program ${program ?? '(none)'} is not installed.`);
+      return;
+    }
+    const [port, oom] = await Promise.all([freePort(), readOomKills().catch(() => null)]);
+    before = oom;
+    if (stopped || stopRequested) {
+      report(null, null, 'stopped', 'The text-to-speech worker was stopped before it started.');
+      return;
+    }
+    const env = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.device === 'cpu' ? '' : launch.device };
+    child = execa(binary, serverArgv(args, port), { env, extendEnv: false, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe', buffer: false, reject: false, cleanup: true, forceKillAfterDelay: false });
+    child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
+    child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
+    void child.then(async (result) => {
+      const spawnError = result.failed && result.exitCode === undefined && !result.signal ? `\n${result.shortMessage}` : '';
+      const { report: ended, evidence } = await endReport('tts', result, { oomKillsBefore: before, outputTail: `${tail.text()}${spawnError}`, expected: stopRequested });
+      if (!stopRequested) deps.log.warn({ worker: 'tts', generation: launch.generation, cause: ended.cause, evidence }, 'speech server ended');
+      report(ended.exitCode, ended.signal, ended.cause, ended.message);
+    });
+    if (child.pid === undefined) return;
+    if (!stopped) sendBack({ type: 'engine.spawned', pid: child.pid, port });
+    deps.log.info({ worker: 'tts', generation: launch.generation, pid: child.pid, port, profile: launch.profileId }, 'speech server started');
+    while (!exited && !stopped && !stopRequested) {
+      if (await answers(port)) {
+        if (exited || stopped) return;
+        deps.ports.set(launch.generation, port);
+        sendBack({ type: 'engine.ready' });
+        return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, READY_POLL_MS));
+    }
+  };
+  run().catch((error: unknown) => {
+    deps.log.error({ err: error, worker: 'tts' }, 'speech server could not be started');
+    if (child && !exited) child.kill('SIGKILL');
+    else if (!exited) report(null, null, 'unclear', `The text-to-speech worker could not be started: ${(error as Error).message}`);
+  });
+  return () => {
+    stopped = true;
+    deps.ports.delete(launch.generation);
+    if (child && !exited) child.kill('SIGKILL');
+  };
+}
