@@ -8,9 +8,12 @@
 //   (the service's own engine, loaded once).
 //
 // The two sides alternate request by request, so drift hits both alike; the first requests of each
-// side are a warm-up. Prints p50 per side and the ratio. Target (issue 5): service overhead under 5%.
+// side are a warm-up. Prints p50 per side, and the median of the paired ratios (each round's
+// service time over the engine's time on the same text or recording: the recordings differ in
+// length, so pairs compare like with like). Target (issue 5): service overhead under 5%.
 // Run: npm run bench:speech [-- ROUNDS]
 import { mkdtemp, rm } from 'node:fs/promises';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -101,7 +104,25 @@ try {
     }),
   );
 
-  const times = { ttsDirect: [] as number[], ttsService: [] as number[], sttDirect: [] as number[], sttService: [] as number[] };
+  // The transfer floor: the same WAV files from a bare HTTP server in this process, fetched the same
+  // way, so that what the service adds can be told apart from carrying a WAV over HTTP at all.
+  const spoken = await Promise.all(PARAGRAPHS.map((text) => espeakDirect(text).then(fixStreamedWav)));
+  const bare = http.createServer((request, response) => {
+    request.resume();
+    request.on('end', () => {
+      const wav = spoken[Number(request.url?.slice(1))]!;
+      response.writeHead(200, { 'content-type': 'audio/wav', 'content-length': wav.length });
+      response.end(wav);
+    });
+  });
+  await new Promise<void>((resolve) => bare.listen(0, '127.0.0.1', resolve));
+  const barePort = (bare.address() as { port: number }).port;
+  const fetchBare = async (index: number) => {
+    const response = await fetch(`http://127.0.0.1:${barePort}/${index}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    return Buffer.from(await response.arrayBuffer());
+  };
+
+  const times = { ttsDirect: [] as number[], ttsService: [] as number[], ttsFloor: [] as number[], sttDirect: [] as number[], sttService: [] as number[] };
   const time = async (into: number[] | undefined, work: () => Promise<unknown>) => {
     const started = performance.now();
     await work();
@@ -116,6 +137,7 @@ try {
     for (const side of order ? ['direct', 'service'] : ['service', 'direct']) {
       if (side === 'direct') {
         await time(keep ? times.ttsDirect : undefined, () => espeakDirect(text));
+        await time(keep ? times.ttsFloor : undefined, () => fetchBare(round % PARAGRAPHS.length));
         await time(keep ? times.sttDirect : undefined, () => engine.transcribe(recording.pcm));
       } else {
         await time(keep ? times.ttsService : undefined, () => speak(text));
@@ -125,13 +147,24 @@ try {
   }
   const row = (label: string, direct: number[], through: number[]) => {
     const [d, s] = [p50(direct), p50(through)];
-    const overhead = s / d - 1;
-    console.log(`${label.padEnd(26)}${d.toFixed(1).padStart(10)}${s.toFixed(1).padStart(10)}${(s / d).toFixed(3).padStart(8)}   overhead ${(overhead * 100).toFixed(1)}% (target < 5%: ${overhead < 0.05 ? 'met' : 'MISSED'})`);
+    const paired = p50(through.map((t, i) => t / direct[i]!));
+    const overhead = paired - 1;
+    console.log(
+      `${label.padEnd(30)}${d.toFixed(1).padStart(10)}${s.toFixed(1).padStart(10)}${paired.toFixed(3).padStart(9)}   overhead ${(overhead * 100).toFixed(1)}% (target < 5%: ${overhead < 0.05 ? 'met' : 'MISSED'})`,
+    );
     return overhead;
   };
   console.log(`bench/speech: ${ROUNDS} rounds, ${os.cpus().length} CPUs, node ${process.version}; p50 in ms`);
-  console.log(`${''.padEnd(26)}${'engine'.padStart(10)}${'service'.padStart(10)}${'ratio'.padStart(8)}`);
+  console.log(`${''.padEnd(30)}${'engine'.padStart(10)}${'service'.padStart(10)}${'paired'.padStart(9)}`);
   const overheads = [row('speech (espeak-ng)', times.ttsDirect, times.ttsService), row('transcription (pocketsphinx)', times.sttDirect, times.sttService)];
+  // Speech, taken apart: the engine, the bare transfer of its WAV, and what is left for the service.
+  const floor = p50(times.ttsFloor);
+  const own = p50(times.ttsService.map((t, i) => t - times.ttsDirect[i]! - times.ttsFloor[i]!));
+  console.log(
+    `speech, taken apart: carrying the WAV (${(spoken[0]!.length / 1e6).toFixed(2)} MB) over loopback HTTP alone takes ${floor.toFixed(1)} ms (${((floor / p50(times.ttsDirect)) * 100).toFixed(1)}% of the engine's time); ` +
+      `the service's own work on top of engine and transfer: ${own.toFixed(1)} ms (${((own / p50(times.ttsDirect)) * 100).toFixed(1)}%)`,
+  );
+  bare.close();
   console.log(`${((performance.now() - began) / 1000).toFixed(1)} s`);
   if (overheads.some((o) => o >= 0.05)) process.exitCode = 1;
 } finally {
