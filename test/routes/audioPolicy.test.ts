@@ -5,6 +5,7 @@
 // transcription, and a missing runtime stays saved with its error in `errors` until a retry finds it.
 import { chmod, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { encodeWav } from '../../src/adapters/wav.js';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
@@ -25,7 +26,7 @@ async function profile(b: Built, body: object): Promise<string> {
 
 const policy = async (b: Built) => (await (await b.admin('GET', '/api/v1/audio-policy')).json()) as View;
 const workers = async (b: Built) =>
-  ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; state: string; pid: number | null; profile_id: string | null }> }).workers;
+  ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; state: string; pid: number | null; profile_id: string | null; gpus: string[] }> }).workers;
 const worker = async (b: Built, kind: string) => (await workers(b)).find((w) => w.kind === kind);
 
 async function expectError(t: Test, response: Response, status: number, code: string, param?: string | null) {
@@ -209,4 +210,37 @@ t.test('warm with a missing runtime: saved, the error appears in errors, retried
   });
   t.equal(loaded.profile_id, speaker);
   t.same((await policy(b)).errors, [], 'the error is gone once the preload succeeded');
+});
+
+t.test('warm on a GPU without 7 GiB free, then busy with a foreign process: errors, retried, loaded once the GPU is free', async (t) => {
+  const dir = await tempDir(t);
+  const gpus = path.join(dir, 'gpus.json');
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', name: 'sim', memoryTotalMiB: 24_576, memoryFreeMiB: 4_000 }]));
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: gpus }, audioRetryMs: 300 });
+  await b.startEndpoint();
+  const server = fileURLToPath(new URL('../fixtures/fake-speech-server.mjs', import.meta.url));
+  const voice = await profile(b, { name: 'gpu-voice', category: 'tts', params: { backend: 'openai-server', device: 'GPU-a', command: [process.execPath, server, '--port', '{port}'] } });
+  t.equal((await b.admin('POST', '/api/v1/audio-policy', { kind: 'tts', mode: 'warm', profile_id: voice })).status, 200);
+  const failing = await until('the refused preload', async () => {
+    const view = await policy(b);
+    return view.errors.length > 0 ? view : undefined;
+  });
+  t.match(failing.errors, [{ kind: 'tts', profile_id: voice, code: 'insufficient_memory', message: /forecast/ }]);
+  t.same(await workers(b), [], 'nothing started');
+
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', name: 'sim', memoryTotalMiB: 24_576, memoryFreeMiB: 16_000, processes: [{ pid: 424242, usedMiB: 2_000 }] }]));
+  const busy = await until('the retry to meet the foreign process', async () => {
+    const view = await policy(b);
+    return view.errors[0]?.code === 'resources_busy' ? view : undefined;
+  });
+  t.match(busy.errors[0]!.message, /pid 424242.*left alone/);
+  t.ok(busy.errors[0]!.attempts >= 2, 'retried later');
+
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', name: 'sim', memoryTotalMiB: 24_576, memoryFreeMiB: 16_000 }]));
+  const loaded = await until('the retry once 16 GiB are free', async () => {
+    const w = await worker(b, 'tts');
+    return w?.state === 'loaded' ? w : undefined;
+  });
+  t.same(loaded.gpus, ['GPU-a']);
+  t.same((await policy(b)).errors, []);
 });
