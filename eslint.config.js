@@ -33,7 +33,7 @@ export default tseslint.config(
   {
     files: ['bin/*.js', 'scripts/*.js', 'test/fixtures/*.mjs'],
     languageOptions: {
-      globals: { process: 'readonly', console: 'readonly', URL: 'readonly', setInterval: 'readonly', clearInterval: 'readonly' },
+      globals: { process: 'readonly', console: 'readonly', URL: 'readonly', setInterval: 'readonly', clearInterval: 'readonly', setTimeout: 'readonly' },
     },
   },
 );

@@ -19,6 +19,8 @@ import type { Service } from './system/service.js';
 import { bearerAuth } from './routes/auth.js';
 import { errors, installErrorHandling } from './routes/errors.js';
 import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
+import { adminImageTestRoutes } from './routes/admin/imageTests.js';
+import { imageRoutes } from './routes/inference/images.js';
 import { adminChatTestRoutes } from './routes/admin/chatTests.js';
 import { adminEndpointRoutes } from './routes/admin/endpoint.js';
 import { adminProfileRoutes } from './routes/admin/profiles.js';
@@ -81,6 +83,7 @@ export async function buildInferenceApp(service: Service): Promise<App> {
   await app.register(fastifyMultipart, { limits: { fileSize: TRANSCRIPTION_WAV.maxBytes, files: 1, fields: 10, fieldSize: 1024, parts: 12 } });
   await app.register(transcriptionRoutes, { service });
   await app.register(speechRoutes, { service });
+  await app.register(imageRoutes, { service });
   return app;
 }
 
@@ -93,5 +96,6 @@ export async function buildAdminApp(service: Service): Promise<App> {
   await app.register(adminProfileRoutes, { service });
   await app.register(adminChatTestRoutes, { service });
   await app.register(adminAudioPolicyRoutes, { service });
+  await app.register(adminImageTestRoutes, { service });
   return app;
 }

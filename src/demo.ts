@@ -3,7 +3,10 @@
 // the state directory, served by the llama-server that scripts/build-llama.sh built from the
 // llama.cpp source node-llama-cpp ships; its profile `tiny-chat` is created and published once.
 // The speech profiles `speaker` (espeak-ng) and `listener` (pocketsphinx, en-us) are made and
-// published once too; the image profile arrives with its worker (issue 6).
+// published once too. The image profile `painter` is made and published with the model path
+// <state>/models/sd-model.gguf: it shows the blockers `runtime missing: sd-cli` and `model file
+// missing` until stable-diffusion.cpp's sd-cli is installed and a model is put there (no image
+// weights can be generated or downloaded here).
 import path from 'node:path';
 import { access } from 'node:fs/promises';
 import type { Config } from './config.js';
@@ -24,6 +27,8 @@ export const DEMO_SPEECH = [
   { id: 'demo-tts', name: 'speaker', category: 'tts' },
   { id: 'demo-stt', name: 'listener', category: 'stt' },
 ] as const;
+
+export const DEMO_IMAGE = { id: 'demo-image', name: 'painter' } as const;
 
 const exists = (file: string) => access(file).then(() => true, () => false);
 
@@ -56,6 +61,18 @@ export async function setUpDemo(config: Config): Promise<Demo> {
     await profiles.create({ name: speech.name, category: speech.category, params } as Parameters<typeof profiles.create>[0], speech.id);
     await profiles.setPublished(speech.id, true);
   }
+  if (!profiles.get(DEMO_IMAGE.id) && !profiles.byName(DEMO_IMAGE.name)) {
+    const imageModel = path.join(config.stateDir, 'models', 'sd-model.gguf');
+    await profiles.create(
+      {
+        name: DEMO_IMAGE.name,
+        category: 'image',
+        params: { backend: 'sd-cli', model: imageModel, files: {}, width: 1024, height: 1024, steps: 20, guidance: 3.5, cfgScale: 1, seed: 42, referenceImages: 0 },
+      },
+      DEMO_IMAGE.id,
+    );
+    await profiles.setPublished(DEMO_IMAGE.id, true);
+  }
   await endpoint.flushed();
 
   return {
@@ -66,7 +83,7 @@ export async function setUpDemo(config: Config): Promise<Demo> {
         `service-deck demo: state in ${config.stateDir}`,
         `service-deck demo: ${listed.length} profile(s): ${listed.map((p) => `${p.name} (${p.category}${service.profiles.isPublished(p.id) ? ', published' : ''})`).join(', ')}`,
         `service-deck demo: try  curl -s http://127.0.0.1:${service.inferenceAddress()?.port ?? 8120}/v1/chat/completions -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"model":"${DEMO_CHAT.name}","messages":[{"role":"user","content":"Hello"}],"max_tokens":32}'`,
-        'service-deck demo: the image profile arrives with its worker; Ctrl-C stops the service',
+        `service-deck demo: images need stable-diffusion.cpp's sd-cli (on PATH or SERVICE_DECK_SD_CLI) and a model at the path of the profile ${DEMO_IMAGE.name}; Ctrl-C stops the service`,
       ];
     },
   };

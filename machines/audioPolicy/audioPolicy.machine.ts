@@ -33,8 +33,11 @@ export const AUDIO_POLICY_LIMITS = {
   retryMs: 30_000,
 } as const;
 
-/** Denials that are no failure of the selection: the endpoint stopped, or the profile changed while the preload waited. */
-const NOT_AN_ERROR = new Set(['endpoint_stopped', 'profile_changed']);
+/**
+ * Outcomes that are no failure of the selection: the endpoint stopped, the profile changed while
+ * the preload waited, or the preload gave way to a request that needed its worker gone.
+ */
+const NOT_AN_ERROR = new Set(['endpoint_stopped', 'profile_changed', 'displaced']);
 
 /** A preload's rejection as a code and a message (the adapter throws errors with a `code`). */
 export function preloadFailure(error: unknown): { code: string; message: string } {
@@ -153,7 +156,11 @@ export const audioPolicyMachine = setup({
           invoke: {
             src: 'preload',
             input: ({ context }) => ({ kind: context.kind, profileId: context.profileId! }),
-            onDone: { target: 'held', actions: ['clearError'], description: 'the selection is loaded and stays loaded' },
+            onDone: {
+              target: 'deciding',
+              actions: ['clearError'],
+              description: 'the selection is loaded and stays loaded (decided again from the worker record: it may have gone already)',
+            },
             onError: [
               {
                 guard: 'notAnError',

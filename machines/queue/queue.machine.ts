@@ -43,7 +43,9 @@ export const queueMachine = setup({
   },
   actors: queueActors,
   guards: {
-    queueFull: ({ context }) => context.jobs.length >= context.maxWaiting,
+    /** At most 16 requests wait; a warm preload (spec 3.6) takes no request's place. */
+    queueFull: ({ context, event }) =>
+      event.type === 'job.enqueue' && event.job.source !== 'preload' && context.jobs.filter((job) => job.source !== 'preload').length >= context.maxWaiting,
     isWaiting: ({ context, event }) => 'jobId' in event && context.jobs.some((job) => job.id === event.jobId),
     queueEmptied: ({ context }) => context.jobs.length === 0,
   },
@@ -53,7 +55,8 @@ export const queueMachine = setup({
       const jobs = [...context.jobs, event.job];
       enqueue.assign({ jobs });
       enqueue.spawnChild('expiryTimer', { id: timerId(event.job.id), input: { jobId: event.job.id, limitMs: context.maxWaitMs } });
-      tell(enqueue, context, { type: 'job.queued', jobId: event.job.id, position: jobs.length });
+      const requests = jobs.filter((job) => job.source !== 'preload').length;
+      tell(enqueue, context, { type: 'job.queued', jobId: event.job.id, position: event.job.source === 'preload' ? jobs.length : requests });
     }),
     rejectFull: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'job.enqueue') return;

@@ -50,11 +50,24 @@ const FREEING: Admission = { type: 'wait', busy: false };
 
 const loadedOrLoading = (w: WorkerRecord) => w.state === 'loaded' || w.state === 'loading';
 
+/**
+ * The requests running on a worker kind. A warm preload (3.6) does not count: it only waits for
+ * the start it asked for, so a request may join that start, and the worker is idle for anyone who
+ * needs it gone (the preload is then revoked).
+ */
 export function runningOn(jobs: Record<string, JobRecord>, kind: WorkerKind): number {
   let count = 0;
-  for (const job of Object.values(jobs)) if (job.phase === 'running' && job.worker === kind) count += 1;
+  for (const job of Object.values(jobs)) if (job.phase === 'running' && job.worker === kind && job.spec.source !== 'preload') count += 1;
   return count;
 }
+
+/** Running preload jobs on a worker kind: revoked when that worker is unloaded for someone else. */
+export function preloadsOn(jobs: Record<string, JobRecord>, kind: WorkerKind): string[] {
+  return Object.entries(jobs).flatMap(([id, job]) => (job.phase === 'running' && job.worker === kind && job.spec.source === 'preload' ? [id] : []));
+}
+
+/** What a waiting request may need that a preload of this kind steps aside for: a GPU TTS worker competes with chat and images for memory. */
+const PRELOAD_YIELDS: Record<'tts' | 'stt', readonly string[]> = { tts: ['tts', 'llm', 'image'], stt: ['stt'] };
 
 /** Idle workers of ours that a chat start may unload when it does not fit beside them (3.4). */
 export function unloadableFor(view: PlanView, job: JobSpec): WorkerKind[] {
@@ -136,9 +149,9 @@ export function plan(view: PlanView): Step[] {
       else if (!yields) for (const need of needs) blocked.add(need);
       continue;
     }
-    // Never ahead of a request: while any job waits for the same worker (an image job waits for the
-    // TTS worker's GPU too), the preload waits. So a TTS preload waits out the image mode.
-    if (yields && needs.some((need) => wanted.has(need))) continue;
+    // Never ahead of a request: while any request waits for the same worker, or (TTS) for the GPU
+    // memory a chat or image start needs, the preload waits. So a TTS preload waits out the image mode.
+    if (yields && (PRELOAD_YIELDS[job.spec.kind as 'tts' | 'stt'] ?? needs).some((need) => wanted.has(need))) continue;
     const admission = admit({ jobs, workers, waiting: view.waiting, checking: view.checking, audio: view.audio }, job.spec);
     if (admission.type === 'grant') {
       jobs[id] = { ...job, phase: 'running', worker: job.spec.kind };

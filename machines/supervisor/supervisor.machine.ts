@@ -20,7 +20,7 @@ import { SYSTEM_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
 import type { QueueEvent, QueuedJob } from '../queue/index.js';
 import { decideStart, type CheckInput, type StartFacts } from './fit.js';
-import { admit, plan, runningOn, unloadableFor } from './schedule.js';
+import { admit, plan, preloadsOn, runningOn, unloadableFor } from './schedule.js';
 import { supervisorActors } from './supervisor.actors.js';
 import type {
   DenialCode,
@@ -70,6 +70,12 @@ function revoke(enqueue: Enqueue, jobs: Record<string, JobRecord>, select: (job:
     delete jobs[jobId];
     enqueue.emit({ type: 'gpu.revoked', jobId, code, message });
   }
+}
+
+/** A warm preload waiting for a worker that is unloaded for someone else gives way: it is revoked. */
+function revokePreloads(enqueue: Enqueue, jobs: Record<string, JobRecord>, kind: WorkerKind, reason: string) {
+  const ids = new Set(preloadsOn(jobs, kind));
+  if (ids.size > 0) revoke(enqueue, jobs, (job) => ids.has(job.spec.id), 'resources_busy', `the preload gave way: ${reason}`);
 }
 
 function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kind: WorkerKind, reason: string) {
@@ -255,8 +261,10 @@ export const supervisorMachine = setup({
         return;
       }
       const workers = { ...context.workers };
+      const jobs = { ...context.jobs };
+      revokePreloads(enqueue, jobs, event.kind, 'explicit unload');
       unload(enqueue, workers, event.kind, 'explicit unload in the chat test');
-      enqueue.assign({ workers });
+      enqueue.assign({ workers, jobs });
       enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: OK });
     }),
     unloadAll: enqueueActions(({ context, event, enqueue }) => {
@@ -294,6 +302,7 @@ export const supervisorMachine = setup({
       let checking = context.checking;
       for (const step of steps) {
         if (step.do === 'unload') {
+          revokePreloads(enqueue, jobs, step.kind, step.reason);
           unload(enqueue, workers, step.kind, step.reason);
           continue;
         }
@@ -339,7 +348,10 @@ export const supervisorMachine = setup({
         return;
       }
       if (verdict.verdict === 'unload-first') {
-        for (const kind of verdict.kinds) unload(enqueue, workers, kind, verdict.message);
+        for (const kind of verdict.kinds) {
+          revokePreloads(enqueue, jobs, kind, verdict.message);
+          unload(enqueue, workers, kind, verdict.message);
+        }
         jobs[jobId] = { ...job, phase: 'waiting' };
         enqueue.assign({ jobs, workers });
         return;

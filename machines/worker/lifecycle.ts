@@ -61,6 +61,8 @@ export interface LifecycleSpec<K extends string> {
   /** How messages name it: "speech-to-text worker". */
   name: string;
   limits: { loadTimeLimitMs: number; terminationGraceMs: number };
+  /** What the load limit means for this worker (default: "did not become ready within N s"). */
+  timeoutMessage?: (seconds: number) => string;
   rows: {
     /** unloaded → loaded. */
     start: string;
@@ -130,7 +132,9 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
           reason: 'the engine did not finish loading in time',
           failure: {
             cause: 'timeout',
-            message: `The ${spec.name} did not become ready within ${Math.round(context.loadTimeLimitMs / 1000)} s (timeout); it was stopped.`,
+            message:
+              spec.timeoutMessage?.(Math.round(context.loadTimeLimitMs / 1000)) ??
+              `The ${spec.name} did not become ready within ${Math.round(context.loadTimeLimitMs / 1000)} s (timeout); it was stopped.`,
           },
         },
       })),

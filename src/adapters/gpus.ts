@@ -2,7 +2,9 @@
 // their compute processes so that own workers and foreign processes are told apart. The
 // environment variable SERVICE_DECK_GPUS replaces the probe: `none` (CPU only), an inline JSON
 // array, or the path of a JSON file that is read again at every probe (tests change it at run
-// time). Foreign processes are only ever looked at, never signalled.
+// time). Foreign processes are only ever looked at, never signalled. A process started by one of
+// our workers (a speech server behind a wrapper script, say) is that worker's: it is reported
+// under the worker's pid, so that it is never taken for a foreign process.
 import { readFile } from 'node:fs/promises';
 import { execa } from 'execa';
 import { z } from 'zod';
@@ -88,7 +90,48 @@ export function simulatedInventory(json: unknown, ownPids: ReadonlySet<number>, 
     .sort(byUuid);
 }
 
+/** The parent pid of a process, from /proc/<pid>/stat (undefined when it is gone or unreadable). */
+async function parentOf(pid: number): Promise<number | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  // The command name (field 2) is in parentheses and may hold spaces: the fields after the last ')'.
+  const after = stat?.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const parent = Number(after?.[1]);
+  return Number.isInteger(parent) && parent > 0 ? parent : undefined;
+}
+
+/** The own worker pid a process descends from, if any (up to 16 generations up). */
+export async function ownAncestor(pid: number, ownPids: ReadonlySet<number>): Promise<number | undefined> {
+  let current: number | undefined = pid;
+  for (let depth = 0; depth < 16 && current !== undefined && current > 1; depth++) {
+    if (ownPids.has(current)) return current;
+    current = await parentOf(current);
+  }
+  return undefined;
+}
+
+/** Processes that descend from one of our workers are reported as that worker. */
+async function attributeDescendants(gpus: Gpu[], ownPids: ReadonlySet<number>): Promise<Gpu[]> {
+  if (ownPids.size === 0) return gpus;
+  return Promise.all(
+    gpus.map(async (gpu) => ({
+      ...gpu,
+      processes: await Promise.all(
+        gpu.processes.map(async (p) => {
+          if (p.own) return p;
+          const ancestor = await ownAncestor(p.pid, ownPids);
+          return ancestor === undefined ? p : { pid: ancestor, usedMiB: p.usedMiB, own: true };
+        }),
+      ),
+    })),
+  );
+}
+
 export async function probeGpus(env: NodeJS.ProcessEnv, ownPids: ReadonlySet<number> = new Set()): Promise<GpuInventory> {
+  const inventory = await probeRaw(env, ownPids);
+  return { ...inventory, gpus: await attributeDescendants(inventory.gpus, ownPids) };
+}
+
+async function probeRaw(env: NodeJS.ProcessEnv, ownPids: ReadonlySet<number>): Promise<GpuInventory> {
   const override = env.SERVICE_DECK_GPUS?.trim();
   if (override === 'none') return { source: 'none', gpus: [] };
   if (override) {

@@ -107,6 +107,7 @@ export class AudioPolicies {
         await worker.ready(lease.generation, AbortSignal.any([signal, lease.signal]));
         log.info({ worker: input.kind, profile: profile.id }, 'audio policy warm: preloaded');
       } catch (error) {
+        if (lease.signal.aborted) throw new PolicyError('displaced', `the preload gave way: ${(lease.signal.reason as Error | undefined)?.message ?? 'its reservation was taken back'}`);
         throw new PolicyError('worker_failed', `the ${input.kind} worker did not load: ${(error as Error).message}`);
       } finally {
         lease.release();

@@ -30,6 +30,8 @@ export interface JobStatus {
   reservation: { worker: WorkerKind | null; gpus: string[] };
   /** The memory check's plan of the worker this job runs on (forecast, reserves, RAM budget, layers). */
   memory: PlanStatus | null;
+  /** An image job: the steps its image process has done, as it printed them. */
+  progress: { step: number; steps: number } | null;
 }
 
 export interface QueueStatus {
@@ -84,6 +86,8 @@ interface Clocks {
   now: number;
   times: (jobId: string) => JobTimes | undefined;
   since: (kind: WorkerKind) => string | null;
+  /** Steps done by the image process of a start (image jobs). */
+  progress?: (generation: number) => { step: number; steps: number } | null;
 }
 
 function jobStatus(id: string, job: JobRecord, workers: Record<WorkerKind, WorkerRecord>, clocks: Clocks, position: number | null): JobStatus {
@@ -104,6 +108,7 @@ function jobStatus(id: string, job: JobRecord, workers: Record<WorkerKind, Worke
     running_ms: granted === null ? null : Math.max(0, clocks.now - granted),
     reservation: { worker: job.worker, gpus: job.gpus },
     memory: job.worker && workers[job.worker].plan ? planStatus(workers[job.worker].plan!) : null,
+    progress: job.spec.kind === 'image' && job.phase === 'running' ? (clocks.progress?.(workers.image.generation) ?? null) : null,
   };
 }
 

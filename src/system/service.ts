@@ -34,6 +34,8 @@ import { ChatWorker } from '../workers/chat.js';
 import { sweepLeftovers } from '../workers/llamaServer.js';
 import { SttWorker } from '../workers/stt.js';
 import { TtsWorker } from '../workers/tts.js';
+import { ImageWorker } from '../workers/image.js';
+import { ImageTests } from './imageTests.js';
 import { ChatTests } from './chatTests.js';
 import { AudioPolicies } from './audioPolicy.js';
 import { AudioPolicyStore } from '../store/audioPolicy.js';
@@ -61,6 +63,10 @@ export interface Service {
   stt: SttWorker;
   /** The TTS worker (spec 3.4): espeak-ng on the CPU, ready for further requests once loaded. */
   tts: TtsWorker;
+  /** The image worker (spec 3.3): one sd-cli process per image, on every GPU. */
+  image: ImageWorker;
+  /** The operator's image test (spec 3.3, 4.7): one job, in RAM only. */
+  readonly imageTests: ImageTests;
   /** The audio memory policy per speech worker kind (spec 3.6). */
   audio: AudioPolicies;
   /** The chat worker's HTTP limits (spec 8). */
@@ -133,6 +139,8 @@ export interface StartOptions {
   chatLimits?: ChatLimits;
   /** Tests shorten the wait before a failed warm preload is tried again (spec 3.6: "retried later"). */
   audioRetryMs?: number;
+  /** Tests shorten how long one image may take (default 60 min) and the grace before SIGKILL. */
+  imageLimits?: { loadTimeLimitMs?: number; terminationGraceMs?: number };
 }
 
 export interface Started {
@@ -219,6 +227,15 @@ export async function startService(config: Config, options: StartOptions): Promi
   );
   const scheduler = new Scheduler(supervisor);
   const tts = new TtsWorker({ supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
+  const image = new ImageWorker({
+    supervisor,
+    workers,
+    log,
+    lookup,
+    env: config.env,
+    ...options.imageLimits,
+    ...(inspection.inspect ? { inspect: inspection.inspect } : {}),
+  });
   const stt = new SttWorker({ supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
   const chat = new ChatWorker({
     supervisor,
@@ -300,6 +317,7 @@ export async function startService(config: Config, options: StartOptions): Promi
 
   const inferenceAddress = () => boundAddress(inference);
   let chatTests: ChatTests | undefined;
+  let imageTests: ImageTests | undefined;
   let shuttingDown: Promise<void> | undefined;
 
   const service: Service = {
@@ -317,6 +335,11 @@ export async function startService(config: Config, options: StartOptions): Promi
     chat,
     stt,
     tts,
+    image,
+    get imageTests() {
+      imageTests ??= new ImageTests(service);
+      return imageTests;
+    },
     audio,
     chatLimits: options.chatLimits ?? CHAT_LIMITS,
     get chatTests() {
@@ -342,7 +365,12 @@ export async function startService(config: Config, options: StartOptions): Promi
       ]);
       const supervised = supervisor.getSnapshot().context;
       const budget = ramBudget(ram, config.ramReserveMiB * MIB);
-      const report = diagnostics(supervised, { now: Date.now(), times: (id) => scheduler.times(id), since: (kind) => since.get(kind) ?? null });
+      const report = diagnostics(supervised, {
+        now: Date.now(),
+        times: (id) => scheduler.times(id),
+        since: (kind) => since.get(kind) ?? null,
+        progress: (generation) => image.progress(generation),
+      });
       return {
         status: statusWord(listener),
         host: context.address.host,
@@ -380,6 +408,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     shutdown() {
       shuttingDown ??= (async () => {
         chatTests?.cancel();
+        imageTests?.cancel();
         listenerRef().send({ type: 'service.shutdown' });
         await waitFor(supervisor, (s) => s.status === 'done', { timeout: config.drainLimitMs + 90_000 }).catch((error: unknown) => {
           log.error({ err: error }, 'the listener did not stop in time');
@@ -389,6 +418,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         chat.stop();
         stt.stop();
         tts.stop();
+        image.stop();
         await endpoint.flushed();
         await admin.close();
         await inspection.close();

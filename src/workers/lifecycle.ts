@@ -169,6 +169,11 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
     await whenGone(this.actor, generation);
   }
 
+  /** Resolves once the start `generation` is gone (unloaded, or replaced by a later start). */
+  gone(generation: number): Promise<void> {
+    return whenGone(this.actor, generation);
+  }
+
   describe(): WorkerStatus | undefined {
     return describeWorker(this.actor.getSnapshot(), this.kind, this.#since, this.gpus());
   }

@@ -72,6 +72,22 @@ export async function sweepLeftovers(runtimeDir: string, log: Logger): Promise<n
   return ended;
 }
 
+/**
+ * How a long-running worker process is spawned: only the environment it is given, no stdin, its
+ * output piped unbuffered (the adapter keeps a tail), no rejection on a failed exit, ended with
+ * the service, and no forced kill by execa (the machine times SIGKILL after its own grace).
+ */
+export const WORKER_PROCESS = {
+  extendEnv: false,
+  stdin: 'ignore',
+  stdout: 'pipe',
+  stderr: 'pipe',
+  buffer: false,
+  reject: false,
+  cleanup: true,
+  forceKillAfterDelay: false,
+} as const;
+
 /** A free loopback port: bind port 0, read it, close. */
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -196,18 +212,7 @@ export function llamaServerActor(deps: ServerDeps) {
         return;
       }
       const env: NodeJS.ProcessEnv = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(',') };
-      child = execa(binary, serverArgs(launch, { port, keyFile }), {
-        env,
-        extendEnv: false,
-        stdin: 'ignore',
-        stdout: 'pipe',
-        stderr: 'pipe',
-        buffer: false,
-        reject: false,
-        cleanup: true,
-        // The machine times SIGKILL after its own grace period.
-        forceKillAfterDelay: false,
-      });
+      child = execa(binary, serverArgs(launch, { port, keyFile }), { ...WORKER_PROCESS, env });
       child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
       child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
       void child.then((result) => {

@@ -5,6 +5,10 @@
 // the worker environment's allowlist. Ready means GET /health or /v1/models answered 2xx. One
 // request at a time goes to its POST /v1/audio/speech with `response_format: "wav"`; what comes
 // back must be a WAV file. The 7 GiB rule is the supervisor's memory check before the start.
+// The command may be a wrapper (`uv run`, a shell script) whose child does the work: the server
+// runs in its own process group, and stopping it signals the whole group. A server that listens
+// on anything but loopback once it answers is refused (it would bypass the bearer token).
+import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import { execa, type ResultPromise } from 'execa';
 import type { EngineCommand, TtsLaunch, TtsWorkerEvent } from '../../machines/ttsWorker/index.js';
@@ -12,7 +16,7 @@ import { findCommand } from '../adapters/runtimes.js';
 import { readOomKills } from '../adapters/memory.js';
 import { readWav } from '../adapters/wav.js';
 import type { Logger } from '../system/log.js';
-import { endReport, freePort, Tail, workerEnv } from './llamaServer.js';
+import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
 
 const READY_POLL_MS = 200;
 const TAIL_BYTES = 16 * 1024;
@@ -77,6 +81,23 @@ async function answers(port: number): Promise<boolean> {
   return false;
 }
 
+/** Listening sockets on `port` bound to an address other than loopback, from /proc/net/tcp{,6} (empty where unreadable). */
+export async function exposedListeners(port: number): Promise<string[]> {
+  const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
+  const loopback = new Set(['0100007F', '00000000000000000000000001000000', '0000000000000000FFFF00000100007F']);
+  const found: string[] = [];
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    const text = await readFile(table, 'utf8').catch(() => '');
+    for (const line of text.split('\n').slice(1)) {
+      const [, local, , state] = line.trim().split(/\s+/);
+      if (!local || state !== '0A') continue;
+      const [address, localPort] = local.split(':');
+      if (localPort === hexPort && address && !loopback.has(address)) found.push(address);
+    }
+  }
+  return found;
+}
+
 export interface ServerRequest {
   model: string;
   input: string;
@@ -130,14 +151,25 @@ export function runSpeechServer(
   let exited = false;
   let stopRequested = false;
   let before: number | null = null;
+  /** Why we ended it ourselves, reported as its failure. */
+  let failure: string | undefined;
   const report = (exitCode: number | null, signal: string | null, cause: string, message: string) => {
     exited = true;
     deps.ports.delete(launch.generation);
     if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode, signal, cause, message } });
   };
+  /** The server and whatever it started: its process group. */
+  const signalGroup = (signal: NodeJS.Signals) => {
+    if (!child?.pid || exited) return;
+    try {
+      process.kill(-child.pid, signal);
+    } catch {
+      child.kill(signal);
+    }
+  };
   receive((command) => {
     stopRequested = true;
-    if (child && !exited) child.kill(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
+    signalGroup(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
   });
   const run = async () => {
     const [program, ...args] = launch.command ?? [];
@@ -153,11 +185,16 @@ export function runSpeechServer(
       return;
     }
     const env = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.device === 'cpu' ? '' : launch.device };
-    child = execa(binary, serverArgv(args, port), { env, extendEnv: false, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe', buffer: false, reject: false, cleanup: true, forceKillAfterDelay: false });
+    // Its own process group (detached), so that a stop reaches the processes a wrapper started.
+    child = execa(binary, serverArgv(args, port), { ...WORKER_PROCESS, env, cleanup: false, detached: true });
     child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
     child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
     void child.then(async (result) => {
       const spawnError = result.failed && result.exitCode === undefined && !result.signal ? `\n${result.shortMessage}` : '';
+      if (failure) {
+        report(result.exitCode ?? null, result.signal ?? null, 'unclear', failure);
+        return;
+      }
       const { report: ended, evidence } = await endReport('tts', result, { oomKillsBefore: before, outputTail: `${tail.text()}${spawnError}`, expected: stopRequested });
       if (!stopRequested) deps.log.warn({ worker: 'tts', generation: launch.generation, cause: ended.cause, evidence }, 'speech server ended');
       report(ended.exitCode, ended.signal, ended.cause, ended.message);
@@ -168,6 +205,14 @@ export function runSpeechServer(
     while (!exited && !stopped && !stopRequested) {
       if (await answers(port)) {
         if (exited || stopped) return;
+        const exposed = await exposedListeners(port);
+        if (exposed.length > 0) {
+          deps.log.warn({ worker: 'tts', generation: launch.generation, port }, 'speech server listens beyond loopback: stopped');
+          failure = `The speech server listens on port ${port} beyond loopback (bound to ${exposed.join(', ')} in /proc/net): it was stopped, since it would take requests without the bearer token. Put {host} in its command line where it takes its address.`;
+          stopRequested = true;
+          signalGroup('SIGKILL');
+          return;
+        }
         deps.ports.set(launch.generation, port);
         sendBack({ type: 'engine.ready' });
         return;
@@ -177,12 +222,12 @@ export function runSpeechServer(
   };
   run().catch((error: unknown) => {
     deps.log.error({ err: error, worker: 'tts' }, 'speech server could not be started');
-    if (child && !exited) child.kill('SIGKILL');
+    if (child && !exited) signalGroup('SIGKILL');
     else if (!exited) report(null, null, 'unclear', `The text-to-speech worker could not be started: ${(error as Error).message}`);
   });
   return () => {
     stopped = true;
     deps.ports.delete(launch.generation);
-    if (child && !exited) child.kill('SIGKILL');
+    signalGroup('SIGKILL');
   };
 }

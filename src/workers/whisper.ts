@@ -1,5 +1,6 @@
 // The whisper.cpp STT backend (spec 3.5, 4.6) for real deployments, with the model file from the
 // profile. Two programs of whisper.cpp can serve:
+// Both run on the CPU (-ng, and no GPU visible), as spec 3.5 has it.
 // - `whisper-server` (preferred): started once with the model, kept loaded, each recording is one
 //   POST /inference on its loopback port; ready means GET /health answered 200 (an older build
 //   without /health: its root page answers once the model is loaded).
@@ -16,7 +17,7 @@ import { readOomKills } from '../adapters/memory.js';
 import { whisperProgram, type RuntimeLookup } from '../adapters/runtimes.js';
 import { encodeWav } from '../adapters/wav.js';
 import type { Logger } from '../system/log.js';
-import { endReport, freePort, Tail, workerEnv } from './llamaServer.js';
+import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
 
 const READY_POLL_MS = 200;
 const TRANSCRIBE_TIMEOUT_MS = 300_000;
@@ -27,6 +28,9 @@ export class WhisperFailure extends Error {
 
 /** How a loaded start transcribes: over HTTP to its server, or one CLI run per recording. */
 export type WhisperEngine = { mode: 'server'; port: number } | { mode: 'cli'; binary: string; model: string; threads: number };
+
+/** The STT worker runs on the CPU (spec 3.5): a CUDA build of whisper.cpp sees no GPU and is told not to use one (-ng). */
+const cpuOnly = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv => ({ ...workerEnv(env), CUDA_VISIBLE_DEVICES: '' });
 
 const wavOf = (pcm: Buffer) => encodeWav(new Int16Array(pcm.buffer, pcm.byteOffset, pcm.byteLength / 2), 16_000);
 
@@ -59,8 +63,8 @@ export async function whisperTranscribe(engine: WhisperEngine, pcm: Buffer, lang
   try {
     const file = path.join(dir, 'recording.wav');
     await writeFile(file, wavOf(pcm), { mode: 0o600 });
-    const result = await execa(engine.binary, ['-m', engine.model, '-f', file, '-l', language, '-t', String(engine.threads), '-nt', '-np'], {
-      env: workerEnv(env),
+    const result = await execa(engine.binary, ['-m', engine.model, '-f', file, '-l', language, '-t', String(engine.threads), '-ng', '-nt', '-np'], {
+      env: cpuOnly(env),
       extendEnv: false,
       reject: false,
       timeout: TRANSCRIBE_TIMEOUT_MS,
@@ -119,7 +123,7 @@ export function runWhisper(
       return;
     }
     if (program.mode === 'cli') {
-      const probe = await execa(program.binary, ['--help'], { env: workerEnv(deps.env), extendEnv: false, reject: false, timeout: 10_000 });
+      const probe = await execa(program.binary, ['--help'], { env: cpuOnly(deps.env), extendEnv: false, reject: false, timeout: 10_000 });
       if (stopped || stopRequested) return;
       if (probe.failed && probe.exitCode === undefined) {
         report(null, null, 'unclear', `whisper-cli does not run: ${probe.shortMessage}`);
@@ -131,8 +135,8 @@ export function runWhisper(
     }
     const [port, before] = await Promise.all([freePort(), readOomKills().catch(() => null)]);
     if (stopped || stopRequested) return;
-    const args = ['-m', launch.model, '--host', '127.0.0.1', '--port', String(port), '-t', String(launch.threads)];
-    child = execa(program.binary, args, { env: workerEnv(deps.env), extendEnv: false, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe', buffer: false, reject: false, cleanup: true, forceKillAfterDelay: false });
+    const args = ['-m', launch.model, '--host', '127.0.0.1', '--port', String(port), '-t', String(launch.threads), '-ng'];
+    child = execa(program.binary, args, { ...WORKER_PROCESS, env: cpuOnly(deps.env) });
     child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
     child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
     void child.then(async (result) => {

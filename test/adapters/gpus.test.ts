@@ -1,9 +1,10 @@
 // The GPU probe: nvidia-smi output parsed and ordered by UUID, own and foreign processes told
 // apart; the simulated inventory of CONTRACT section 1, inline or from a file re-read per probe.
+import { spawn } from 'node:child_process';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import { parseNvidiaSmi, probeGpus } from '../../src/adapters/gpus.js';
+import { ownAncestor, parseNvidiaSmi, probeGpus } from '../../src/adapters/gpus.js';
 import { tempDir } from '../helpers/build.js';
 
 const GPU_CSV = `GPU-b2, NVIDIA H100 80GB HBM3, 81559, 80000
@@ -90,4 +91,27 @@ t.test('fixture files in nvidia-smi’s csv,noheader,nounits format: UUID order,
     { pid: 2290, usedMiB: 2048, own: false },
   ]);
   t.same(gpus[0]?.processes, [{ pid: 3310, usedMiB: 0, own: false }], 'a process whose memory nvidia-smi cannot read still counts as a process on that GPU');
+});
+
+t.test("a process that one of our workers started (behind a wrapper) is reported as that worker's, never as foreign", async (t) => {
+  const wrapper = spawn('sh', ['-c', 'sleep 30 & echo $!; wait'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  t.teardown(() => {
+    wrapper.kill('SIGKILL');
+  });
+  const child = Number(await new Promise<string>((resolve) => wrapper.stdout.once('data', (chunk: Buffer) => resolve(chunk.toString().trim()))));
+  t.teardown(() => {
+    try {
+      process.kill(child, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  });
+  t.equal(await ownAncestor(child, new Set([wrapper.pid!])), wrapper.pid, 'found through /proc/<pid>/stat');
+  t.equal(await ownAncestor(process.pid, new Set([wrapper.pid!])), undefined, 'an unrelated process is not ours');
+  const env = { SERVICE_DECK_GPUS: JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24_576, processes: [{ pid: child, usedMiB: 7_000 }, { pid: 999_999, usedMiB: 1_000 }] }]) };
+  const inventory = await probeGpus(env, new Set([wrapper.pid!]));
+  t.same(inventory.gpus[0]!.processes, [
+    { pid: wrapper.pid, usedMiB: 7_000, own: true },
+    { pid: 999_999, usedMiB: 1_000, own: false },
+  ]);
 });

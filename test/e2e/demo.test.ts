@@ -24,7 +24,7 @@ t.test('the demo serves a chat model out of the box', async (t) => {
   const demo = spawnCli(t, ['demo', '--ui-port', String(uiPort)], env);
   await demo.waitFor(/Ctrl-C stops the service/, 60_000);
   t.match(demo.output(), /operator password \(shown once\)/);
-  t.match(demo.output(), /tiny-chat \(chat, published\), speaker \(tts, published\), listener \(stt, published\)/);
+  t.match(demo.output(), /tiny-chat \(chat, published\), speaker \(tts, published\), listener \(stt, published\), painter \(image, published\)/);
   const client = new OpenAI({ apiKey: 'sd-demo-token', baseURL: `http://127.0.0.1:${apiPort}/v1`, maxRetries: 0 });
   t.same((await client.models.list()).data.map((m) => m.id), ['tiny-chat']);
   const answer = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8 });
@@ -38,13 +38,21 @@ t.test('the demo serves a chat model out of the box', async (t) => {
   const ids = async (route: string) => ((await client.get(route)) as { data: Array<{ id: string }> }).data.map((m) => m.id);
   t.same(await ids('/audio/speech/models'), ['speaker'], 'the speech profile is published');
   t.same(await ids('/audio/transcriptions/models'), ['listener'], 'the transcription profile is published');
+  t.same(await ids('/images/models'), [], 'the image profile is not executable: no service-image yet');
+  const images = await fetch(`http://127.0.0.1:${apiPort}/v1/images/generations`, {
+    method: 'POST',
+    headers: { authorization: 'Bearer sd-demo-token', 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'service-image', prompt: 'a cat' }),
+  });
+  t.equal(images.status, 404);
+  t.equal(((await images.json()) as { error: { code: string } }).error.code, 'model_not_found');
   demo.child.kill('SIGTERM');
   t.same(await demo.exited, { code: 0, signal: null }, 'SIGTERM ends it cleanly');
 
   const again = spawnCli(t, ['demo', '--ui-port', String(uiPort)], env);
   await again.waitFor(/Ctrl-C stops the service/, 60_000);
   t.notMatch(again.output(), /generated the tiny chat model|password \(shown once\)/, 'the second run reuses the model and the password');
-  t.match(again.output(), /3 profile\(s\): tiny-chat/, 'nothing was made twice');
+  t.match(again.output(), /4 profile\(s\): tiny-chat/, 'nothing was made twice');
   again.child.kill('SIGTERM');
   await again.exited;
 });

@@ -142,3 +142,27 @@ t.test('a missing server program is the blocker `runtime missing`; a command wit
   const mixed = await b.admin('POST', '/api/v1/profiles', { name: 'mixed', category: 'tts', params: { backend: 'espeak-ng', model: 'kokoro' } });
   t.equal(mixed.status, 400, 'server fields on the espeak-ng backend are refused');
 });
+
+t.test('a server behind a wrapper is stopped with its whole process group; one that listens beyond loopback is refused', async (t) => {
+  const dir = await tempDir(t);
+  const record = path.join(dir, 'requests.jsonl');
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: 'none' } });
+  await b.startEndpoint();
+  // `sh` stays the parent: the server is its child, as with `uv run` or a start script.
+  await speaker(b, 'wrapped', { command: ['sh', '-c', `"${process.execPath}" "${SERVER}" --port "$1" --record "${record}" & wait`, 'sh', '{port}'] });
+  t.equal((await b.api('POST', '/v1/audio/speech', { model: 'wrapped', input: 'hello', language: 'English' })).status, 200);
+  const server = (await records(record))[0]!.pid;
+  const wrapper = (await ttsWorker(b))?.pid;
+  t.not(server, wrapper, `the worker is the wrapper (${wrapper}); the server (${server}) is its child`);
+  t.equal((await b.admin('POST', '/api/v1/endpoint/stop', {})).status, 200);
+  await until('the server behind the wrapper to end', async () => (alive(server) ? undefined : true));
+  t.notOk(alive(wrapper!), 'the wrapper is gone too');
+
+  t.equal((await b.admin('POST', '/api/v1/endpoint/start', {})).status, 200);
+  await speaker(b, 'exposed', { command: [process.execPath, SERVER, '--port', '{port}', '--host', '0.0.0.0'] });
+  const refused = await b.api('POST', '/v1/audio/speech', { model: 'exposed', input: 'hello', language: 'English' });
+  const error = ((await refused.json()) as { error: { code: string; message: string } }).error;
+  t.equal(refused.status, 502, error.message);
+  t.match(error.message, /beyond loopback.*\{host\}/);
+  t.equal(await ttsWorker(b), undefined, 'nothing stays loaded');
+});

@@ -49,7 +49,7 @@ t.test('whisper-server: loaded once with the model, German by default, kept for 
   t.match(auto.text, /in auto$/, 'auto goes to whisper as auto (its own detection)');
 
   const seen = await requests(model);
-  t.same(seen.map((r) => [r.mode, r.response_format, r.threads]), [['server', 'json', '3'], ['server', 'json', '3'], ['server', 'json', '3']]);
+  t.same(seen.map((r) => [r.mode, r.response_format, r.threads, r.noGpu, r.cuda]), Array(3).fill(['server', 'json', '3', true, '']), 'on the CPU: -ng, and no GPU visible');
   t.equal(new Set(seen.map((r) => r.pid)).size, 1, 'one whisper-server process answered all three: it stays loaded');
   const pid = seen[0]!.pid as number;
   t.equal((await sttWorker(b))?.pid, pid);
@@ -70,7 +70,7 @@ t.test('whisper-cli: one run per recording on a private file that is removed aft
   const heard = await client.audio.transcriptions.create({ model: 'whisper', language: 'en', file: await toFile(tone(1), 'a.wav') });
   t.equal(heard.text, 'heard 1.00 s of 16000 Hz mono 16-bit audio in en');
   const [run] = await requests(model);
-  t.match(run, { mode: 'cli', fileMode: '600', threads: '3', flags: ['-m', '-f', '-l', '-t', '-nt', '-np'] });
+  t.match(run, { mode: 'cli', fileMode: '600', threads: '3', flags: ['-m', '-f', '-l', '-t', '-ng', '-nt', '-np'] });
   await t.rejects(access(run!.file as string), 'the recording file is gone after the run');
 });
 

@@ -53,6 +53,8 @@ export interface BuildOptions {
   chatLimits?: ChatLimits;
   /** How soon a failed warm preload is tried again (spec 3.6). */
   audioRetryMs?: number;
+  /** How long one image may take, and the grace before SIGKILL. */
+  imageLimits?: { loadTimeLimitMs?: number; terminationGraceMs?: number };
 }
 
 export async function build(t: Test, options: BuildOptions = {}): Promise<Built> {
@@ -74,6 +76,7 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
     adminPort: 0,
     ...(options.chatLimits ? { chatLimits: options.chatLimits } : {}),
     ...(options.audioRetryMs === undefined ? {} : { audioRetryMs: options.audioRetryMs }),
+    ...(options.imageLimits ? { imageLimits: options.imageLimits } : {}),
   });
   t.teardown(() => service.shutdown());
   const adminUrl = `http://127.0.0.1:${service.adminAddress()?.port}`;

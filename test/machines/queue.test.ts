@@ -137,3 +137,19 @@ t.test('every job ends exactly once over random arrival sequences (simulated clo
   }
   t.pass('200 random sequences: every job ended exactly once, FIFO held');
 });
+
+t.test('warm preloads (spec 3.6) take no request place: 16 requests still fit beside them, and their positions skip them', async (t) => {
+  const q = harness();
+  const preloads = [q.enqueue({ kind: 'tts', source: 'preload' }), q.enqueue({ kind: 'stt', source: 'preload' })];
+  const requests = Array.from({ length: 16 }, () => q.enqueue());
+  t.same(q.waiting(), [...preloads, ...requests], 'all wait');
+  t.same(
+    q.emitted.filter((e) => e.type === 'job.queued' && requests.includes(e.jobId)).map((e) => (e.type === 'job.queued' ? e.position : -1)),
+    Array.from({ length: 16 }, (_, i) => i + 1),
+    'a request is told its place among requests',
+  );
+  const seventeenth = q.enqueue();
+  t.same(q.outcome(seventeenth), [{ type: 'job.rejected', jobId: seventeenth, code: 'queue_full', retryAfterSeconds: 10 }], 'the 17th request is refused');
+  const third = q.enqueue({ kind: 'tts', source: 'preload' });
+  t.same(q.outcome(third), [], 'a preload is never refused for the requests');
+});

@@ -707,6 +707,64 @@ const audioRows: Row[] = [
     },
   },
   {
+    row: '3.6 warm | a TTS preload still loading gives way to a chat start that needs its GPU memory: revoked, unloaded, the chat starts',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false, world: { gpus: [gpu('GPU-a', 24 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      const preload = await h.submit({ kind: 'tts', profileId: 't', source: 'preload', device: 'GPU-a' });
+      t.same(h.outcome(preload), ['job.queued', 'granted +start']);
+      h.world.chat.big = { model: model(40, 500), context: 4096, gpuSplit: [1], gpuLayers: null };
+      const chat = await h.submit({ profileId: 'big' });
+      t.same(h.outcome(preload), ['job.queued', 'granted +start', 'revoked resources_busy'], 'the preload gives way');
+      t.same(h.unloads().map((u) => u.kind), ['tts']);
+      await h.send({ type: 'worker.unloaded', kind: 'tts', generation: h.gen('tts') });
+      await h.settle();
+      t.same(h.outcome(chat), ['job.queued', 'granted +start'], 'the chat starts with the memory');
+    },
+  },
+  {
+    row: '3.6 warm | an image job does not wait out a TTS preload: the preload is revoked and the worker unloaded',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false, world: { gpus: [gpu('GPU-a')], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      const preload = await h.submit({ kind: 'tts', profileId: 't', source: 'preload', device: 'GPU-a' });
+      const image = await h.submit({ kind: 'image', profileId: 'img' });
+      t.same(h.outcome(preload).at(-1), 'revoked resources_busy');
+      await h.send({ type: 'worker.unloaded', kind: 'tts', generation: h.gen('tts') });
+      t.same(h.outcome(image), ['job.queued', 'granted +start']);
+    },
+  },
+  {
+    row: '3.6 warm | a waiting chat request goes before a waiting TTS preload (they compete for GPU memory)',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a')], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      h.holdChecks();
+      const first = await h.submit({ profileId: 'a' });
+      const preload = await h.submit({ kind: 'tts', profileId: 't', source: 'preload', device: 'GPU-a' });
+      const second = await h.submit({ profileId: 'b' });
+      await h.releaseChecks();
+      t.same(h.outcome(first), ['job.queued', 'granted +start']);
+      t.same(h.outcome(preload), ['job.queued'], 'the preload waits while a chat request waits');
+      t.same(h.outcome(second), ['job.queued']);
+      await h.release(first);
+      await h.releaseChecks();
+      t.same(h.outcome(second), ['job.queued', 'granted +start']);
+      await h.releaseChecks();
+      t.same(h.outcome(preload), ['job.queued', 'granted +start'], 'then the preload');
+      h.holdChecks(false);
+    },
+  },
+  {
+    row: '3.6 warm | a request joins the start a preload began, and the preload is no request: one speech job still runs at a time',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false });
+      const preload = await h.submit({ kind: 'stt', profileId: 's', source: 'preload' });
+      const request = await h.submit({ kind: 'stt', profileId: 's' });
+      const another = await h.submit({ kind: 'stt', profileId: 's' });
+      t.same(h.outcome(preload), ['job.queued', 'granted +start']);
+      t.same(h.outcome(request), ['job.queued', 'granted'], 'joins the loading start');
+      t.same(h.outcome(another), ['job.queued'], 'one request at a time');
+    },
+  },
+  {
     row: '3.6 warm | a preload needs no publication: unpublishing the profile does not reject a waiting preload',
     async run(t) {
       const h = supervisorHarness();

@@ -1,0 +1,35 @@
+// Events, context and input of the image worker (spec 3.3): one image process per image.
+import type { EngineCommand, EngineInput as LifecycleEngineInput, LifecycleContext, LifecycleEmitted, LifecycleEvent, LifecycleInput } from '../worker/lifecycle.js';
+
+/**
+ * What one start of the image worker runs: the profile snapshot's files and settings, the GPUs of
+ * the reservation, and the job's private folder. The prompt is not here: it never enters a
+ * machine's context (the inspector would show it); the adapter keeps it for the one process.
+ */
+export interface ImageLaunch {
+  generation: number;
+  profileId: string;
+  revision: number;
+  model: string;
+  files: { vae?: string | undefined; llm?: string | undefined; clip_l?: string | undefined; t5xxl?: string | undefined };
+  width: number;
+  height: number;
+  steps: number;
+  guidance: number;
+  cfgScale: number;
+  seed: number;
+  /** Every GPU of the reservation (an image job reserves them all); empty on the CPU. */
+  gpus: string[];
+  /** The job's private folder (0700): the reference images and the output live here. */
+  jobDir: string;
+  /** The reference images in the job folder, in the client's order (edits). */
+  references: string[];
+}
+
+export type ImageWorkerEvent = LifecycleEvent<ImageLaunch>;
+export type ImageWorkerEmitted = LifecycleEmitted<'image'>;
+export type ImageWorkerContext = LifecycleContext<ImageLaunch>;
+/** loadTimeLimitMs: the longest one image may take (default 60 min); terminationGraceMs (default 10 s). */
+export type ImageWorkerInput = LifecycleInput;
+export type { EngineCommand };
+export type EngineInput = LifecycleEngineInput<ImageLaunch>;

@@ -1,0 +1,78 @@
+// Image files by their bytes (spec 4.4: PNG, JPEG or WebP, told by the magic bytes, never the
+// name) and the privacy pass over every returned PNG (spec 8, issue 6): each text chunk (`tEXt`,
+// `iTXt`, `zTXt`) and `eXIf` is removed, since image programs write the prompt and their settings
+// there (stable-diffusion.cpp writes a `parameters` text chunk unless told not to).
+import { crc32 } from 'node:zlib';
+
+export type ImageKind = 'png' | 'jpeg' | 'webp';
+
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+/** The image format a file's first bytes name, or undefined (GIF, BMP, text, a renamed file…). */
+export function imageKind(bytes: Buffer): ImageKind | undefined {
+  if (bytes.length >= 8 && bytes.subarray(0, 8).equals(PNG_SIGNATURE)) return 'png';
+  if (bytes.length >= 3 && bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff) return 'jpeg';
+  if (bytes.length >= 12 && bytes.toString('latin1', 0, 4) === 'RIFF' && bytes.toString('latin1', 8, 12) === 'WEBP') return 'webp';
+  return undefined;
+}
+
+export class PngError extends Error {
+  override name = 'PngError';
+}
+
+export interface PngChunk {
+  type: string;
+  /** The whole chunk: length, type, data and CRC. */
+  bytes: Buffer;
+  data: Buffer;
+}
+
+/** The chunks of a PNG file, checked: signature, lengths within the file, CRCs, IHDR first, IEND last. */
+export function pngChunks(bytes: Buffer): PngChunk[] {
+  if (imageKind(bytes) !== 'png') throw new PngError('not a PNG file (signature)');
+  const chunks: PngChunk[] = [];
+  let at = 8;
+  while (at < bytes.length) {
+    if (at + 12 > bytes.length) throw new PngError(`truncated chunk header at byte ${at}`);
+    const length = bytes.readUInt32BE(at);
+    const end = at + 12 + length;
+    if (length > 0x7fffffff || end > bytes.length) throw new PngError(`chunk at byte ${at} runs past the end of the file`);
+    const type = bytes.toString('latin1', at + 4, at + 8);
+    if (!/^[A-Za-z]{4}$/.test(type)) throw new PngError(`bad chunk type at byte ${at}`);
+    const crc = bytes.readUInt32BE(end - 4);
+    if (crc32(bytes.subarray(at + 4, end - 4)) !== crc) throw new PngError(`bad CRC in the ${type} chunk`);
+    chunks.push({ type, bytes: bytes.subarray(at, end), data: bytes.subarray(at + 8, end - 4) });
+    at = end;
+    if (type === 'IEND') break;
+  }
+  if (chunks[0]?.type !== 'IHDR') throw new PngError('the first chunk is not IHDR');
+  if (chunks.at(-1)?.type !== 'IEND') throw new PngError('no IEND chunk at the end');
+  return chunks;
+}
+
+/** Chunks that carry text or camera metadata: never returned to a client. */
+export const METADATA_CHUNKS: ReadonlySet<string> = new Set(['tEXt', 'iTXt', 'zTXt', 'eXIf']);
+
+/** The PNG without its text and EXIF chunks, and what was removed. */
+export function stripPngMetadata(bytes: Buffer): { png: Buffer; removed: string[] } {
+  const chunks = pngChunks(bytes);
+  const kept = chunks.filter((c) => !METADATA_CHUNKS.has(c.type));
+  const removed = chunks.filter((c) => METADATA_CHUNKS.has(c.type)).map((c) => c.type);
+  return { png: Buffer.concat([PNG_SIGNATURE, ...kept.map((c) => c.bytes)]), removed };
+}
+
+/** Width and height from the IHDR chunk. */
+export function pngSize(bytes: Buffer): { width: number; height: number } {
+  const ihdr = pngChunks(bytes)[0]!;
+  return { width: ihdr.data.readUInt32BE(0), height: ihdr.data.readUInt32BE(4) };
+}
+
+/** One chunk with its length and CRC, for writers (tests, the fake image program). */
+export function pngChunk(type: string, data: Buffer): Buffer {
+  const head = Buffer.alloc(8);
+  head.writeUInt32BE(data.length, 0);
+  head.write(type, 4, 'latin1');
+  const crc = Buffer.alloc(4);
+  crc.writeUInt32BE(crc32(Buffer.concat([head.subarray(4), data])), 0);
+  return Buffer.concat([head, data, crc]);
+}

@@ -1,0 +1,52 @@
+// Spec 4.7 / 3.3, the image test routes: POST /api/v1/image-tests starts one image through the same
+// reservation and image worker as the API and answers 202 once it holds the reservation, or 409
+// `image_busy` at once when the reservation is busy (the API would wait); GET shows the current
+// test: its phase, progress (steps done), and once done the image without metadata. POST
+// /api/v1/image-tests/cancel ends it. The profile needs no publication, but it must be an
+// executable image profile; the prompt is never kept or logged.
+import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { Service } from '../../system/service.js';
+import type { ImageProfile } from '../../workers/image.js';
+import { adminAuth } from '../auth.js';
+import { errors } from '../errors.js';
+
+const startBody = z.strictObject({
+  profile_id: z.string().min(1).max(100),
+  prompt: z
+    .string()
+    .refine((text) => text.trim().length > 0, 'prompt must not be empty')
+    .refine((text) => text.length <= 32_000, 'prompt has at most 32000 characters'),
+});
+const emptyBody = z.strictObject({}).nullish();
+
+export const adminImageTestRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
+  const app = base.withTypeProvider<ZodTypeProvider>();
+  app.addHook('onRequest', adminAuth(service));
+  const tests = service.imageTests;
+
+  app.get('/api/v1/image-tests', async () => ({ job: tests.current() }));
+
+  app.post('/api/v1/image-tests', { schema: { body: startBody } }, async (request, reply) => {
+    const { profile_id: id, prompt } = request.body;
+    const profile = service.profiles.get(id);
+    if (!profile) throw errors.notFound('profile_not_found', `No profile with id ${id}.`);
+    if (profile.category !== 'image') throw errors.invalidValue('profile_id', `Profile ${id} is a ${profile.category} profile, not an image profile.`);
+    const view = await service.catalog.view(profile);
+    if (view.blockers.length > 0) {
+      const message = `Profile ${profile.name} cannot run: ${view.blockers.join('; ')}.`;
+      throw view.blockers.some((b) => b.startsWith('runtime missing')) ? errors.unavailable('runtime_missing', message) : errors.conflict('profile_not_executable', message);
+    }
+    if (tests.running()) throw errors.conflict('image_busy', 'An image test is running: the image reservation is busy.');
+    const started = await tests.start(profile as ImageProfile, prompt);
+    if (!started.ok) throw started.error;
+    return reply.code(202).send({ job: started.job });
+  });
+
+  app.post('/api/v1/image-tests/cancel', { schema: { body: emptyBody } }, async () => {
+    const cancelled = tests.cancel();
+    await tests.settled();
+    return { cancelled, job: tests.current() };
+  });
+};

@@ -1,0 +1,141 @@
+// Spec 4.3 and 4.4: POST /v1/images/generations (JSON) and POST /v1/images/edits (multipart). The
+// model is `service-image` (the published image profile) or the name of a published image profile;
+// with none published: 404 model_not_found. `n` only 1; `size` is only a wish (`WIDTHxHEIGHT` or
+// `auto`): the profile's resolution, steps, guidance and seed always apply; only `b64_json` comes
+// back (no public URLs). Edits take `image[]` one to four times (order kept), each PNG, JPEG or
+// WebP by its magic bytes and at most 10 MiB, up to the active profile's reference capability.
+// The answer is the OpenAI images response plus `service_deck: { size, requested_size,
+// size_policy: "profile" }`. The prompt is never logged.
+import type { MultipartFile } from '@fastify/multipart';
+import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { imageKind } from '../../adapters/png.js';
+import type { Service } from '../../system/service.js';
+import type { ImageProfile } from '../../workers/image.js';
+import { runImageJob, type ImageResult } from '../../workers/imageJob.js';
+import { clientGone } from '../client.js';
+import { ApiError, errors } from '../errors.js';
+
+export const IMAGE_LIMITS = { maxReferences: 4, maxReferenceBytes: 10 * 1024 * 1024, maxPromptChars: 32_000 } as const;
+
+const SIZE = /^(auto|[1-9]\d{0,4}x[1-9]\d{0,4})$/;
+const URL_REFUSED = 'Only response_format b64_json is supported: this endpoint gives no public image URLs.';
+
+const prompt = z
+  .string()
+  .refine((text) => text.trim().length > 0, 'prompt must not be empty')
+  .refine((text) => text.length <= IMAGE_LIMITS.maxPromptChars, `prompt has at most ${IMAGE_LIMITS.maxPromptChars} characters`);
+
+export const generationSchema = z.strictObject({
+  model: z.string().min(1),
+  prompt,
+  n: z.literal(1, 'n must be 1: one image per request').optional(),
+  size: z.string().regex(SIZE, 'size is WIDTHxHEIGHT or auto').optional(),
+  response_format: z.literal('b64_json', URL_REFUSED).optional(),
+  user: z.string().max(256).optional(),
+});
+
+/** The OpenAI images response with the service's size note. */
+function answer(result: ImageResult, requested: string | undefined) {
+  return {
+    created: Math.floor(Date.now() / 1000),
+    data: [{ b64_json: result.png.toString('base64') }],
+    output_format: 'png',
+    service_deck: { size: `${result.width}x${result.height}`, requested_size: requested ?? null, size_policy: 'profile' },
+  };
+}
+
+async function imageProfile(service: Service, model: string): Promise<ImageProfile> {
+  const profile = (await service.catalog.resolve('image', model)) as ImageProfile | undefined;
+  if (!profile) {
+    throw new ApiError(404, 'invalid_request_error', 'model_not_found', `No published, executable image profile answers to '${model}'.`, 'model');
+  }
+  return profile;
+}
+
+/** The multipart fields of an edit, as text, and the reference images in order. */
+async function readEdit(parts: AsyncIterableIterator<MultipartFile | { type: 'field'; fieldname: string; value: unknown }>) {
+  const fields: Record<string, string> = {};
+  const images: Buffer[] = [];
+  for await (const part of parts) {
+    if (part.type === 'file') {
+      const file = part as MultipartFile;
+      if (file.fieldname !== 'image' && file.fieldname !== 'image[]') {
+        if (file.fieldname === 'mask') throw errors.invalidValue('mask', 'Masks are not supported: the reference images guide the whole picture.');
+        throw errors.unknownParameter(file.fieldname);
+      }
+      const chunks: Buffer[] = [];
+      for await (const chunk of file.file) chunks.push(chunk as Buffer);
+      if (file.file.truncated) {
+        throw new ApiError(413, 'invalid_request_error', 'payload_too_large', `Image ${images.length + 1} is larger than 10 MiB, the limit per reference image.`, 'image');
+      }
+      const bytes = Buffer.concat(chunks);
+      if (!imageKind(bytes)) {
+        throw errors.invalidValue('image', `Image ${images.length + 1} (${JSON.stringify(file.filename)}) is not a PNG, JPEG or WebP file by its bytes, whatever its name says.`);
+      }
+      images.push(bytes);
+      continue;
+    }
+    if (!['model', 'prompt', 'n', 'size', 'response_format', 'user'].includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
+    fields[part.fieldname] = String(part.value);
+  }
+  return { fields, images };
+}
+
+export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
+  const app = base.withTypeProvider<ZodTypeProvider>();
+
+  app.post('/v1/images/generations', { schema: { body: generationSchema } }, async (request, reply) => {
+    const signal = clientGone(reply);
+    const body = request.body;
+    const profile = await imageProfile(service, body.model);
+    const result = await runImageJob(service, profile, { prompt: body.prompt, references: [] }, { source: 'api', whenBusy: 'wait', signal });
+    return answer(result, body.size);
+  });
+
+  app.post('/v1/images/edits', async (request, reply) => {
+    const signal = clientGone(reply);
+    if (!request.isMultipart()) throw errors.mediaType('Send the edit as multipart/form-data (fields model, prompt, image[]).');
+    let read;
+    try {
+      read = await readEdit(
+        request.parts({ limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 12, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 20 } }),
+      );
+    } catch (error) {
+      switch ((error as { code?: string }).code) {
+        case 'FST_FILES_LIMIT':
+          throw errors.invalidValue('image', `At most ${IMAGE_LIMITS.maxReferences} reference images (image[]) per edit.`);
+        case 'FST_REQ_FILE_TOO_LARGE':
+          throw new ApiError(413, 'invalid_request_error', 'payload_too_large', 'A reference image is larger than 10 MiB, the limit per image.', 'image');
+        case 'FST_PARTS_LIMIT':
+        case 'FST_FIELDS_LIMIT':
+          throw errors.invalidValue(null, 'Too many form fields: an edit takes model, prompt, image[] (one to four), n, size and response_format.');
+        default:
+          throw error;
+      }
+    }
+    const { fields, images } = read;
+    const parsed = generationSchema.safeParse({
+      ...fields,
+      ...(fields.n === undefined ? {} : { n: Number(fields.n) }),
+    });
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      const param = issue?.path.join('.') || null;
+      if (issue?.code === 'unrecognized_keys') throw errors.unknownParameter(issue.keys[0] ?? 'unknown');
+      throw errors.invalidValue(param, `Invalid value${param ? ` for '${param}'` : ''}: ${issue?.message ?? 'not accepted'}.`);
+    }
+    if (images.length === 0) throw errors.invalidValue('image', 'An edit needs one to four reference images (image[]).');
+    const profile = await imageProfile(service, parsed.data.model);
+    const capability = profile.params.referenceImages;
+    if (capability === 0) {
+      throw errors.invalidValue('image', `The active image profile ${profile.name} takes no reference images: edits need a profile with the reference-image capability.`);
+    }
+    if (images.length > capability) {
+      throw errors.invalidValue('image', `The active image profile ${profile.name} takes at most ${capability} reference image(s); ${images.length} were sent.`);
+    }
+    const result = await runImageJob(service, profile, { prompt: parsed.data.prompt, references: images }, { source: 'api', whenBusy: 'wait', signal });
+    return answer(result, parsed.data.size);
+  });
+};

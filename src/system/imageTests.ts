@@ -1,0 +1,120 @@
+// The operator's image test (spec 3.3, 4.7): one image through the same reservation and image
+// worker as the API (source `test`: no publication needed), except that a busy reservation is
+// reported as a conflict at once instead of waited for. The job lives in RAM only: the prompt is
+// never kept in it, and its image (PNG without metadata, base64) only until the next test.
+import { randomUUID } from 'node:crypto';
+import { toApiError } from '../routes/errors.js';
+import type { ImageProfile } from '../workers/image.js';
+import { runImageJob } from '../workers/imageJob.js';
+import type { Lease } from './scheduler.js';
+import type { Service } from './service.js';
+
+export type ImageTestPhase = 'waiting' | 'running' | 'done' | 'cancelled' | 'failed';
+
+export interface ImageTestJob {
+  id: string;
+  profile_id: string;
+  revision: number;
+  phase: ImageTestPhase;
+  /** Steps done by the image process, as it printed them. */
+  progress: { step: number; steps: number } | null;
+  /** Size and the metadata chunks removed, once done. */
+  result: { size: string; removed_chunks: string[] } | null;
+  /** The image (PNG, base64) once done; RAM only. */
+  b64_png: string | null;
+  error: { code: string | null; message: string } | null;
+  started_at: string;
+  finished_at: string | null;
+}
+
+/** How the start of a test ended: it runs, or its reservation was refused at once. */
+export type ImageTestStart = { ok: true; job: ImageTestJob } | { ok: false; error: ReturnType<typeof toApiError> };
+
+export class ImageTests {
+  #job: ImageTestJob | null = null;
+  #controller: AbortController | null = null;
+  #lease: Lease | null = null;
+  #settled: Promise<void> = Promise.resolve();
+
+  constructor(private readonly service: Service) {}
+
+  current(): ImageTestJob | null {
+    if (!this.#job) return null;
+    const progress = this.#lease && this.#job.phase === 'running' ? this.service.image.progress(this.#lease.generation) : this.#job.progress;
+    return { ...this.#job, progress };
+  }
+
+  running(): boolean {
+    return this.#job?.phase === 'waiting' || this.#job?.phase === 'running';
+  }
+
+  /**
+   * Starts a test and resolves once it holds the reservation (or was refused: a busy reservation
+   * is a conflict at once). The image itself comes later; `current()` shows it.
+   */
+  start(profile: ImageProfile, prompt: string): Promise<ImageTestStart> {
+    const controller = new AbortController();
+    const job: ImageTestJob = {
+      id: randomUUID(),
+      profile_id: profile.id,
+      revision: profile.revision,
+      phase: 'waiting',
+      progress: null,
+      result: null,
+      b64_png: null,
+      error: null,
+      started_at: new Date().toISOString(),
+      finished_at: null,
+    };
+    this.#job = job;
+    this.#controller = controller;
+    this.#lease = null;
+    let granted: (start: ImageTestStart) => void = () => {};
+    const started = new Promise<ImageTestStart>((resolve) => (granted = resolve));
+    const finish = (phase: ImageTestPhase, error: ImageTestJob['error']) => {
+      job.phase = phase;
+      job.error = error;
+      job.finished_at = new Date().toISOString();
+    };
+    this.#settled = runImageJob(this.service, profile, { prompt, references: [] }, {
+      source: 'test',
+      whenBusy: 'refuse',
+      signal: controller.signal,
+      onGranted: (lease) => {
+        this.#lease = lease;
+        job.phase = 'running';
+        granted({ ok: true, job: { ...job } });
+      },
+    }).then(
+      (result) => {
+        if (this.#lease) job.progress = this.service.image.progress(this.#lease.generation) ?? job.progress;
+        job.result = { size: `${result.width}x${result.height}`, removed_chunks: result.removed };
+        job.b64_png = result.png.toString('base64');
+        finish('done', null);
+      },
+      (error: unknown) => {
+        if (controller.signal.aborted) {
+          finish('cancelled', null);
+          granted({ ok: true, job: { ...job } });
+          return;
+        }
+        const apiError = toApiError(error);
+        finish('failed', { code: apiError.code, message: apiError.message });
+        // Refused before it ran: the caller hears the conflict at once.
+        granted(job.phase === 'failed' && !this.#lease ? { ok: false, error: apiError } : { ok: true, job: { ...job } });
+      },
+    );
+    return started;
+  }
+
+  /** Cancels the running test: it leaves the queue, or its image process is ended. */
+  cancel(): boolean {
+    if (!this.running()) return false;
+    this.#controller?.abort(new Error('the image test was cancelled'));
+    return true;
+  }
+
+  settled(): Promise<void> {
+    return this.#settled;
+  }
+}

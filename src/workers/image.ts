@@ -1,0 +1,182 @@
+// The image worker adapter (spec 3.3): runs the image worker machine (machines/imageWorker) with
+// the real sd-cli process, one process per image, forwards its reports to the supervisor and
+// carries the supervisor's unload commands to it.
+//
+// The prompt reaches sd-cli as its `-p` argument (the program has no other way in); it is kept
+// here by the start's generation, never in a machine's context, a log line or a file outside the
+// job folder. sd-cli's output is read for its progress (steps done), shown in the job's
+// diagnostics; the output tail is used only to diagnose a failure, and never logged.
+import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { execa, type ResultPromise } from 'execa';
+import { createActor, fromCallback, type Actor } from 'xstate';
+import {
+  IMAGE_OUTPUT,
+  imageWorkerMachine,
+  lastProgress,
+  sdArgs,
+  type EngineCommand,
+  type EngineInput,
+  type ImageLaunch,
+  type ImageWorkerEvent,
+} from '../../machines/imageWorker/index.js';
+import { readOomKills } from '../adapters/memory.js';
+import { resolveRuntime } from '../adapters/runtimes.js';
+import type { Lease } from '../system/scheduler.js';
+import type { StoredProfile } from '../store/profile.schema.js';
+import { LifecycleWorker } from './lifecycle.js';
+import { endReport, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
+import type { SttWorkerDeps } from './stt.js';
+
+export type ImageProfile = Extract<StoredProfile, { category: 'image' }>;
+
+/** One image: its private folder, prompt and reference files (in the client's order). */
+export interface ImageJob {
+  dir: string;
+  prompt: string;
+  references: string[];
+}
+
+export class ImageFailure extends Error {
+  override name = 'ImageFailure';
+}
+
+export interface ImageProgress {
+  step: number;
+  steps: number;
+}
+
+type ImageActor = Actor<typeof imageWorkerMachine>;
+
+export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnapshot']>, ImageLaunch, ImageProfile> {
+  /** The job of each start, by generation: the prompt lives only here while its process runs. */
+  readonly #jobs: Map<number, ImageJob & { gpus: string[] }>;
+  readonly #progress: Map<number, ImageProgress>;
+
+  constructor(deps: SttWorkerDeps) {
+    const jobs = new Map<number, ImageJob & { gpus: string[] }>();
+    const progress = new Map<number, ImageProgress>();
+    const engine = fromCallback<EngineCommand, EngineInput, ImageWorkerEvent>(({ input, sendBack, receive }) => {
+      const { launch } = input;
+      const { generation } = launch;
+      const tail = new Tail(16 * 1024);
+      let child: ResultPromise | undefined;
+      let stopped = false;
+      let ended = false;
+      let stopRequested = false;
+      const gone = (cause: string, message: string) => {
+        if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause, message } });
+      };
+      receive((command) => {
+        stopRequested = true;
+        if (child && !ended) child.kill(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
+        // The image is written and its process gone: nothing is left to end.
+        else if (ended || !child) gone('stopped', 'The image worker was stopped as requested.');
+      });
+      const run = async () => {
+        const job = jobs.get(generation);
+        if (!job) return gone('unclear', 'The image worker has no job for this start.');
+        const binary = await resolveRuntime('sd-cli', deps.lookup);
+        if (!binary) return gone('runtime_missing', 'The image worker cannot start: sd-cli (stable-diffusion.cpp) is not installed.');
+        const before = await readOomKills().catch(() => null);
+        if (stopped || stopRequested) return gone('stopped', 'The image worker was stopped before it started.');
+        const output = path.join(job.dir, IMAGE_OUTPUT);
+        child = execa(binary, sdArgs(launch, job.prompt, output), {
+          ...WORKER_PROCESS,
+          cwd: job.dir,
+          env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(',') },
+        });
+        const watch = (chunk: Buffer) => {
+          tail.push(chunk);
+          const mark = lastProgress(chunk.toString('latin1'));
+          if (mark) progress.set(generation, mark);
+        };
+        child.stdout?.on('data', watch);
+        child.stderr?.on('data', watch);
+        void child.then(async (result) => {
+          ended = true;
+          const written = result.exitCode === 0 && !stopRequested && (await stat(output).then((s) => s.isFile() && s.size > 0, () => false));
+          if (written) {
+            if (!stopped) sendBack({ type: 'engine.ready' });
+            return;
+          }
+          if (result.exitCode === 0 && !stopRequested) {
+            if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: 0, signal: null, cause: 'unclear', message: 'The image worker (sd-cli) ended without an error but wrote no image.' } });
+            return;
+          }
+          const { report, evidence } = await endReport('image', result, { oomKillsBefore: before, outputTail: tail.text(), expected: stopRequested });
+          if (!stopRequested) deps.log.warn({ worker: 'image', generation, cause: report.cause, evidence }, 'image worker failed');
+          if (!stopped) sendBack({ type: 'engine.exited', report });
+        });
+        if (child.pid !== undefined && !stopped) sendBack({ type: 'engine.spawned', pid: child.pid });
+        return undefined;
+      };
+      run().catch((error: unknown) => {
+        if (child && !ended) child.kill('SIGKILL');
+        else gone('unclear', `The image worker could not be started: ${(error as Error).message}`);
+      });
+      return () => {
+        stopped = true;
+        if (child && !ended) child.kill('SIGKILL');
+      };
+    });
+    const input = {
+      ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
+      ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
+    };
+    const actor = createActor(imageWorkerMachine.provide({ actors: { engine } }), { systemId: 'imageWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    super(actor, 'image', { name: 'image worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new ImageFailure(reason));
+    this.#jobs = jobs;
+    this.#progress = progress;
+  }
+
+  protected launchOf(lease: { generation: number }, profile: ImageProfile): ImageLaunch {
+    const job = this.#jobs.get(lease.generation);
+    const { params } = profile;
+    return {
+      generation: lease.generation,
+      profileId: profile.id,
+      revision: profile.revision,
+      model: params.model,
+      files: { ...params.files },
+      width: params.width,
+      height: params.height,
+      steps: params.steps,
+      guidance: params.guidance,
+      cfgScale: params.cfgScale,
+      seed: params.seed,
+      gpus: job?.gpus ?? [],
+      jobDir: job?.dir ?? '',
+      references: job?.references ?? [],
+    };
+  }
+
+  protected override gpus(): string[] {
+    return this.actor.getSnapshot().context.launch?.gpus ?? [];
+  }
+
+  /** Steps done by the image process of the start `generation`, as sd-cli printed them. */
+  progress(generation: number): ImageProgress | null {
+    return this.#progress.get(generation) ?? null;
+  }
+
+  /**
+   * Makes one image on the granted start: its own image process, then the PNG it wrote (still with
+   * whatever metadata sd-cli put in; the route strips it). Rejects when the process fails, the
+   * reservation is revoked or `signal` aborts.
+   */
+  async generate(lease: Pick<Lease, 'generation' | 'start' | 'gpus'>, profile: ImageProfile, job: ImageJob, signal?: AbortSignal): Promise<Buffer> {
+    if (lease.start === null) throw new ImageFailure('an image job always starts its own image process');
+    this.#jobs.set(lease.generation, { ...job, gpus: lease.gpus });
+    // Only the latest image's progress is kept (it holds no prompt): the test shows it once done.
+    for (const generation of this.#progress.keys()) if (generation !== lease.generation) this.#progress.delete(generation);
+    try {
+      this.start(lease, profile);
+      await this.ready(lease.generation, signal);
+      return await readFile(path.join(job.dir, IMAGE_OUTPUT));
+    } finally {
+      // The prompt is forgotten as soon as the process no longer needs it.
+      this.#jobs.delete(lease.generation);
+    }
+  }
+}

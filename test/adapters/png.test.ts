@@ -1,0 +1,69 @@
+// Image files by their bytes and the PNG privacy pass: every text chunk (tEXt, iTXt, zTXt) and
+// eXIf is removed and nothing else; damaged PNGs are refused, never passed on half-checked.
+import { deflateSync } from 'node:zlib';
+import t from 'tap';
+import { imageKind, METADATA_CHUNKS, pngChunk, pngChunks, PngError, pngSize, stripPngMetadata } from '../../src/adapters/png.js';
+
+const SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+function png(extra: Buffer[] = [], width = 4, height = 3): Buffer {
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(width, 0);
+  ihdr.writeUInt32BE(height, 4);
+  ihdr[8] = 8;
+  const rows = Buffer.alloc((width + 1) * height);
+  return Buffer.concat([SIGNATURE, pngChunk('IHDR', ihdr), ...extra, pngChunk('IDAT', deflateSync(rows)), pngChunk('IEND', Buffer.alloc(0))]);
+}
+
+t.test('formats are told by their magic bytes, not their names', async (t) => {
+  t.equal(imageKind(png()), 'png');
+  t.equal(imageKind(Buffer.from([0xff, 0xd8, 0xff, 0xdb, 0, 0])), 'jpeg');
+  t.equal(imageKind(Buffer.concat([Buffer.from('RIFF\0\0\0\0WEBPVP8L', 'latin1')])), 'webp');
+  t.equal(imageKind(Buffer.from('GIF89a....', 'latin1')), undefined, 'GIF');
+  t.equal(imageKind(Buffer.from('BM....', 'latin1')), undefined, 'BMP');
+  t.equal(imageKind(Buffer.from('RIFF\0\0\0\0WAVEfmt ', 'latin1')), undefined, 'a WAV is RIFF but not WebP');
+  t.equal(imageKind(Buffer.alloc(0)), undefined);
+  t.equal(imageKind(SIGNATURE.subarray(0, 7)), undefined, 'a truncated signature');
+});
+
+t.test('stripping removes tEXt, iTXt, zTXt and eXIf, keeps every other chunk in order, and the result is a valid PNG', async (t) => {
+  const text = pngChunk('tEXt', Buffer.from('parameters\0a secret prompt, Steps: 20', 'latin1'));
+  const itxt = pngChunk('iTXt', Buffer.from('Description\0\0\0\0\0a secret prompt', 'utf8'));
+  const ztxt = pngChunk('zTXt', Buffer.concat([Buffer.from('Comment\0\0', 'latin1'), deflateSync('a secret prompt')]));
+  const exif = pngChunk('eXIf', Buffer.from('MM\0*\0\0\0\x08', 'latin1'));
+  const gamma = pngChunk('gAMA', Buffer.from([0, 0, 0xb1, 0x8f]));
+  const input = png([text, gamma, itxt, ztxt, exif]);
+  const { png: out, removed } = stripPngMetadata(input);
+  t.same(removed, ['tEXt', 'iTXt', 'zTXt', 'eXIf']);
+  t.same(pngChunks(out).map((c) => c.type), ['IHDR', 'gAMA', 'IDAT', 'IEND']);
+  t.notOk(out.includes(Buffer.from('secret')), 'no trace of the prompt');
+  t.same(pngSize(out), { width: 4, height: 3 });
+  t.same([...METADATA_CHUNKS].sort(), ['eXIf', 'iTXt', 'tEXt', 'zTXt']);
+  t.same(stripPngMetadata(png()).png, png(), 'a clean PNG comes back unchanged');
+});
+
+t.test('a damaged PNG is refused with the reason', async (t) => {
+  const good = png([pngChunk('tEXt', Buffer.from('k\0v', 'latin1'))]);
+  const flipped = Buffer.from(good);
+  // A byte of the tEXt chunk's data (after the signature, IHDR's 25 bytes and tEXt's 8-byte header).
+  flipped[8 + 25 + 8] = flipped[8 + 25 + 8]! ^ 0xff;
+  const cases: Array<[string, Buffer, RegExp]> = [
+    ['not a PNG', Buffer.from('GIF89a', 'latin1'), /signature/],
+    ['cut in a chunk', good.subarray(0, good.length - 20), /past the end|truncated/],
+    ['a flipped byte', flipped, /CRC/],
+    ['no IEND', good.subarray(0, good.length - 12), /IEND/],
+    ['IHDR not first', Buffer.concat([SIGNATURE, pngChunk('tEXt', Buffer.from('a\0b')), good.subarray(8)]), /IHDR/],
+    ['a huge length', Buffer.concat([SIGNATURE, Buffer.from([0xff, 0xff, 0xff, 0xff]), Buffer.from('IHDR', 'latin1'), Buffer.alloc(8)]), /past the end/],
+  ];
+  for (const [what, bytes, reason] of cases) t.throws(() => stripPngMetadata(bytes), { name: PngError.name, message: reason }, what);
+  for (let seed = 1; seed <= 300; seed++) {
+    const damaged = Buffer.from(good);
+    damaged[(seed * 7919) % damaged.length] = (seed * 31) & 0xff;
+    try {
+      stripPngMetadata(damaged);
+    } catch (error) {
+      if (!(error instanceof PngError)) t.fail(`seed ${seed}: ${String(error)}`);
+    }
+  }
+  t.pass('300 random damages: a PngError or a valid result, never a crash');
+});
