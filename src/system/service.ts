@@ -32,6 +32,7 @@ import { supervisorAdapters } from './startFacts.js';
 import { WorkerHooks } from './workers.js';
 import { ChatWorker } from '../workers/chat.js';
 import { sweepLeftovers } from '../workers/llamaServer.js';
+import { sweepWorkerProcesses } from '../workers/leftovers.js';
 import { SttWorker } from '../workers/stt.js';
 import { TtsWorker } from '../workers/tts.js';
 import { ImageWorker } from '../workers/image.js';
@@ -156,6 +157,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   await ensurePrivateDir(path.join(config.stateDir, 'runtime'));
   await clearLeftoverJobs(path.join(config.stateDir, 'jobs'), log);
   await sweepLeftovers(path.join(config.stateDir, 'runtime'), log);
+  await sweepWorkerProcesses(path.join(config.stateDir, 'runtime'), log);
 
   const endpoint = await EndpointStore.open(config.stateDir);
   const opened = await SecretStore.open(config.stateDir, { password: config.firstPassword, token: config.firstToken, generateToken: true });
@@ -226,8 +228,9 @@ export async function startService(config: Config, options: StartOptions): Promi
     },
   );
   const scheduler = new Scheduler(supervisor);
-  const tts = new TtsWorker({ supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
+  const tts = new TtsWorker({ runtimeDir: path.join(config.stateDir, 'runtime'), supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
   const image = new ImageWorker({
+    runtimeDir: path.join(config.stateDir, 'runtime'),
     supervisor,
     workers,
     log,
@@ -236,7 +239,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     ...options.imageLimits,
     ...(inspection.inspect ? { inspect: inspection.inspect } : {}),
   });
-  const stt = new SttWorker({ supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
+  const stt = new SttWorker({ runtimeDir: path.join(config.stateDir, 'runtime'), supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
   const chat = new ChatWorker({
     supervisor,
     workers,

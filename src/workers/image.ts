@@ -25,6 +25,7 @@ import { resolveRuntime } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker } from './lifecycle.js';
+import { ProcessRecord } from './leftovers.js';
 import { endReport, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
 import type { SttWorkerDeps } from './stt.js';
 
@@ -81,11 +82,13 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
         const before = await readOomKills().catch(() => null);
         if (stopped || stopRequested) return gone('stopped', 'The image worker was stopped before it started.');
         const output = path.join(job.dir, IMAGE_OUTPUT);
+        const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'image', generation) : undefined;
         child = execa(binary, sdArgs(launch, job.prompt, output), {
           ...WORKER_PROCESS,
           cwd: job.dir,
-          env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(',') },
+          env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(','), ...record?.env() },
         });
+        if (child.pid !== undefined) void record?.write(child.pid, false);
         const watch = (chunk: Buffer) => {
           tail.push(chunk);
           const mark = lastProgress(chunk.toString('latin1'));
@@ -95,6 +98,7 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
         child.stderr?.on('data', watch);
         void child.then(async (result) => {
           ended = true;
+          void record?.remove();
           const written = result.exitCode === 0 && !stopRequested && (await stat(output).then((s) => s.isFile() && s.size > 0, () => false));
           if (written) {
             if (!stopped) sendBack({ type: 'engine.ready' });

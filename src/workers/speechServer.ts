@@ -16,6 +16,7 @@ import { findCommand } from '../adapters/runtimes.js';
 import { readOomKills } from '../adapters/memory.js';
 import { readWav } from '../adapters/wav.js';
 import type { Logger } from '../system/log.js';
+import { ProcessRecord } from './leftovers.js';
 import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
 
 const READY_POLL_MS = 200;
@@ -133,6 +134,8 @@ export interface ServerEngineDeps {
   log: Logger;
   /** Ports of the ready starts, by generation. */
   ports: Map<number, number>;
+  /** The state's runtime folder: the server is recorded there while it runs (src/workers/leftovers.ts). */
+  runtimeDir: string | undefined;
 }
 
 /**
@@ -186,10 +189,13 @@ export function runSpeechServer(
     }
     const env = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.device === 'cpu' ? '' : launch.device };
     // Its own process group (detached), so that a stop reaches the processes a wrapper started.
-    child = execa(binary, serverArgv(args, port), { ...WORKER_PROCESS, env, cleanup: false, detached: true });
+    const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'tts', launch.generation) : undefined;
+    child = execa(binary, serverArgv(args, port), { ...WORKER_PROCESS, env: { ...env, ...record?.env() }, cleanup: false, detached: true });
+    if (child.pid !== undefined) void record?.write(child.pid, true);
     child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
     child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
     void child.then(async (result) => {
+      void record?.remove();
       const spawnError = result.failed && result.exitCode === undefined && !result.signal ? `\n${result.shortMessage}` : '';
       if (failure) {
         report(result.exitCode ?? null, result.signal ?? null, 'unclear', failure);

@@ -18,7 +18,8 @@ import type { Lease, SupervisorActor } from '../system/scheduler.js';
 import type { WorkerHooks } from '../system/workers.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker } from './lifecycle.js';
-import { endReport, Tail, workerEnv } from './llamaServer.js';
+import { ProcessRecord } from './leftovers.js';
+import { endReport, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
 import { runWhisper, whisperTranscribe, type WhisperEngine } from './whisper.js';
 
 export type SttWorkerActor = Actor<typeof sttWorkerMachine>;
@@ -96,6 +97,8 @@ export interface SttWorkerDeps {
   inspect?: Inspection['inspect'];
   loadTimeLimitMs?: number;
   terminationGraceMs?: number;
+  /** The state's runtime folder: each engine process is recorded there while it runs (src/workers/leftovers.ts). */
+  runtimeDir?: string;
 }
 
 export function sttLaunchOf(lease: Pick<Lease, 'generation'>, profile: SttProfile): SttLaunch {
@@ -112,7 +115,9 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
     const whispers = new Map<number, WhisperEngine>();
     const engine = fromCallback<EngineCommand, EngineInput, SttWorkerEvent>(({ input, sendBack, receive }) => {
       const { launch } = input;
-      if (launch.backend === 'whisper.cpp') return runWhisper(launch, { lookup: deps.lookup, env: deps.env, log: deps.log, engines: whispers }, sendBack, receive);
+      if (launch.backend === 'whisper.cpp') {
+        return runWhisper(launch, { lookup: deps.lookup, env: deps.env, log: deps.log, engines: whispers, runtimeDir: deps.runtimeDir }, sendBack, receive);
+      }
       const tail = new Tail(16 * 1024);
       let child: ResultPromise | undefined;
       let stopped = false;
@@ -133,7 +138,9 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
         }
         before = await readOomKills().catch(() => null);
         if (stopped || stopRequested) return;
-        child = execa(binary, [], { env: workerEnv(deps.env), extendEnv: false, stdin: 'pipe', stdout: 'pipe', stderr: 'pipe', buffer: false, reject: false, cleanup: true, forceKillAfterDelay: false });
+        const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'stt', launch.generation) : undefined;
+        child = execa(binary, [], { ...WORKER_PROCESS, stdin: 'pipe', env: { ...workerEnv(deps.env), ...record?.env() } });
+        if (child.pid !== undefined) void record?.write(child.pid, false);
         const link = new EngineLink(child);
         links.set(launch.generation, link);
         child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
@@ -145,6 +152,7 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
         });
         void child.then(async (result) => {
           exited = true;
+          void record?.remove();
           link.close(new EngineFailure('the speech-to-text engine ended'));
           links.delete(launch.generation);
           const { report, evidence } = await endReport('stt', result, { oomKillsBefore: before, outputTail: tail.text(), expected: stopRequested });

@@ -94,7 +94,7 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
     const ports = new Map<number, number>();
     const engine = fromCallback<EngineCommand, EngineInput, TtsWorkerEvent>(({ input, sendBack, receive }) => {
       const { launch } = input;
-      if (launch.backend === 'openai-server') return runSpeechServer(launch, { env: deps.env, log: deps.log, ports }, sendBack, receive);
+      if (launch.backend === 'openai-server') return runSpeechServer(launch, { env: deps.env, log: deps.log, ports, runtimeDir: deps.runtimeDir }, sendBack, receive);
       let stopped = false;
       receive(() => {
         // espeak-ng keeps no process between requests: there is nothing left to end.

@@ -17,6 +17,7 @@ import { readOomKills } from '../adapters/memory.js';
 import { whisperProgram, type RuntimeLookup } from '../adapters/runtimes.js';
 import { encodeWav } from '../adapters/wav.js';
 import type { Logger } from '../system/log.js';
+import { ProcessRecord } from './leftovers.js';
 import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
 
 const READY_POLL_MS = 200;
@@ -96,7 +97,7 @@ async function statusOf(port: number, path: string): Promise<number> {
  */
 export function runWhisper(
   launch: SttLaunch,
-  deps: { lookup: RuntimeLookup; env: NodeJS.ProcessEnv; log: Logger; engines: Map<number, WhisperEngine> },
+  deps: { lookup: RuntimeLookup; env: NodeJS.ProcessEnv; log: Logger; engines: Map<number, WhisperEngine>; runtimeDir: string | undefined },
   sendBack: (event: SttWorkerEvent) => void,
   receive: (listener: (command: EngineCommand) => void) => void,
 ): () => void {
@@ -136,10 +137,13 @@ export function runWhisper(
     const [port, before] = await Promise.all([freePort(), readOomKills().catch(() => null)]);
     if (stopped || stopRequested) return;
     const args = ['-m', launch.model, '--host', '127.0.0.1', '--port', String(port), '-t', String(launch.threads), '-ng'];
-    child = execa(program.binary, args, { ...WORKER_PROCESS, env: cpuOnly(deps.env) });
+    const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'stt', launch.generation) : undefined;
+    child = execa(program.binary, args, { ...WORKER_PROCESS, env: { ...cpuOnly(deps.env), ...record?.env() } });
+    if (child.pid !== undefined) void record?.write(child.pid, false);
     child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
     child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
     void child.then(async (result) => {
+      void record?.remove();
       const { report: ended, evidence } = await endReport('stt', result, { oomKillsBefore: before, outputTail: tail.text(), expected: stopRequested });
       if (!stopRequested) deps.log.warn({ worker: 'stt', generation: launch.generation, cause: ended.cause, evidence }, 'whisper-server ended');
       report(ended.exitCode, ended.signal, ended.cause, ended.message);

@@ -59,3 +59,69 @@ t.test('the next start ends the chat worker a killed service left behind', async
   second.child.kill('SIGTERM');
   await second.exited;
 });
+
+t.test('the next start ends the STT engine and a speech server (with its process group) a killed service left behind', async (t) => {
+  const { pocketsphinxPath, speech } = await import('../helpers/speech.js');
+  const { encodeWav } = await import('../../src/adapters/wav.js');
+  const { readFile } = await import('node:fs/promises');
+  const { fileURLToPath } = await import('node:url');
+  const server = fileURLToPath(new URL('../fixtures/fake-speech-server.mjs', import.meta.url));
+  const stateDir = await tempDir(t);
+  const uiPort = await freePort();
+  const apiPort = await freePort();
+  await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: true, port: apiPort, published: [] }), { mode: 0o600 });
+  const env = { SERVICE_DECK_STATE_DIR: stateDir, SERVICE_DECK_ADMIN_PASSWORD: PASSWORD, SERVICE_DECK_API_TOKEN: TOKEN, SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' };
+  const runtime = path.join(stateDir, 'runtime');
+  await mkdir(runtime, { recursive: true, mode: 0o700 });
+  const bystander = spawn('sleep', ['600'], { stdio: 'ignore' });
+  t.teardown(() => bystander.kill('SIGKILL'));
+  await writeFile(path.join(runtime, 'stt-7-1.pid'), `${bystander.pid}\n`);
+  const record = path.join(stateDir, 'requests.jsonl');
+
+  const first = spawnCli(t, ['serve', '--ui-port', String(uiPort)], env);
+  await first.waitFor(/inference API on/);
+  t.ok(alive(bystander.pid!), 'a pid file for a process without our tag is passed over');
+  const adminUrl = `http://127.0.0.1:${uiPort}`;
+  const login = await fetch(`${adminUrl}/api/v1/session`, { method: 'POST', headers: { 'x-service-deck': '1', 'content-type': 'application/json' }, body: JSON.stringify({ password: PASSWORD }) });
+  const cookie = (login.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+  const { csrfToken } = (await login.json()) as { csrfToken: string };
+  const admin = (method: string, route: string, body?: unknown) =>
+    fetch(`${adminUrl}${route}`, { method, headers: { 'x-service-deck': '1', cookie, 'x-csrf-token': csrfToken, 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
+  const publish = async (profile: object) => {
+    const id = ((await (await admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
+    await admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
+  };
+  await publish({ name: 'ears', category: 'stt', params: {} });
+  await publish({ name: 'voice', category: 'tts', params: { backend: 'openai-server', command: ['sh', '-c', `"${process.execPath}" "${server}" --port "$1" --record "${record}" & wait`, 'sh', '{port}'] } });
+  const api = `http://127.0.0.1:${apiPort}`;
+  const spoken = await fetch(`${api}/v1/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'voice', input: 'hello', language: 'English' }) });
+  t.equal(spoken.status, 200);
+  const pcm = await speech(stateDir, 'hello');
+  const form = new FormData();
+  form.set('model', 'ears');
+  form.set('language', 'en');
+  form.set('file', new Blob([encodeWav(new Int16Array(pcm.buffer, pcm.byteOffset, pcm.byteLength / 2), 16_000)]), 'a.wav');
+  t.equal((await fetch(`${api}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` }, body: form })).status, 200);
+  const status = (await (await admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; pid: number }> };
+  const engine = status.workers.find((w) => w.kind === 'stt')!.pid;
+  const wrapper = status.workers.find((w) => w.kind === 'tts')!.pid;
+  const speechServer = (JSON.parse((await readFile(record, 'utf8')).split('\n')[0]!) as { pid: number }).pid;
+  t.ok([engine, wrapper, speechServer].every(alive), `the engine ${engine}, the wrapper ${wrapper} and its server ${speechServer} run`);
+  const names = await readdir(runtime);
+  t.ok(names.some((n) => /^stt-\d+-\d+\.pid$/.test(n)) && names.some((n) => /^tts-\d+-\d+\.pid$/.test(n)), `both are recorded in runtime/ (${names.join(', ')})`);
+  t.notOk(names.includes('stt-7-1.pid'), "the stray record was removed at the first start, its process untouched");
+
+  first.child.kill('SIGKILL');
+  await first.exited;
+  t.ok([engine, wrapper, speechServer].every(alive), 'a service killed with SIGKILL leaves them behind');
+
+  const second = spawnCli(t, ['serve', '--ui-port', String(uiPort)], env);
+  await second.waitFor(/inference API on/);
+  await until('the left-over workers to end', async () => ([engine, wrapper, speechServer].some(alive) ? undefined : true), 10_000);
+  t.pass('the next start ended the engine, the wrapper and the server behind it');
+  t.ok(alive(bystander.pid!), 'a pid that is not ours was left alone');
+  t.same((await readdir(runtime)).filter((n) => /^(stt|tts|image)-/.test(n)), [], 'no pid file is left');
+  t.match(second.output(), /ended worker processes left behind/);
+  second.child.kill('SIGTERM');
+  await second.exited;
+});
