@@ -1,5 +1,6 @@
-// A service killed with SIGKILL cannot end its chat worker: the next start finds the worker by its
-// pid file, ends it, and removes its key and pid files. A pid that is not ours is never signalled.
+// A service killed with SIGKILL cannot end its workers: the next start finds the chat worker by its
+// pid file and key file, and the STT engine and speech server by their pid files and the tag in
+// their environment, ends them, and removes the files. A pid that is not ours is never signalled.
 import { spawn } from 'node:child_process';
 import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -12,6 +13,16 @@ import { alive, until } from '../helpers/until.js';
 
 const PASSWORD = 'e2e-password-2';
 const TOKEN = 'sd-e2e-token-2';
+
+/** A logged-in admin session on the service's admin port: `admin(method, route, body)`. */
+async function adminSession(uiPort: number) {
+  const adminUrl = `http://127.0.0.1:${uiPort}`;
+  const login = await fetch(`${adminUrl}/api/v1/session`, { method: 'POST', headers: { 'x-service-deck': '1', 'content-type': 'application/json' }, body: JSON.stringify({ password: PASSWORD }) });
+  const cookie = (login.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+  const { csrfToken } = (await login.json()) as { csrfToken: string };
+  return (method: string, route: string, body?: unknown) =>
+    fetch(`${adminUrl}${route}`, { method, headers: { 'x-service-deck': '1', cookie, 'x-csrf-token': csrfToken, 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
+}
 
 t.test('the next start ends the chat worker a killed service left behind', async (t) => {
   const stateDir = await tempDir(t);
@@ -30,12 +41,7 @@ t.test('the next start ends the chat worker a killed service left behind', async
 
   const first = spawnCli(t, ['serve', '--ui-port', String(uiPort)], env);
   await first.waitFor(/inference API on/);
-  const adminUrl = `http://127.0.0.1:${uiPort}`;
-  const login = await fetch(`${adminUrl}/api/v1/session`, { method: 'POST', headers: { 'x-service-deck': '1', 'content-type': 'application/json' }, body: JSON.stringify({ password: PASSWORD }) });
-  const cookie = (login.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
-  const { csrfToken } = (await login.json()) as { csrfToken: string };
-  const admin = (method: string, route: string, body?: unknown) =>
-    fetch(`${adminUrl}${route}`, { method, headers: { 'x-service-deck': '1', cookie, 'x-csrf-token': csrfToken, 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
+  const admin = await adminSession(uiPort);
   const id = ((await (await admin('POST', '/api/v1/profiles', { name: 'tiny', category: 'chat', params: { model } })).json()) as { id: string }).id;
   await admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
   const client = new OpenAI({ apiKey: TOKEN, baseURL: `http://127.0.0.1:${apiPort}/v1`, maxRetries: 0 });
@@ -81,12 +87,7 @@ t.test('the next start ends the STT engine and a speech server (with its process
   const first = spawnCli(t, ['serve', '--ui-port', String(uiPort)], env);
   await first.waitFor(/inference API on/);
   t.ok(alive(bystander.pid!), 'a pid file for a process without our tag is passed over');
-  const adminUrl = `http://127.0.0.1:${uiPort}`;
-  const login = await fetch(`${adminUrl}/api/v1/session`, { method: 'POST', headers: { 'x-service-deck': '1', 'content-type': 'application/json' }, body: JSON.stringify({ password: PASSWORD }) });
-  const cookie = (login.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
-  const { csrfToken } = (await login.json()) as { csrfToken: string };
-  const admin = (method: string, route: string, body?: unknown) =>
-    fetch(`${adminUrl}${route}`, { method, headers: { 'x-service-deck': '1', cookie, 'x-csrf-token': csrfToken, 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
+  const admin = await adminSession(uiPort);
   const publish = async (profile: object) => {
     const id = ((await (await admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
     await admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
