@@ -47,6 +47,14 @@ export function pngChunks(bytes: Buffer): PngChunk[] {
   }
   if (chunks[0]?.type !== 'IHDR') throw new PngError('the first chunk is not IHDR');
   if (chunks.at(-1)?.type !== 'IEND') throw new PngError('no IEND chunk at the end');
+  if (chunks.at(-1)!.data.length !== 0) throw new PngError('the IEND chunk carries data');
+  const ihdr = chunks[0].data;
+  if (ihdr.length !== 13) throw new PngError(`the IHDR chunk has ${ihdr.length} bytes, not 13`);
+  if (ihdr.readUInt32BE(0) === 0 || ihdr.readUInt32BE(4) === 0 || ihdr.readUInt32BE(0) > 0x7fffffff || ihdr.readUInt32BE(4) > 0x7fffffff) {
+    throw new PngError('the IHDR chunk names an impossible size');
+  }
+  if (chunks.filter((c) => c.type === 'IHDR').length !== 1) throw new PngError('more than one IHDR chunk');
+  if (!chunks.some((c) => c.type === 'IDAT')) throw new PngError('no IDAT chunk: no image data');
   return chunks;
 }
 

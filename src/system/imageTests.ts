@@ -66,6 +66,7 @@ export class ImageTests {
       started_at: new Date().toISOString(),
       finished_at: null,
     };
+    const previous = { job: this.#job, lease: this.#lease };
     this.#job = job;
     this.#controller = controller;
     this.#lease = null;
@@ -100,8 +101,14 @@ export class ImageTests {
         }
         const apiError = toApiError(error);
         finish('failed', { code: apiError.code, message: apiError.message });
-        // Refused before it ran: the caller hears the conflict at once.
-        granted(job.phase === 'failed' && !this.#lease ? { ok: false, error: apiError } : { ok: true, job: { ...job } });
+        // Refused before it ran: the caller hears the conflict at once, and the last test stays shown.
+        if (!this.#lease && this.#job === job) {
+          this.#job = previous.job;
+          this.#lease = previous.lease;
+          granted({ ok: false, error: apiError });
+          return;
+        }
+        granted({ ok: true, job: { ...job } });
       },
     );
     return started;

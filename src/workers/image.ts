@@ -49,6 +49,21 @@ export interface ImageProgress {
 
 type ImageActor = Actor<typeof imageWorkerMachine>;
 
+/**
+ * sd-cli's output without the lines that quote the prompt (it echoes it): the diagnosis may put a
+ * matched line into the log, and a prompt could be written to look like an error line.
+ */
+export function withoutPrompt(output: string, prompt: string): string {
+  const quoted = prompt
+    .split(/\r?\n/)
+    .map((line) => line.trim())
+    .filter((line) => line.length >= 3);
+  return output
+    .split(/\r?\n|\r/)
+    .filter((line) => !/\bprompt\b/i.test(line) && !quoted.some((part) => line.includes(part)))
+    .join('\n');
+}
+
 export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnapshot']>, ImageLaunch, ImageProfile> {
   /** The job of each start, by generation: the prompt lives only here while its process runs. */
   readonly #jobs: Map<number, ImageJob & { gpus: string[] }>;
@@ -89,9 +104,12 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
           env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(','), ...record?.env() },
         });
         if (child.pid !== undefined) void record?.write(child.pid, false);
+        let recent = '';
         const watch = (chunk: Buffer) => {
           tail.push(chunk);
-          const mark = lastProgress(chunk.toString('latin1'));
+          // A progress mark may be split across chunks: the last few hundred bytes are read together.
+          recent = `${recent}${chunk.toString('latin1')}`.slice(-512);
+          const mark = lastProgress(recent);
           if (mark) progress.set(generation, mark);
         };
         child.stdout?.on('data', watch);
@@ -108,7 +126,7 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
             if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: 0, signal: null, cause: 'unclear', message: 'The image worker (sd-cli) ended without an error but wrote no image.' } });
             return;
           }
-          const { report, evidence } = await endReport('image', result, { oomKillsBefore: before, outputTail: tail.text(), expected: stopRequested });
+          const { report, evidence } = await endReport('image', result, { oomKillsBefore: before, outputTail: withoutPrompt(tail.text(), job.prompt), expected: stopRequested });
           if (!stopRequested) deps.log.warn({ worker: 'image', generation, cause: report.cause, evidence }, 'image worker failed');
           if (!stopped) sendBack({ type: 'engine.exited', report });
         });
@@ -116,8 +134,10 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
         return undefined;
       };
       run().catch((error: unknown) => {
+        // The error may quote the command line, and with it the prompt: only its name is logged.
+        deps.log.error({ worker: 'image', generation, error: (error as Error).name }, 'image worker could not be started');
         if (child && !ended) child.kill('SIGKILL');
-        else gone('unclear', `The image worker could not be started: ${(error as Error).message}`);
+        else gone('unclear', 'The image worker could not be started (sd-cli could not be run).');
       });
       return () => {
         stopped = true;
@@ -157,6 +177,11 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
 
   protected override gpus(): string[] {
     return this.actor.getSnapshot().context.launch?.gpus ?? [];
+  }
+
+  /** How long a process at work gets after SIGTERM before SIGKILL. */
+  terminationGraceMs(): number {
+    return this.actor.getSnapshot().context.terminationGraceMs;
   }
 
   /** Steps done by the image process of the start `generation`, as sd-cli printed them. */

@@ -6,15 +6,15 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { imageKind, stripPngMetadata, type ImageKind } from '../adapters/png.js';
+import { imageKind, pngSize, stripPngMetadata, type ImageKind } from '../adapters/png.js';
 import { errors } from '../routes/errors.js';
 import type { Lease } from '../system/scheduler.js';
 import type { Service } from '../system/service.js';
 import type { ImageProfile } from './image.js';
 import { onLease } from './job.js';
 
-/** How long the job folder waits for an ended job's image process to be gone. */
-const GONE_WAIT_MS = 30_000;
+/** How long the job folder waits, beyond the image worker's SIGKILL grace, for an ended job's process to be gone. */
+const GONE_MARGIN_MS = 20_000;
 
 const EXTENSIONS: Record<ImageKind, string> = { png: 'png', jpeg: 'jpg', webp: 'webp' };
 
@@ -59,12 +59,15 @@ export async function runImageJob(service: Service, profile: ImageProfile, input
     } catch (error) {
       throw errors.workerFailed(`The image worker wrote a file that is not a valid PNG: ${(error as Error).message}`);
     }
-    const { width, height } = { width: stripped.png.readUInt32BE(16), height: stripped.png.readUInt32BE(20) };
+    const { width, height } = pngSize(stripped.png);
     return { png: stripped.png, width, height, removed: stripped.removed };
   } finally {
     // The image process must be gone before its folder is: it may still be ending (a client that left).
     if (lease) {
-      await Promise.race([service.image.gone(lease.generation), new Promise((resolve) => setTimeout(resolve, GONE_WAIT_MS).unref())]);
+      let timer: NodeJS.Timeout | undefined;
+      const limit = new Promise((resolve) => (timer = setTimeout(resolve, service.image.terminationGraceMs() + GONE_MARGIN_MS)));
+      await Promise.race([service.image.gone(lease.generation), limit]);
+      clearTimeout(timer);
     }
     await rm(dir, { recursive: true, force: true });
   }

@@ -53,6 +53,11 @@ t.test('a damaged PNG is refused with the reason', async (t) => {
     ['a flipped byte', flipped, /CRC/],
     ['no IEND', good.subarray(0, good.length - 12), /IEND/],
     ['IHDR not first', Buffer.concat([SIGNATURE, pngChunk('tEXt', Buffer.from('a\0b')), good.subarray(8)]), /IHDR/],
+    ['an IHDR of 4 bytes', Buffer.concat([SIGNATURE, pngChunk('IHDR', Buffer.alloc(4)), pngChunk('IDAT', deflateSync(Buffer.alloc(4))), pngChunk('IEND', Buffer.alloc(0))]), /IHDR chunk has 4 bytes/],
+    ['no IDAT', Buffer.concat([SIGNATURE, png().subarray(8, 8 + 25), pngChunk('IEND', Buffer.alloc(0))]), /no IDAT/],
+    ['an IEND with data', Buffer.concat([png().subarray(0, png().length - 12), pngChunk('IEND', Buffer.from('x'))]), /IEND chunk carries data/],
+    ['two IHDR', Buffer.concat([png().subarray(0, 8 + 25), png().subarray(8)]), /more than one IHDR/],
+    ['a width of 0', png([], 0, 3), /impossible size/],
     ['a huge length', Buffer.concat([SIGNATURE, Buffer.from([0xff, 0xff, 0xff, 0xff]), Buffer.from('IHDR', 'latin1'), Buffer.alloc(8)]), /past the end/],
   ];
   for (const [what, bytes, reason] of cases) t.throws(() => stripPngMetadata(bytes), { name: PngError.name, message: reason }, what);

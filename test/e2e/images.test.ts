@@ -135,6 +135,7 @@ t.test('every refusal of spec 4.3, 4.4 and 7', async (t) => {
   await expectError(t, await post({ model: 'service-image', prompt: 'x', quality: 'hd' }), 400, 'unknown_parameter', 'quality');
   await expectError(t, await post({ model: 'service-image', prompt: '  ' }), 400, 'invalid_value', 'prompt');
   await expectError(t, await post({ model: 'service-image' }), 400, 'invalid_value', 'prompt');
+  await expectError(t, await post({ model: 'service-image', prompt: 'TOPSECRET\u0000x' }), 400, 'invalid_value', 'prompt');
   await expectError(t, await post({ model: 'no-such', prompt: 'x' }), 404, 'model_not_found');
 
   const edit = async (files: Array<{ bytes: Buffer; name: string }>, fields: Record<string, string> = {}) => {
@@ -176,7 +177,10 @@ t.test('every refusal of spec 4.3, 4.4 and 7', async (t) => {
 t.test('a failing or hanging sd-cli: 502 with the cause, the process ended, the folder removed', async (t) => {
   const { b, dir } = await setUp(t, { loadTimeLimitMs: 1_500 });
   const { model: failing } = await painter(b, dir, 'broken', { behaviour: 'fail' });
-  let error = await expectError(t, await b.api('POST', '/v1/images/generations', { model: 'broken', prompt: PROMPT }), 502, 'worker_failed');
+  // A prompt written like the error lines the diagnosis looks for: sd-cli echoes it, and it must not become evidence in a log.
+  const sneaky = 'a lighthouse\nload_model: failed to load model TOPSECRET\nCUDA error: out of memory';
+  let error = await expectError(t, await b.api('POST', '/v1/images/generations', { model: 'broken', prompt: sneaky }), 502, 'worker_failed');
+  t.notMatch(error.message, /TOPSECRET|out of memory/, 'the diagnosis did not read the prompt');
   t.match(error.message, /image worker/);
   t.equal((await runs(failing)).length, 1);
 
@@ -188,7 +192,7 @@ t.test('a failing or hanging sd-cli: 502 with the cause, the process ended, the 
   const [run] = await runs(hanging);
   await until('the hung process to be gone', async () => (alive(run!.pid) ? undefined : true));
   t.same(await jobFolders(b), []);
-  t.notOk(b.logLines.join('\n').includes('lighthouse'), 'the prompt reached no log line, even for failures');
+  t.notOk(/lighthouse|TOPSECRET/.test(b.logLines.join('\n')), 'the prompt reached no log line, even for failures');
 });
 
 t.test('a client that leaves mid-image: the image process is ended and its folder removed', async (t) => {

@@ -11,13 +11,11 @@ import type { Service } from '../../system/service.js';
 import type { ImageProfile } from '../../workers/image.js';
 import { adminAuth } from '../auth.js';
 import { errors } from '../errors.js';
+import { imagePrompt } from '../inference/images.js';
 
 const startBody = z.strictObject({
   profile_id: z.string().min(1).max(100),
-  prompt: z
-    .string()
-    .refine((text) => text.trim().length > 0, 'prompt must not be empty')
-    .refine((text) => text.length <= 32_000, 'prompt has at most 32000 characters'),
+  prompt: imagePrompt,
 });
 const emptyBody = z.strictObject({}).nullish();
 

@@ -22,14 +22,16 @@ export const IMAGE_LIMITS = { maxReferences: 4, maxReferenceBytes: 10 * 1024 * 1
 const SIZE = /^(auto|[1-9]\d{0,4}x[1-9]\d{0,4})$/;
 const URL_REFUSED = 'Only response_format b64_json is supported: this endpoint gives no public image URLs.';
 
-const prompt = z
+/** An image prompt: not blank, bounded, and without NUL (it becomes a command-line argument of sd-cli). */
+export const imagePrompt = z
   .string()
   .refine((text) => text.trim().length > 0, 'prompt must not be empty')
-  .refine((text) => text.length <= IMAGE_LIMITS.maxPromptChars, `prompt has at most ${IMAGE_LIMITS.maxPromptChars} characters`);
+  .refine((text) => text.length <= IMAGE_LIMITS.maxPromptChars, `prompt has at most ${IMAGE_LIMITS.maxPromptChars} characters`)
+  .refine((text) => !text.includes('\0'), 'prompt must not contain NUL characters');
 
 export const generationSchema = z.strictObject({
   model: z.string().min(1),
-  prompt,
+  prompt: imagePrompt,
   n: z.literal(1, 'n must be 1: one image per request').optional(),
   size: z.string().regex(SIZE, 'size is WIDTHxHEIGHT or auto').optional(),
   response_format: z.literal('b64_json', URL_REFUSED).optional(),
