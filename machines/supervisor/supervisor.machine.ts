@@ -206,7 +206,7 @@ export const supervisorMachine = setup({
             break;
           }
           workers[event.kind] = emptyWorker(event.kind, `${event.cause}: ${event.message}`);
-          revoke(enqueue, jobs, (job) => job.worker === event.kind, 'worker_failed', event.message);
+          revoke(enqueue, jobs, (job) => job.worker === event.kind, event.cause === 'runtime_missing' ? 'runtime_missing' : 'worker_failed', event.message);
           break;
         default:
           return;

@@ -113,7 +113,8 @@ export type DenialCode =
   | 'image_busy'
   | 'start_check_failed';
 
-export type RevocationCode = 'resources_busy' | 'worker_failed' | 'endpoint_stopped';
+/** `runtime_missing`: the worker's program was gone when its start ran (removed after the catalog's check). */
+export type RevocationCode = 'resources_busy' | 'worker_failed' | 'endpoint_stopped' | 'runtime_missing';
 
 /** The outcome of one start check: the facts the adapters gathered, judged by `decideStart`. */
 export type StartVerdict =

@@ -13,7 +13,7 @@ import type { ProfileStore } from '../store/profiles.js';
 import { profileBlockers } from './blockers.js';
 import type { Inspection } from './inspect.js';
 import type { Logger } from './log.js';
-import { ReservationDenied, type Scheduler, type SupervisorActor } from './scheduler.js';
+import { ReservationDenied, ReservationRevoked, type Scheduler, type SupervisorActor } from './scheduler.js';
 
 type PolicyActor = Actor<typeof audioPolicyMachine>;
 
@@ -107,7 +107,12 @@ export class AudioPolicies {
         await worker.ready(lease.generation, AbortSignal.any([signal, lease.signal]));
         log.info({ worker: input.kind, profile: profile.id }, 'audio policy warm: preloaded');
       } catch (error) {
-        if (lease.signal.aborted) throw new PolicyError('displaced', `the preload gave way: ${(lease.signal.reason as Error | undefined)?.message ?? 'its reservation was taken back'}`);
+        const revoked = lease.signal.reason;
+        if (revoked instanceof ReservationRevoked) {
+          // Given way to a request (not a failure); a crash or a missing runtime is one, retried later.
+          if (revoked.code === 'resources_busy') throw new PolicyError('displaced', `the preload gave way: ${revoked.message}`);
+          throw new PolicyError(revoked.code, `the ${input.kind} worker did not load: ${revoked.message}`);
+        }
         throw new PolicyError('worker_failed', `the ${input.kind} worker did not load: ${(error as Error).message}`);
       } finally {
         lease.release();

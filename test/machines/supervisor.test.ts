@@ -224,6 +224,19 @@ const chatRows: Row[] = [
 
 const reportRows: Row[] = [
   {
+    row: 'a worker whose program is gone when its start runs: its job ends with runtime_missing (503), not worker_failed',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false });
+      const id = await h.submit({ kind: 'image', profileId: 'img' });
+      t.same(h.outcome(id), ['job.queued', 'granted +start']);
+      await h.send({ type: 'worker.exited', kind: 'image', generation: h.gen('image'), cause: 'runtime_missing', message: 'sd-cli is not installed' });
+      t.same(h.outcome(id), ['job.queued', 'granted +start', 'revoked runtime_missing']);
+      const other = await h.submit({ kind: 'stt', profileId: 's' });
+      await h.send({ type: 'worker.exited', kind: 'stt', generation: h.gen('stt'), cause: 'unclear', message: 'exit code 1' });
+      t.same(h.outcome(other).at(-1), 'revoked worker_failed', 'another cause stays worker_failed');
+    },
+  },
+  {
     row: 'a late unload report does not wipe a worker started since: never two chat processes',
     async run(t) {
       const h = supervisorHarness({ autoWorkers: false });

@@ -244,3 +244,22 @@ t.test('warm on a GPU without 7 GiB free, then busy with a foreign process: erro
   t.same(loaded.gpus, ['GPU-a']);
   t.same((await policy(b)).errors, []);
 });
+
+t.test('warm with a speech server that dies at its start: worker_failed in errors, retried at the retry pace, never in a hot loop', async (t) => {
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: 'none' }, audioRetryMs: 400 });
+  await b.startEndpoint();
+  const server = fileURLToPath(new URL('../fixtures/fake-speech-server.mjs', import.meta.url));
+  const voice = await profile(b, { name: 'dying', category: 'tts', params: { backend: 'openai-server', command: [process.execPath, server, '--port', '{port}', '--mode', 'no-model'] } });
+  t.equal((await b.admin('POST', '/api/v1/audio-policy', { kind: 'tts', mode: 'warm', profile_id: voice })).status, 200);
+  const first = await until('the failed preload', async () => {
+    const view = await policy(b);
+    return view.errors[0] ? view.errors[0] : undefined;
+  });
+  t.match(first, { code: 'worker_failed', message: /could not load its model/ });
+  const started = Date.now();
+  await new Promise((resolve) => setTimeout(resolve, 2_000));
+  const later = (await policy(b)).errors[0]!;
+  const elapsed = Date.now() - started;
+  t.ok(later.attempts - first.attempts <= Math.ceil(elapsed / 400) + 1, `${later.attempts - first.attempts} more attempts in ${elapsed} ms at a 400 ms retry pace`);
+  t.ok(later.attempts > first.attempts, 'and it keeps retrying');
+});
