@@ -10,12 +10,8 @@ import http from 'node:http';
 import { createActor, type Actor } from 'xstate';
 import { chatWorkerMachine, type ChatLaunch } from '../../machines/chatWorker/index.js';
 import type { ChatParams, StoredProfile } from '../store/profile.schema.js';
-import type { Lease, SupervisorActor } from '../system/scheduler.js';
-import type { Inspection } from '../system/inspect.js';
-import type { Logger } from '../system/log.js';
-import type { WorkerHooks } from '../system/workers.js';
-import type { RuntimeLookup } from '../adapters/runtimes.js';
-import { LifecycleWorker } from './lifecycle.js';
+import type { Lease } from '../system/scheduler.js';
+import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
 import { llamaServerActor } from './llamaServer.js';
 
 export type ChatWorkerActor = Actor<typeof chatWorkerMachine>;
@@ -37,17 +33,8 @@ export class WorkerGone extends Error {
   override name = 'WorkerGone';
 }
 
-export interface ChatWorkerDeps {
-  supervisor: SupervisorActor;
-  workers: WorkerHooks;
-  log: Logger;
-  lookup: RuntimeLookup;
-  runtimeDir: string;
-  env: NodeJS.ProcessEnv;
-  inspect?: Inspection['inspect'];
-  loadTimeLimitMs?: number;
-  terminationGraceMs?: number;
-}
+/** The chat worker keeps its key and pid files in the runtime folder: it is required here. */
+export type ChatWorkerDeps = WorkerDeps & { runtimeDir: string };
 
 export function launchOf(lease: Pick<Lease, 'generation' | 'start'>, profile: ChatProfile): ChatLaunch {
   const params: ChatParams = profile.params;
@@ -76,11 +63,7 @@ export class ChatWorker extends LifecycleWorker<ReturnType<ChatWorkerActor['getS
     const logic = chatWorkerMachine.provide({
       actors: { engine: llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys }) },
     });
-    const input = {
-      ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
-      ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
-    };
-    const actor = createActor(logic, { systemId: 'chatWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    const actor = createActor(logic, workerActorOptions('chatWorker', deps));
     super(actor, 'chat', { name: 'chat worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new WorkerGone(reason));
     this.#keys = keys;
     // Connections of starts that ended are closed.

@@ -24,10 +24,9 @@ import { readOomKills } from '../adapters/memory.js';
 import { resolveRuntime } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
-import { LifecycleWorker } from './lifecycle.js';
+import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
 import { ProcessRecord } from './leftovers.js';
 import { endReport, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
-import type { SttWorkerDeps } from './stt.js';
 
 export type ImageProfile = Extract<StoredProfile, { category: 'image' }>;
 
@@ -69,7 +68,7 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
   readonly #jobs: Map<number, ImageJob & { gpus: string[] }>;
   readonly #progress: Map<number, ImageProgress>;
 
-  constructor(deps: SttWorkerDeps) {
+  constructor(deps: WorkerDeps) {
     const jobs = new Map<number, ImageJob & { gpus: string[] }>();
     const progress = new Map<number, ImageProgress>();
     const engine = fromCallback<EngineCommand, EngineInput, ImageWorkerEvent>(({ input, sendBack, receive }) => {
@@ -144,11 +143,7 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
         if (child && !ended) child.kill('SIGKILL');
       };
     });
-    const input = {
-      ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
-      ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
-    };
-    const actor = createActor(imageWorkerMachine.provide({ actors: { engine } }), { systemId: 'imageWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    const actor = createActor(imageWorkerMachine.provide({ actors: { engine } }), workerActorOptions('imageWorker', deps));
     super(actor, 'image', { name: 'image worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new ImageFailure(reason));
     this.#jobs = jobs;
     this.#progress = progress;

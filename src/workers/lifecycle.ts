@@ -1,7 +1,38 @@
-// What the chat, STT and TTS worker adapters share (LifecycleWorker): their machines all have the
-// states unloaded and running.{loading, loaded, unloading} and keep the start's launch
+// What the chat, image, STT and TTS worker adapters share (LifecycleWorker): their machines all
+// have the states unloaded and running.{loading, loaded, unloading} and keep the start's launch
 // (generation, profile), pid, stopping reason and last reason in their context.
-import type { WorkerStatus } from '../system/workers.js';
+import type { RuntimeLookup } from '../adapters/runtimes.js';
+import type { Inspection } from '../system/inspect.js';
+import type { Logger } from '../system/log.js';
+import type { SupervisorActor } from '../system/scheduler.js';
+import type { WorkerHooks, WorkerStatus } from '../system/workers.js';
+
+/** What every worker adapter is built from. */
+export interface WorkerDeps {
+  supervisor: SupervisorActor;
+  workers: WorkerHooks;
+  log: Logger;
+  lookup: RuntimeLookup;
+  env: NodeJS.ProcessEnv;
+  inspect?: Inspection['inspect'];
+  /** Tests shorten the machine's load limit and the grace before SIGKILL. */
+  loadTimeLimitMs?: number;
+  terminationGraceMs?: number;
+  /** The state's runtime folder: worker processes are recorded there while they run (src/workers/leftovers.ts). */
+  runtimeDir?: string;
+}
+
+/** The actor options of a worker machine: its systemId, the limits the deps set, the inspector. */
+export function workerActorOptions(systemId: string, deps: Pick<WorkerDeps, 'inspect' | 'loadTimeLimitMs' | 'terminationGraceMs'>) {
+  return {
+    systemId,
+    input: {
+      ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
+      ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
+    },
+    ...(deps.inspect ? { inspect: deps.inspect } : {}),
+  };
+}
 
 export interface WorkerSnapshotLike {
   matches(state: 'unloaded' | { running: 'loading' | 'loaded' | 'unloading' }): boolean;

@@ -11,13 +11,10 @@ import { execa, type ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
 import { sttWorkerMachine, type EngineCommand, type EngineInput, type SttLaunch, type SttWorkerEvent } from '../../machines/sttWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
-import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
-import type { Inspection } from '../system/inspect.js';
-import type { Logger } from '../system/log.js';
-import type { Lease, SupervisorActor } from '../system/scheduler.js';
-import type { WorkerHooks } from '../system/workers.js';
+import { resolveRuntime } from '../adapters/runtimes.js';
+import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
-import { LifecycleWorker } from './lifecycle.js';
+import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
 import { ProcessRecord } from './leftovers.js';
 import { endReport, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
 import { runWhisper, whisperTranscribe, type WhisperEngine } from './whisper.js';
@@ -88,18 +85,6 @@ class EngineLink {
   }
 }
 
-export interface SttWorkerDeps {
-  supervisor: SupervisorActor;
-  workers: WorkerHooks;
-  log: Logger;
-  lookup: RuntimeLookup;
-  env: NodeJS.ProcessEnv;
-  inspect?: Inspection['inspect'];
-  loadTimeLimitMs?: number;
-  terminationGraceMs?: number;
-  /** The state's runtime folder: each engine process is recorded there while it runs (src/workers/leftovers.ts). */
-  runtimeDir?: string;
-}
 
 export function sttLaunchOf(lease: Pick<Lease, 'generation'>, profile: SttProfile): SttLaunch {
   return { generation: lease.generation, profileId: profile.id, revision: profile.revision, backend: profile.params.backend, model: profile.params.model, threads: profile.params.threads };
@@ -110,7 +95,7 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
   readonly #whispers: Map<number, WhisperEngine>;
   readonly #env: NodeJS.ProcessEnv;
 
-  constructor(deps: SttWorkerDeps) {
+  constructor(deps: WorkerDeps) {
     const links = new Map<number, EngineLink>();
     const whispers = new Map<number, WhisperEngine>();
     const engine = fromCallback<EngineCommand, EngineInput, SttWorkerEvent>(({ input, sendBack, receive }) => {
@@ -170,11 +155,7 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
         if (child && !exited) child.kill('SIGKILL');
       };
     });
-    const input = {
-      ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
-      ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
-    };
-    const actor = createActor(sttWorkerMachine.provide({ actors: { engine } }), { systemId: 'sttWorker', input, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    const actor = createActor(sttWorkerMachine.provide({ actors: { engine } }), workerActorOptions('sttWorker', deps));
     super(actor, 'stt', { name: 'STT worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new EngineFailure(reason));
     this.#links = links;
     this.#whispers = whispers;

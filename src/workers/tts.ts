@@ -14,9 +14,8 @@ import { fixStreamedWav } from '../adapters/wav.js';
 import { resolveRuntime } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
-import { LifecycleWorker } from './lifecycle.js';
+import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
 import { runSpeechServer, speakTo, type ServerRequest } from './speechServer.js';
-import type { SttWorkerDeps } from './stt.js';
 import { workerEnv } from './llamaServer.js';
 
 export type TtsProfile = Extract<StoredProfile, { category: 'tts' }>;
@@ -77,7 +76,7 @@ export function espeakRate(speed: number): number {
   return Math.round(Math.min(ESPEAK_WPM.max, Math.max(ESPEAK_WPM.min, ESPEAK_WPM.base * speed)));
 }
 
-export type TtsWorkerDeps = Omit<SttWorkerDeps, 'loadTimeLimitMs' | 'terminationGraceMs'>;
+export type TtsWorkerDeps = Omit<WorkerDeps, 'loadTimeLimitMs' | 'terminationGraceMs'>;
 
 export function ttsLaunchOf(lease: Pick<Lease, 'generation'>, profile: TtsProfile): TtsLaunch {
   return { generation: lease.generation, profileId: profile.id, revision: profile.revision, backend: profile.params.backend, device: profile.params.device, command: profile.params.command };
@@ -124,7 +123,7 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
         binaries.delete(launch.generation);
       };
     });
-    const actor = createActor(ttsWorkerMachine.provide({ actors: { engine } }), { systemId: 'ttsWorker', input: {}, ...(deps.inspect ? { inspect: deps.inspect } : {}) });
+    const actor = createActor(ttsWorkerMachine.provide({ actors: { engine } }), workerActorOptions('ttsWorker', deps));
     super(actor, 'tts', { name: 'TTS worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new SpeechFailure(reason));
     this.#binaries = binaries;
     this.#ports = ports;

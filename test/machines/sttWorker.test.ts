@@ -2,7 +2,7 @@
 // running actor with a simulated clock and a simulated engine: start and load, stay loaded for
 // further recordings, unload on endpoint stop or a new build (SIGTERM, then SIGKILL after the
 // grace), and an engine error reported at once. The shared process life (timeouts, generations,
-// reachability) is tested in lifecycle.test.ts.
+// reachability) is tested in worker.test.ts.
 import t, { type Test } from 'tap';
 import { STT_WORKER_LIMITS, sttWorkerMachine, type SttLaunch } from '../../machines/sttWorker/index.js';
 import { expectUnload, lifecycleHarness } from '../helpers/lifecycle.js';

@@ -10,10 +10,10 @@ import type { SupervisorEmitted } from '../../../machines/supervisor/index.js';
 import { ask } from '../../system/ask.js';
 import { CHAT_TEST_MAX_TOKENS } from '../../system/chatTests.js';
 import type { Service } from '../../system/service.js';
-import type { ChatProfile } from '../../workers/chat.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
 import { errors } from '../errors.js';
+import { testProfile } from './testProfile.js';
 
 const emptyBody = z.strictObject({}).nullish();
 const UNLOAD_REPLY_MS = 15_000;
@@ -37,17 +37,9 @@ export const adminChatTestRoutes: FastifyPluginAsync<{ service: Service }> = asy
 
   app.post('/api/v1/chat-tests/start', { schema: { body: startBody } }, async (request, reply) => {
     const { profile_id: id, messages, max_tokens: maxTokens } = request.body;
-    const profile = service.profiles.get(id);
-    if (!profile) throw errors.notFound('profile_not_found', `No profile with id ${id}.`);
-    if (profile.category !== 'chat') throw errors.invalidValue('profile_id', `Profile ${id} is a ${profile.category} profile, not a chat profile.`);
-    const view = await service.catalog.view(profile);
-    if (view.blockers.length > 0) {
-      const runtime = view.blockers.find((b) => b.startsWith('runtime missing'));
-      const message = `Profile ${profile.name} cannot run: ${view.blockers.join('; ')}.`;
-      throw runtime ? errors.unavailable('runtime_missing', message) : errors.conflict('profile_not_executable', message);
-    }
+    const profile = await testProfile(service, id, 'chat');
     if (tests.running()) throw errors.conflict('chat_test_running', 'A chat test is running: cancel it or wait for its end.');
-    const job = tests.start(profile as ChatProfile, messages, maxTokens);
+    const job = tests.start(profile, messages, maxTokens);
     return reply.code(202).send({ job });
   });
 

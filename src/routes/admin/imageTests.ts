@@ -8,9 +8,9 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Service } from '../../system/service.js';
-import type { ImageProfile } from '../../workers/image.js';
 import { adminAuth } from '../auth.js';
 import { errors } from '../errors.js';
+import { testProfile } from './testProfile.js';
 import { imagePrompt } from '../inference/images.js';
 
 const startBody = z.strictObject({
@@ -28,16 +28,9 @@ export const adminImageTestRoutes: FastifyPluginAsync<{ service: Service }> = as
 
   app.post('/api/v1/image-tests', { schema: { body: startBody } }, async (request, reply) => {
     const { profile_id: id, prompt } = request.body;
-    const profile = service.profiles.get(id);
-    if (!profile) throw errors.notFound('profile_not_found', `No profile with id ${id}.`);
-    if (profile.category !== 'image') throw errors.invalidValue('profile_id', `Profile ${id} is a ${profile.category} profile, not an image profile.`);
-    const view = await service.catalog.view(profile);
-    if (view.blockers.length > 0) {
-      const message = `Profile ${profile.name} cannot run: ${view.blockers.join('; ')}.`;
-      throw view.blockers.some((b) => b.startsWith('runtime missing')) ? errors.unavailable('runtime_missing', message) : errors.conflict('profile_not_executable', message);
-    }
+    const profile = await testProfile(service, id, 'image');
     if (tests.running()) throw errors.conflict('image_busy', 'An image test is running: the image reservation is busy.');
-    const started = await tests.start(profile as ImageProfile, prompt);
+    const started = await tests.start(profile, prompt);
     if (!started.ok) throw started.error;
     return reply.code(202).send({ job: started.job });
   });

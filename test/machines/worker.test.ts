@@ -1,4 +1,4 @@
-// The worker process life the speech machines are made from (machines/worker/lifecycle.ts), on a
+// The worker process life the chat, image, STT and TTS machines are made from (machines/worker/lifecycle.ts), on a
 // machine made here with its own limits, on a simulated clock and a simulated engine: loading until
 // ready, loaded, the supervisor's unload (SIGTERM, then SIGKILL after the grace), an unload of
 // another generation ignored, a start that does not load in time, an engine that fails to load or
