@@ -30,7 +30,7 @@ import { serverArgs } from '../machines/chatWorker/args.js';
 import { writeTinyModel } from '../src/adapters/tinyModel.js';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/system/log.js';
-import { startService, type Service } from '../src/system/service.js';
+import { startService, type Service } from '../src/compose.js';
 import { freePort } from '../test/helpers/build.js';
 import { llamaServerPath } from '../test/helpers/llama.js';
 

@@ -17,7 +17,8 @@ import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fas
 import type { Logger } from './system/log.js';
 import type { Service } from './system/service.js';
 import { bearerAuth } from './routes/auth.js';
-import { errors, installErrorHandling } from './routes/errors.js';
+import { errors } from './errors.js';
+import { installErrorHandling } from './routes/errors.js';
 import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
 import { adminImageTestRoutes } from './routes/admin/imageTests.js';
 import { imageRoutes } from './routes/inference/images.js';

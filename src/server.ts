@@ -3,7 +3,7 @@
 import { waitFor } from 'xstate';
 import type { Config } from './config.js';
 import { createLogger, type Logger } from './system/log.js';
-import { startService, type Service } from './system/service.js';
+import { startService, type Service } from './compose.js';
 
 export interface ServeOptions {
   /** Start the inference listener now, whatever was remembered (the demo does). */

@@ -1,15 +1,9 @@
 // Events, context and input of the audio memory policy (spec 2.4, 3.6): one actor per speech
 // worker kind, each independent of the other.
-import type { AudioKind, AudioMode, WorkerState } from '../supervisor/index.js';
+import type { AudioKind, AudioMode, AudioPolicyRecord } from '../../src/store/audioPolicy.record.js';
+import type { WorkerState } from '../supervisor/index.js';
 
-export type { AudioKind, AudioMode };
-
-/** The stored record (spec 2.4): `warm` needs a profile, the other modes may name one or none. */
-export interface AudioPolicyRecord {
-  kind: AudioKind;
-  mode: AudioMode;
-  profileId: string | null;
-}
+export type { AudioKind, AudioMode, AudioPolicyRecord };
 
 /** The supervisor's record of this kind's worker, as the adapter last saw it. */
 export interface AudioWorkerView {

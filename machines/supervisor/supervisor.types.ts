@@ -2,6 +2,7 @@
 // the GPUs and the RAM between the chat, image, TTS and STT workers through reservations.
 import type { ListenerInput } from '../listener/index.js';
 import type { JobSource, QueueInput } from '../queue/index.js';
+import type { AudioKind, AudioMode } from '../../src/store/audioPolicy.record.js';
 
 export type JobKind = 'chat' | 'image' | 'tts' | 'stt';
 /** One worker of each kind exists at a time; its kind names it. */
@@ -129,8 +130,7 @@ export interface SupervisorInput {
 }
 
 /** The audio memory policy's mode per speech worker kind (spec 2.4, 3.6). */
-export type AudioKind = 'tts' | 'stt';
-export type AudioMode = 'auto' | 'warm' | 'per_request';
+export type { AudioKind, AudioMode };
 
 export interface SupervisorContext {
   jobs: Record<string, JobRecord>;

@@ -5,7 +5,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { SecretStore } from '../store/secrets.js';
 import { SESSION_COOKIE, SessionStore, type Session } from '../system/sessions.js';
-import { errors } from './errors.js';
+import { errors } from '../errors.js';
 
 declare module 'fastify' {
   interface FastifyRequest {

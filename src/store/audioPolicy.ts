@@ -3,7 +3,7 @@
 // atomically. A kind without a record is `auto` with no profile (spec 3.6: the default).
 import path from 'node:path';
 import { z } from 'zod';
-import type { AudioKind, AudioPolicyRecord } from '../../machines/audioPolicy/index.js';
+import type { AudioKind, AudioPolicyRecord } from './audioPolicy.record.js';
 import { readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './files.js';
 
 export const AUDIO_KINDS: readonly AudioKind[] = ['tts', 'stt'];

@@ -4,14 +4,13 @@
 // the supervisor's worker commands to the worker adapters, tells it about profile changes, and
 // serves the admin listener.
 import { readdir, rm } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { createActor, fromPromise, waitFor, type Actor } from 'xstate';
 import { SYSTEM_IDS, TAGS } from '../../machines/ids.js';
 import { MIB } from '../../machines/supervisor/index.js';
 import { listenerMachine, type ListenerAddress } from '../../machines/listener/index.js';
 import { supervisorMachine, type SupervisorEmitted, type SupervisorEvent, type WorkerKind } from '../../machines/supervisor/index.js';
-import type { App } from '../app.js';
-import { buildAdminApp, buildInferenceApp } from '../app.js';
 import type { Config } from '../config.js';
 import { probeGpus, type Gpu, type GpuInventory } from '../adapters/gpus.js';
 import { ramBudget, readRamFacts } from '../adapters/memory.js';
@@ -36,13 +35,28 @@ import { sweepWorkerProcesses } from '../workers/leftovers.js';
 import { SttWorker } from '../workers/stt.js';
 import { TtsWorker } from '../workers/tts.js';
 import { ImageWorker } from '../workers/image.js';
-import { ImageTests } from './imageTests.js';
-import { ChatTests } from './chatTests.js';
+import { ImageTests } from '../workers/imageTests.js';
+import { ChatTests } from '../workers/chatTests.js';
 import { AudioPolicies } from './audioPolicy.js';
 import { AudioPolicyStore } from '../store/audioPolicy.js';
 import { CHAT_LIMITS, type ChatLimits } from '../workers/chatRequest.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
+
+/**
+ * What the service needs of an HTTP listener. The entry (src/compose.ts) builds the two listeners
+ * and hands their builders in, so this layer knows no HTTP framework.
+ */
+export interface HttpListener {
+  listen(options: { host: string; port: number }): Promise<unknown>;
+  close(): Promise<void>;
+  readonly server: { address(): AddressInfo | string | null; closeAllConnections(): void };
+}
+
+export interface ListenerBuilders {
+  inference(service: Service): Promise<HttpListener>;
+  admin(service: Service): Promise<HttpListener>;
+}
 
 
 export interface Service {
@@ -77,8 +91,6 @@ export interface Service {
   /** The supervisor's child that owns the inference listener (spec 3.1). */
   readonly listener: ListenerActor;
   inspection: Inspection;
-  /** The admin listener's app (tests drive it with `inject`). */
-  adminApp(): App | undefined;
   /** Whether the inference listener takes new requests (the listener machine's `accepting` tag). */
   accepting(): boolean;
   /** The address the admin listener is bound to, once it listens. */
@@ -113,7 +125,7 @@ export interface EndpointStatus {
 type GpuStatus = Omit<GpuInventory, 'source'> & { source: GpuInventory['source'] | 'failed' };
 
 /** The address a listening app is bound to (the real port when it was asked for port 0). */
-function boundAddress(app: App | undefined): { host: string; port: number } | undefined {
+function boundAddress(app: HttpListener | undefined): { host: string; port: number } | undefined {
   const address = app?.server.address();
   return address && typeof address === 'object' ? { host: address.address, port: address.port } : undefined;
 }
@@ -134,6 +146,8 @@ async function clearLeftoverJobs(jobsDir: string, log: Logger): Promise<void> {
 
 export interface StartOptions {
   log: Logger;
+  /** The builders of the admin and the inference listener (src/compose.ts gives the Fastify apps). */
+  listeners: ListenerBuilders;
   /** Tests pass 0 to let the system choose the admin port. */
   adminPort?: number;
   /** Tests shorten the chat worker limits (spec 8: 120 s idle, 600 s SSE, 16 MiB buffered). */
@@ -150,7 +164,7 @@ export interface Started {
   generatedToken?: string;
 }
 
-export async function startService(config: Config, options: StartOptions): Promise<Started> {
+export async function openService(config: Config, options: StartOptions): Promise<Started> {
   const { log } = options;
   await ensurePrivateDir(config.stateDir);
   await ensurePrivateDir(path.join(config.stateDir, 'jobs'));
@@ -171,14 +185,14 @@ export async function startService(config: Config, options: StartOptions): Promi
   const sessions = new SessionStore();
   const inspection = await createInspection(config.inspect, { log, port: config.inspectPort, production: config.production });
 
-  let inference: App | undefined;
+  let inference: HttpListener | undefined;
   let inferenceClosing: Promise<void> | undefined;
 
   // The real actors behind the listener machine's placeholders.
   const listenerLogic = listenerMachine.provide({
     actors: {
       openListener: fromPromise<void, ListenerAddress>(async ({ input }) => {
-        const app = await buildInferenceApp(service);
+        const app = await options.listeners.inference(service);
         try {
           await app.listen({ host: input.host, port: input.port });
         } catch (error) {
@@ -353,7 +367,6 @@ export async function startService(config: Config, options: StartOptions): Promi
       return listenerRef();
     },
     inspection,
-    adminApp: () => admin,
     accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => boundAddress(admin),
     inferenceAddress,
@@ -430,7 +443,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     },
   };
 
-  const admin = await buildAdminApp(service);
+  const admin = await options.listeners.admin(service);
   await admin.listen({ host: config.uiHost, port: options.adminPort ?? config.uiPort });
   log.info({ host: config.uiHost, port: service.adminAddress()?.port }, 'admin listener started');
   supervisor.start();

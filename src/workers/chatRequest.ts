@@ -10,7 +10,7 @@
 import http from 'node:http';
 import type { Service } from '../system/service.js';
 import { ReservationRevoked, type Lease } from '../system/scheduler.js';
-import { ApiError, errors } from '../routes/errors.js';
+import { ApiError, errors } from '../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
 
 export const CHAT_LIMITS = {

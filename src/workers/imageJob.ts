@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { imageKind, pngSize, stripPngMetadata, type ImageKind } from '../adapters/png.js';
-import { errors } from '../routes/errors.js';
+import { errors } from '../errors.js';
 import type { Lease } from '../system/scheduler.js';
 import type { Service } from '../system/service.js';
 import type { ImageProfile } from './image.js';

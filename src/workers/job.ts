@@ -2,8 +2,8 @@
 // that aborts when the client leaves or the reservation is revoked; afterwards the reservation
 // goes back. A failure answers with the supervisor's diagnosis when the worker died (its
 // revocation), else 502 worker_failed naming the worker.
-import { errors } from '../routes/errors.js';
-import type { Lease } from '../system/scheduler.js';
+import { ApiError, errors } from '../errors.js';
+import { ReservationDenied, ReservationRevoked, type Lease } from '../system/scheduler.js';
 import { revocation } from './chatRequest.js';
 
 export async function onLease<T>(lease: Lease, client: AbortSignal, worker: string, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
@@ -23,4 +23,26 @@ export async function onLease<T>(lease: Lease, client: AbortSignal, worker: stri
   }
   lease.release();
   return result;
+}
+
+/** CONTRACT section 5: what a refused or revoked reservation answers. */
+function reservationError(error: ReservationDenied | ReservationRevoked): ApiError {
+  switch (error.code) {
+    case 'queue_full':
+      return errors.tooManyRequests(error.code, error.message, (error as ReservationDenied).retryAfterSeconds ?? 10);
+    case 'profile_changed':
+    case 'image_busy':
+      return errors.conflict(error.code, error.message);
+    case 'worker_failed':
+      return errors.workerFailed(error.message);
+    default:
+      return errors.unavailable(error.code, error.message);
+  }
+}
+
+/** A job's own failure as the API answers it (an ApiError, or a refused or revoked reservation); undefined for anything else. */
+export function jobFailure(error: unknown): ApiError | undefined {
+  if (error instanceof ApiError) return error;
+  if (error instanceof ReservationDenied || error instanceof ReservationRevoked) return reservationError(error);
+  return undefined;
 }

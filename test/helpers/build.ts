@@ -7,7 +7,7 @@ import path from 'node:path';
 import type { Test } from 'tap';
 import { loadConfig, type Config } from '../../src/config.js';
 import { createLogger } from '../../src/system/log.js';
-import { startService, type Service } from '../../src/system/service.js';
+import { startService, type Service } from '../../src/compose.js';
 import type { ChatLimits } from '../../src/workers/chatRequest.js';
 
 export const PASSWORD = 'correct horse battery';

@@ -6,8 +6,9 @@
 // and passes nothing else on.
 import t from 'tap';
 import { createListenerApp } from '../../src/app.js';
-import { validationError, type ErrorBody } from '../../src/routes/errors.js';
-import { chatRequestSchema, effectiveEffort, REASONING_EFFORTS, upstreamBody, type ChatRequest } from '../../src/routes/inference/chat.schema.js';
+import type { ErrorBody } from '../../src/errors.js';
+import { validationError } from '../../src/routes/errors.js';
+import { chatRequestSchema, effectiveEffort, REASONING_EFFORTS, upstreamBody, type ChatRequest } from '../../src/workers/chat.schema.js';
 import { chatParamsSchema, type ChatParams } from '../../src/store/profile.schema.js';
 import { createLogger } from '../../src/system/log.js';
 

@@ -8,7 +8,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/system/log.js';
-import { startService } from '../../src/system/service.js';
+import { startService } from '../../src/compose.js';
 import { build, PASSWORD, tempDir, type Built } from '../helpers/build.js';
 
 interface ErrorBody {

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { warmBlocker } from '../../system/audioPolicy.js';
 import type { Service } from '../../system/service.js';
 import { adminAuth } from '../auth.js';
-import { errors } from '../errors.js';
+import { errors } from '../../errors.js';
 
 const setBody = z.strictObject({
   kind: z.enum(['tts', 'stt']),

@@ -9,7 +9,7 @@ import type { Service } from '../../system/service.js';
 import { ProfileError } from '../../store/profiles.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
-import { errors, type ApiError } from '../errors.js';
+import { errors, type ApiError } from '../../errors.js';
 
 // A bodiless POST arrives as null; `{}` is accepted too.
 const emptyBody = z.strictObject({}).nullish();

@@ -9,7 +9,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Service } from '../../system/service.js';
 import { adminAuth } from '../auth.js';
-import { errors } from '../errors.js';
+import { errors } from '../../errors.js';
 import { testProfile } from './testProfile.js';
 import { imagePrompt } from '../inference/images.js';
 

@@ -6,7 +6,7 @@ import { profileInputSchema, profileUpdateSchema } from '../../store/profile.sch
 import { ProfileError } from '../../store/profiles.js';
 import type { Service } from '../../system/service.js';
 import { adminAuth } from '../auth.js';
-import { errors } from '../errors.js';
+import { errors } from '../../errors.js';
 
 const idParams = z.strictObject({ id: z.string().min(1).max(100) });
 

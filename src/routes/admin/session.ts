@@ -5,7 +5,7 @@ import { z } from 'zod';
 import type { Service } from '../../system/service.js';
 import { SESSION_COOKIE, SESSION_TTL_MS } from '../../system/sessions.js';
 import { adminAuth, requireAdminHeader, sessionFromCookie } from '../auth.js';
-import { errors } from '../errors.js';
+import { errors } from '../../errors.js';
 
 export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();

@@ -3,7 +3,7 @@
 // runtime_missing, another blocker a 409 profile_not_executable (both list the blockers).
 import type { Service } from '../../system/service.js';
 import type { Category, StoredProfile } from '../../store/profile.schema.js';
-import { errors } from '../errors.js';
+import { errors } from '../../errors.js';
 
 export async function testProfile<C extends Category>(service: Service, id: string, category: C): Promise<Extract<StoredProfile, { category: C }>> {
   const profile = service.profiles.get(id);

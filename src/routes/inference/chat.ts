@@ -11,8 +11,8 @@ import type { Service } from '../../system/service.js';
 import type { ChatProfile } from '../../workers/chat.js';
 import { CHAT_LIMITS, completeAnswer, openChat, readBody, relayStream, workerError, workerStatusError, type ChatLimits } from '../../workers/chatRequest.js';
 import { clientGone } from '../client.js';
-import { errors } from '../errors.js';
-import { chatRequestSchema, effectiveEffort, upstreamBody, type ChatRequest } from './chat.schema.js';
+import { errors } from '../../errors.js';
+import { chatRequestSchema, effectiveEffort, upstreamBody, type ChatRequest } from '../../workers/chat.schema.js';
 
 /** Spec 4.2: the three headers of an answer whose request set a reasoning effort. */
 export function reasoningHeaders(requested: ChatRequest['reasoning_effort']): Record<string, string> {

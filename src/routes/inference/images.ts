@@ -15,7 +15,7 @@ import type { Service } from '../../system/service.js';
 import type { ImageProfile } from '../../workers/image.js';
 import { runImageJob, type ImageResult } from '../../workers/imageJob.js';
 import { clientGone } from '../client.js';
-import { ApiError, errors } from '../errors.js';
+import { ApiError, errors } from '../../errors.js';
 
 export const IMAGE_LIMITS = { maxReferences: 4, maxReferenceBytes: 10 * 1024 * 1024, maxPromptChars: 32_000 } as const;
 

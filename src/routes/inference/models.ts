@@ -5,7 +5,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { IMAGE_ALIAS, type Category, type StoredProfile } from '../../store/profile.schema.js';
 import type { Service } from '../../system/service.js';
-import { errors } from '../errors.js';
+import { errors } from '../../errors.js';
 
 const OWNER = 'service-deck';
 

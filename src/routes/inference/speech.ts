@@ -15,7 +15,7 @@ import { DEFAULT_VOICE, ESPEAK_LANGUAGES, ESPEAK_VOICES, type SpeechRequest, typ
 /** Spec 4.5: `language` defaults to German. */
 const DEFAULT_LANGUAGE = 'German';
 import { clientGone } from '../client.js';
-import { errors } from '../errors.js';
+import { errors } from '../../errors.js';
 
 const characters = (text: string) => [...text].length;
 

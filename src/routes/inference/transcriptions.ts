@@ -11,7 +11,7 @@ import type { Service } from '../../system/service.js';
 import { onLease } from '../../workers/job.js';
 import { STT_LANGUAGES, type SttProfile } from '../../workers/stt.js';
 import { clientGone } from '../client.js';
-import { ApiError, errors } from '../errors.js';
+import { ApiError, errors } from '../../errors.js';
 
 const LANGUAGES = ['de', 'en', 'auto'] as const;
 type Language = (typeof LANGUAGES)[number];

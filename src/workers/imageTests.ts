@@ -3,11 +3,12 @@
 // reported as a conflict at once instead of waited for. The job lives in RAM only: the prompt is
 // never kept in it, and its image (PNG without metadata, base64) only until the next test.
 import { randomUUID } from 'node:crypto';
-import { toApiError } from '../routes/errors.js';
-import type { ImageProfile } from '../workers/image.js';
-import { runImageJob } from '../workers/imageJob.js';
-import type { Lease } from './scheduler.js';
-import type { Service } from './service.js';
+import { errors, type ApiError } from '../errors.js';
+import type { Lease } from '../system/scheduler.js';
+import type { Service } from '../system/service.js';
+import type { ImageProfile } from './image.js';
+import { runImageJob } from './imageJob.js';
+import { jobFailure } from './job.js';
 
 export type ImageTestPhase = 'waiting' | 'running' | 'done' | 'cancelled' | 'failed';
 
@@ -28,7 +29,7 @@ export interface ImageTestJob {
 }
 
 /** How the start of a test ended: it runs, or its reservation was refused at once. */
-export type ImageTestStart = { ok: true; job: ImageTestJob } | { ok: false; error: ReturnType<typeof toApiError> };
+export type ImageTestStart = { ok: true; job: ImageTestJob } | { ok: false; error: ApiError };
 
 export class ImageTests {
   #job: ImageTestJob | null = null;
@@ -99,7 +100,7 @@ export class ImageTests {
           granted({ ok: true, job: { ...job } });
           return;
         }
-        const apiError = toApiError(error);
+        const apiError = (jobFailure(error) ?? errors.internal());
         finish('failed', { code: apiError.code, message: apiError.message });
         // Refused before it ran: the caller hears the conflict at once, and the last test stays shown.
         if (!this.#lease && this.#job === job) {

@@ -11,11 +11,12 @@
 //   while it waits in the queue it leaves the queue. Measurements stay empty after a cancel.
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
-import type { ChatProfile } from '../workers/chat.js';
-import { CHAT_LIMITS, openChat, readBody, relayStream, workerStatusError, type ChatLimits } from '../workers/chatRequest.js';
-import { chatRequestSchema, upstreamBody } from '../routes/inference/chat.schema.js';
-import { toApiError } from '../routes/errors.js';
-import type { Service } from './service.js';
+import { errors } from '../errors.js';
+import type { Service } from '../system/service.js';
+import type { ChatProfile } from './chat.js';
+import { chatRequestSchema, upstreamBody } from './chat.schema.js';
+import { CHAT_LIMITS, openChat, readBody, relayStream, workerStatusError, type ChatLimits } from './chatRequest.js';
+import { jobFailure } from './job.js';
 
 export const CHAT_TEST_MAX_TOKENS = 4096;
 
@@ -237,7 +238,7 @@ export class ChatTests {
         this.#end(job, 'cancelled');
         return;
       }
-      const failure = toApiError(error);
+      const failure = (jobFailure(error) ?? errors.internal());
       this.#end(job, 'failed', { code: failure.code, message: failure.message });
     }
   }
