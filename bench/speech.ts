@@ -63,7 +63,7 @@ const { service } = await startService(loadConfig({ stateDir: path.join(dir, 'st
 try {
   for (const [name, category, params] of [
     ['speaker', 'tts', { backend: 'espeak-ng', speed: 0.75, device: 'cpu', memoryMiB: 0 }],
-    ['listener', 'stt', { backend: 'pocketsphinx', threads: 2 }],
+    ['listener', 'stt', { backend: 'pocketsphinx', threads: 2, defaultLanguage: 'en' }],
   ] as const) {
     const profile = await service.profiles.create({ name, category, params } as Parameters<typeof service.profiles.create>[0]);
     await service.profiles.setPublished(profile.id, true);

@@ -73,7 +73,10 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, onAc
 export async function buildInferenceApp(service: Service): Promise<App> {
   const app = createListenerApp('inference', service.log, (route, status) => service.counters.record(route, status));
   const authenticate = bearerAuth(service.secrets);
-  app.addHook('onRequest', async (request) => {
+  app.addHook('onRequest', async (request, reply) => {
+    // What an endpoint stop waits for: every request until its answer is over or its client gone.
+    service.counters.opened();
+    reply.raw.once('close', () => service.counters.closed());
     await authenticate(request);
     if (!service.accepting()) throw errors.unavailable('endpoint_stopped', 'The endpoint is stopping or stopped: no new requests are accepted.');
   });

@@ -57,7 +57,7 @@ export async function setUpDemo(config: Config): Promise<Demo> {
   }
   for (const speech of DEMO_SPEECH) {
     if (profiles.get(speech.id) || profiles.byName(speech.name)) continue;
-    const params = speech.category === 'tts' ? { backend: 'espeak-ng' as const, speed: 1, device: 'cpu', memoryMiB: 0 } : { backend: 'pocketsphinx' as const, threads: 2 };
+    const params = speech.category === 'tts' ? { backend: 'espeak-ng' as const, speed: 1, device: 'cpu', memoryMiB: 0 } : { backend: 'pocketsphinx' as const, threads: 2, defaultLanguage: 'en' as const };
     await profiles.create({ name: speech.name, category: speech.category, params } as Parameters<typeof profiles.create>[0], speech.id);
     await profiles.setPublished(speech.id, true);
   }

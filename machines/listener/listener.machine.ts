@@ -9,6 +9,8 @@
 // The admin session is checked by the route before an event reaches this machine. `starting` and
 // `stopping` are the spans the table's arrows take: binding the port, and the ordered stop. Replies
 // to the routes are emitted as `endpoint.reply` events carrying the request's id.
+// An admin stop lets running answers and generations finish, however long they take; only the
+// service's own end (SIGTERM/SIGINT, CONTRACT section 1) bounds that drain by `drainLimit`.
 import { assign, enqueueActions, setup } from 'xstate';
 import { TAGS } from '../ids.js';
 import { listenerActors } from './listener.actors.js';
@@ -221,13 +223,32 @@ export const listenerMachine = setup({
           },
         },
         draining: {
+          description: 'running answers and generations finish; an admin stop waits for them however long they take (they end by their own limits: 600 s of SSE, the image limit)',
           invoke: {
             src: 'closeListener',
             onDone: { target: 'unloading', description: 'running answers and generations have finished' },
             onError: { target: 'unloading', actions: 'assignStopError' },
           },
-          after: {
-            drainLimit: { target: 'forcing', description: 'answers still running after the drain limit are ended' },
+          initial: 'unbounded',
+          states: {
+            unbounded: {
+              always: { guard: 'shuttingDown', target: 'bounded', description: 'SIGTERM/SIGINT: the drain is bounded' },
+              on: {
+                'service.shutdown': {
+                  target: 'bounded',
+                  actions: 'markShuttingDown',
+                  description: 'SIGTERM/SIGINT during an admin stop: from now on the drain is bounded',
+                },
+              },
+            },
+            bounded: {
+              after: {
+                drainLimit: {
+                  target: '#listener.stopping.forcing',
+                  description: 'SIGTERM/SIGINT (CONTRACT section 1): answers still running after the drain limit are ended',
+                },
+              },
+            },
           },
         },
         forcing: {

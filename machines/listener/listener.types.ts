@@ -16,7 +16,7 @@ export interface ListenerInput {
   portRange: PortRange;
   /** The started/stopped flag remembered in `endpoint.json` from before this start of the service. */
   rememberedRunning: boolean;
-  /** How long a stop lets running answers finish before it closes their connections. */
+  /** How long the service's own end (SIGTERM) lets running answers finish before it closes their connections; an admin stop has no such limit. */
   drainLimitMs: number;
 }
 

@@ -77,11 +77,23 @@ export const ttsParamsSchema = z
   })
   .transform((p) => ({ ...p, memoryMiB: p.memoryMiB ?? (p.device === 'cpu' ? 0 : 7168) }));
 
+/** Spec 4.6: the languages a transcription may name. */
+export const STT_LANGUAGE_CHOICES = ['de', 'en', 'auto'] as const;
+export type SttLanguage = (typeof STT_LANGUAGE_CHOICES)[number];
+
+/** The languages each STT backend can transcribe: pocketsphinx has only its en-us model. */
+export const STT_LANGUAGES: Record<'pocketsphinx' | 'whisper.cpp', readonly SttLanguage[]> = {
+  pocketsphinx: ['en', 'auto'],
+  'whisper.cpp': ['de', 'en', 'auto'],
+};
+
 export const sttParamsSchema = z
   .strictObject({
     backend: z.enum(['pocketsphinx', 'whisper.cpp']).default('pocketsphinx'),
     model: filePath.optional(),
     threads: z.number().int().min(1).max(256).default(2),
+    /** The language of a request that names none (spec 4.6: de by default). */
+    defaultLanguage: z.enum(STT_LANGUAGE_CHOICES).default('de'),
   })
   .superRefine((p, ctx) => {
     if (p.backend === 'whisper.cpp' && p.model === undefined) {

@@ -2,7 +2,7 @@
 // `blockers`). A published profile with a blocker stays published but leaves the model lists
 // (spec 2.1 rule 4). Later issues add their own blockers here.
 import { open, stat } from 'node:fs/promises';
-import type { StoredProfile } from '../store/profile.schema.js';
+import { STT_LANGUAGES, type StoredProfile } from '../store/profile.schema.js';
 import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
 import { findCommand, resolveRuntime, whisperProgram } from '../adapters/runtimes.js';
 
@@ -85,6 +85,13 @@ export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLoo
       if (profile.params.backend === 'pocketsphinx') checks.push(runtimeBlocker('pocketsphinx', lookup));
       else checks.push(whisperProgram(lookup).then((found) => (found ? undefined : 'runtime missing: whisper-server or whisper-cli')));
       if (profile.params.model) checks.push(fileBlocker(profile.params.model));
+      if (!STT_LANGUAGES[profile.params.backend].includes(profile.params.defaultLanguage)) {
+        checks.push(
+          Promise.resolve(
+            `default language ${profile.params.defaultLanguage} not supported by the ${profile.params.backend} backend (it transcribes ${STT_LANGUAGES[profile.params.backend].join(', ')}): set params.defaultLanguage`,
+          ),
+        );
+      }
       break;
   }
   return (await Promise.all(checks)).filter((b): b is string => b !== undefined);

@@ -13,6 +13,21 @@ export class Counters {
   #errors = 0;
   #rejected = 0;
   readonly #byRoute = new Map<string, number>();
+  #open = 0;
+
+  /** A request arrived on the inference listener; `closed()` when its connection's answer is over. */
+  opened(): void {
+    this.#open += 1;
+  }
+
+  closed(): void {
+    this.#open -= 1;
+  }
+
+  /** Requests of the inference listener whose answer is not over (what a stop waits for). */
+  get open(): number {
+    return this.#open;
+  }
 
   record(route: string, status: number): void {
     this.#requests += 1;

@@ -10,7 +10,7 @@ import { createActor, fromPromise, waitFor, type Actor } from 'xstate';
 import { SYSTEM_IDS, TAGS } from '../../machines/ids.js';
 import { MIB } from '../../machines/supervisor/index.js';
 import { listenerMachine, type ListenerAddress } from '../../machines/listener/index.js';
-import { supervisorMachine, type SupervisorEmitted, type SupervisorEvent, type WorkerKind } from '../../machines/supervisor/index.js';
+import { supervisorMachine, type JobRecord, type SupervisorEmitted, type SupervisorEvent, type WorkerKind } from '../../machines/supervisor/index.js';
 import type { Config } from '../config.js';
 import { probeGpus, type Gpu, type GpuInventory } from '../adapters/gpus.js';
 import { ramBudget, readRamFacts } from '../adapters/memory.js';
@@ -43,6 +43,9 @@ import { CHAT_LIMITS, type ChatLimits } from '../workers/chatRequest.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
 
+/** How often a stopping listener ends the connections that have fallen idle. */
+const IDLE_SWEEP_MS = 200;
+
 /**
  * What the service needs of an HTTP listener. The entry (src/compose.ts) builds the two listeners
  * and hands their builders in, so this layer knows no HTTP framework.
@@ -50,7 +53,7 @@ export type ListenerActor = Actor<typeof listenerMachine>;
 export interface HttpListener {
   listen(options: { host: string; port: number }): Promise<unknown>;
   close(): Promise<void>;
-  readonly server: { address(): AddressInfo | string | null; closeAllConnections(): void };
+  readonly server: { address(): AddressInfo | string | null; closeAllConnections(): void; closeIdleConnections(): void };
 }
 
 export interface ListenerBuilders {
@@ -110,6 +113,12 @@ export interface EndpointStatus {
   port: number;
   remembered_running: boolean;
   error: { code: string; message: string } | null;
+  /**
+   * While the endpoint stops: since when, and what it waits for before the workers are unloaded
+   * (requests on the inference listener whose answer is not over, and jobs that hold a
+   * reservation, admin tests included). Null otherwise.
+   */
+  stop: { since: string; open_requests: number; running_jobs: number } | null;
   /** Set while secrets.json on disk is damaged and the last good secrets stay in force. */
   secrets_problem: string | null;
   counters: ReturnType<Counters['snapshot']>;
@@ -129,6 +138,9 @@ function boundAddress(app: HttpListener | undefined): { host: string; port: numb
   const address = app?.server.address();
   return address && typeof address === 'object' ? { host: address.address, port: address.port } : undefined;
 }
+
+/** Jobs that hold a reservation for a request or a test (a warm preload is no answer to wait for). */
+const runningJobs = (jobs: Record<string, JobRecord>) => Object.values(jobs).filter((j) => j.phase === 'running' && j.spec.source !== 'preload').length;
 
 function statusWord(listener: ListenerActor): EndpointStatus['status'] {
   const snapshot = listener.getSnapshot();
@@ -208,8 +220,18 @@ export async function openService(config: Config, options: StartOptions): Promis
         await askSupervisor({ type: 'endpoint.discard' }, 15_000);
       }),
       closeListener: fromPromise(async () => {
-        inferenceClosing ??= inference?.close();
-        await inferenceClosing;
+        const app = inference;
+        inferenceClosing ??= app?.close();
+        // A keep-alive connection that falls idle once its answer is over would hold the close
+        // open until the client hangs up: each is ended as soon as it is idle.
+        const idle = setInterval(() => app?.server.closeIdleConnections(), IDLE_SWEEP_MS);
+        try {
+          await inferenceClosing;
+        } finally {
+          clearInterval(idle);
+        }
+        // The admin chat and image tests run on the same workers: they finish too before the unload.
+        await waitFor(supervisor, (s) => runningJobs(s.context.jobs) === 0);
       }),
       forceClose: fromPromise(async () => {
         log.warn('answers still running after the drain limit: closing their connections');
@@ -315,11 +337,15 @@ export async function openService(config: Config, options: StartOptions): Promis
   // Machines decide what is remembered; this adapter writes it.
   /** The supervisor's listener child (it exists once the supervisor has started). */
   const listenerRef = () => supervisor.system.get(SYSTEM_IDS.listener) as ListenerActor;
+  let stopSince: string | null = null;
   const watchRemembered = () => {
     const listener = listenerRef();
     let remembered = listener.getSnapshot().context.remembered;
     listener.subscribe({
       next: (snapshot) => {
+        const stopping = snapshot.matches('stopping');
+        if (stopping && stopSince === null) stopSince = new Date().toISOString();
+        else if (!stopping) stopSince = null;
         const next = snapshot.context.remembered;
         if (next === remembered) return;
         remembered = next;
@@ -393,6 +419,7 @@ export async function openService(config: Config, options: StartOptions): Promis
         port: inferenceAddress()?.port ?? context.address.port,
         remembered_running: context.remembered.running,
         error: context.error,
+        stop: stopSince === null ? null : { since: stopSince, open_requests: counters.open, running_jobs: runningJobs(supervised.jobs) },
         secrets_problem: secrets.problem ?? null,
         counters: counters.snapshot(),
         workers: [...report.workers, ...workers.statuses().filter((w) => !report.workers.some((r) => r.kind === w.kind))],

@@ -22,12 +22,6 @@ import { runWhisper, whisperTranscribe, type WhisperEngine } from './whisper.js'
 export type SttWorkerActor = Actor<typeof sttWorkerMachine>;
 export type SttProfile = Extract<StoredProfile, { category: 'stt' }>;
 
-/** The languages each backend can transcribe (spec 4.6: de, en, auto). */
-export const STT_LANGUAGES: Record<SttLaunch['backend'], ReadonlyArray<'de' | 'en' | 'auto'>> = {
-  pocketsphinx: ['en', 'auto'],
-  'whisper.cpp': ['de', 'en', 'auto'],
-};
-
 /** The engine answered with an error, or is gone. */
 export class EngineFailure extends Error {
   override name = 'EngineFailure';

@@ -92,7 +92,7 @@ t.test('the next start ends the STT engine and a speech server (with its process
     const id = ((await (await admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
     await admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
   };
-  await publish({ name: 'ears', category: 'stt', params: {} });
+  await publish({ name: 'ears', category: 'stt', params: { defaultLanguage: 'en' } });
   await publish({ name: 'voice', category: 'tts', params: { backend: 'openai-server', command: ['sh', '-c', `"${process.execPath}" "${server}" --port "$1" --record "${record}" & wait`, 'sh', '{port}'] } });
   const api = `http://127.0.0.1:${apiPort}`;
   const spoken = await fetch(`${api}/v1/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'voice', input: 'hello', language: 'English' }) });

@@ -36,7 +36,7 @@ t.test('openai client lists exactly the published, executable profiles', async (
   await create({ name: 'chat-unpublished', category: 'chat', params: { model: gguf } });
   const image = await create({ name: 'flux', category: 'image', params: { model: gguf } });
   const tts = await create({ name: 'speaker', category: 'tts', params: {} });
-  const stt = await create({ name: 'listener', category: 'stt', params: {} });
+  const stt = await create({ name: 'listener', category: 'stt', params: { defaultLanguage: 'en' } });
   for (const id of [chatA, chatB, broken, image, tts, stt]) await publish(id);
 
   const client = new OpenAI({ apiKey: TOKEN, baseURL: `${b.apiUrl()}/v1`, maxRetries: 0 });

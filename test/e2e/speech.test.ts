@@ -14,7 +14,7 @@ async function setUp(t: Parameters<typeof build>[0]) {
   await b.startEndpoint();
   for (const profile of [
     { name: 'speaker', category: 'tts', params: {} },
-    { name: 'listener', category: 'stt', params: {} },
+    { name: 'listener', category: 'stt', params: { defaultLanguage: 'en' } },
   ]) {
     const id = ((await (await b.admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
     t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200);

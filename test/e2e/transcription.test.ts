@@ -11,7 +11,7 @@ import { pocketsphinxPath, speech } from '../helpers/speech.js';
 async function setUp(t: Parameters<typeof build>[0]) {
   const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
   await b.startEndpoint();
-  const created = await b.admin('POST', '/api/v1/profiles', { name: 'listener', category: 'stt', params: {} });
+  const created = await b.admin('POST', '/api/v1/profiles', { name: 'listener', category: 'stt', params: { defaultLanguage: 'en' } });
   const id = ((await created.json()) as { id: string }).id;
   t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200);
   return b;
@@ -32,7 +32,8 @@ t.test('the openai client transcribes English speech; the worker stays loaded', 
   const client = new OpenAI({ apiKey: TOKEN, baseURL: `${b.apiUrl()}/v1`, maxRetries: 0 });
   const dir = t.testdir();
   const recording = wav(await speech(dir, 'hello world this is a test'));
-  const first = await client.audio.transcriptions.create({ model: 'listener', file: await toFile(recording, 'speech.wav'), language: 'en' });
+  // No language: the profile's defaultLanguage (en) applies.
+  const first = await client.audio.transcriptions.create({ model: 'listener', file: await toFile(recording, 'speech.wav') });
   t.same(openapiErrors('CreateTranscriptionResponseJson', first), [], 'the answer matches CreateTranscriptionResponseJson');
   t.match(first.text, /hello|world|test/, `heard: "${first.text}"`);
   const status = async () => ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; pid: number; state: string }> }).workers.find((w) => w.kind === 'stt');
@@ -48,7 +49,7 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
   const good = wav(Buffer.alloc(16_000 * 2 * 0.5));
   const stereo = encodeWav(new Int16Array(16_000), 16_000, 2);
   const cases: Array<[string, Record<string, string>, { bytes: Buffer; name?: string } | undefined, number, string, string | null]> = [
-    ['the default language de on an English-only backend', { model: 'listener' }, { bytes: good }, 400, 'invalid_value', 'language'],
+    ['de on an English-only backend', { model: 'listener', language: 'de' }, { bytes: good }, 400, 'invalid_value', 'language'],
     ['an unknown language', { model: 'listener', language: 'fr' }, { bytes: good }, 400, 'invalid_value', 'language'],
     ['response_format text', { model: 'listener', language: 'en', response_format: 'text' }, { bytes: good }, 400, 'invalid_value', 'response_format'],
     ['timestamps', { model: 'listener', language: 'en', 'timestamp_granularities[]': 'word' }, { bytes: good }, 400, 'invalid_value', 'timestamp_granularities'],
@@ -61,7 +62,7 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
     ['44.1 kHz', { model: 'listener', language: 'en' }, { bytes: encodeWav(new Int16Array(4410), 44_100) }, 400, 'wav_sample_rate', 'file'],
     ['an MP3 named .wav', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([Buffer.from('ID3'), Buffer.alloc(100)]), name: 'song.wav' }, 400, 'wav_not_riff', 'file'],
     ['a truncated WAV', { model: 'listener', language: 'en' }, { bytes: good.subarray(0, 1000) }, 400, 'wav_riff_size', 'file'],
-    ['9 MiB', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([good, Buffer.alloc(9 * 1024 * 1024)]) }, 400, 'invalid_value', 'file'],
+    ['9 MiB', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([good, Buffer.alloc(9 * 1024 * 1024)]) }, 413, 'payload_too_large', 'file'],
   ];
   for (const [name, fields, file, status, code, param] of cases) {
     const answer = await post(b, fields, file);
@@ -71,6 +72,25 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
   t.equal(json.status, 415, 'a JSON body is not a multipart form');
   const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: unknown[]; queue: { running: unknown[] } };
   t.same([status.workers, status.queue.running], [[], []], 'no refused request started a worker');
+});
+
+t.test('defaultLanguage: de unless the profile says otherwise; a default its backend cannot transcribe is a blocker naming both', async (t) => {
+  const b = await setUp(t);
+  const created = await b.admin('POST', '/api/v1/profiles', { name: 'german-ears', category: 'stt', params: {} });
+  const view = (await created.json()) as { id: string; revision: number; executable: boolean; blockers: string[]; params: Record<string, unknown> };
+  t.equal(view.params.defaultLanguage, 'de', 'the default is de (spec 4.6)');
+  t.equal(view.executable, false);
+  t.match(view.blockers, [/default language de not supported by the pocketsphinx backend \(it transcribes en, auto\)/]);
+  t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id: view.id, enabled: true })).status, 200);
+  const listed = async () => ((await (await b.api('GET', '/v1/audio/transcriptions/models')).json()) as { data: Array<{ id: string }> }).data.map((m) => m.id).sort();
+  t.same(await listed(), ['listener'], 'the blocked profile is not listed');
+  const refused = await post(b, { model: 'german-ears' }, { bytes: wav(Buffer.alloc(16_000)) });
+  t.same([refused.status, refused.body.error?.code], [404, 'model_not_found']);
+  const edited = await b.admin('PUT', `/api/v1/profiles/${view.id}`, { name: 'german-ears', category: 'stt', revision: view.revision, params: { defaultLanguage: 'auto' } });
+  t.match(await edited.json(), { executable: true, blockers: [], params: { defaultLanguage: 'auto' } }, 'auto is one pocketsphinx takes');
+  t.same(await listed(), ['german-ears', 'listener']);
+  const bad = await b.admin('POST', '/api/v1/profiles', { name: 'x', category: 'stt', params: { defaultLanguage: 'fr' } });
+  t.same([bad.status, ((await bad.json()) as { error: { param: string } }).error.param], [400, 'params.defaultLanguage']);
 });
 
 t.test('a client that leaves mid-transcription never hands its answer to the next job', async (t) => {

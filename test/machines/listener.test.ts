@@ -211,20 +211,65 @@ t.test('a restart whose port is taken stays stopped but keeps the remembered int
   t.ok(context(h).remembered.running, 'the operator wanted it running: the next restart tries again');
 });
 
-t.test('answers still running after the drain limit are ended (simulated clock)', async (t) => {
+t.test('an admin stop waits for running answers however long they take; nothing is forced (simulated clock)', async (t) => {
+  const h = harness({ drainLimitMs: 30_000 }, { answersHang: true });
+  await reachRunning(h);
+  h.calls.length = 0;
+  h.actor.send({ type: 'endpoint.stop', requestId: 's' });
+  await h.settle();
+  t.same(h.actor.getSnapshot().value, { stopping: { draining: 'unbounded' } }, 'waiting for running answers');
+  h.clock.increment(30_000);
+  await h.settle();
+  h.clock.increment(660_000);
+  await h.settle();
+  t.same(h.actor.getSnapshot().value, { stopping: { draining: 'unbounded' } }, 'still waiting 11.5 minutes later: an answer ends by its own limits');
+  t.same(h.calls, ['discardWaiting', 'closeListener'], 'no connection was closed by force, no worker unloaded under a running answer');
+  t.same(h.replies.filter((r) => r.requestId === 's'), [], 'the stop is not answered before it is done');
+  h.finishAnswers();
+  await h.settle();
+  t.same(h.calls, ['discardWaiting', 'closeListener', 'unloadWorkers'], 'once the answers have finished, the workers are unloaded');
+  t.equal(state(h), 'stopped');
+  t.same(h.replies.filter((r) => r.requestId === 's').length, 1, 'then the stop is answered');
+});
+
+t.test('SIGTERM bounds the drain: answers still running after the drain limit are ended (simulated clock)', async (t) => {
+  const h = harness({ drainLimitMs: 30_000 }, { answersHang: true });
+  await reachRunning(h);
+  h.calls.length = 0;
+  h.actor.send({ type: 'service.shutdown' });
+  await h.settle();
+  t.same(h.actor.getSnapshot().value, { stopping: { draining: 'bounded' } }, 'waiting for running answers, bounded');
+  h.clock.increment(29_999);
+  await h.settle();
+  t.same(h.actor.getSnapshot().value, { stopping: { draining: 'bounded' } }, 'still waiting just before the limit');
+  h.clock.increment(1);
+  await h.settle();
+  t.same(h.calls, ['discardWaiting', 'closeListener', 'forceClose', 'unloadWorkers']);
+  t.equal(state(h), 'off');
+  t.ok(context(h).remembered.running, 'SIGTERM does not forget that the endpoint was running');
+  h.finishAnswers();
+});
+
+t.test('SIGTERM during an admin stop bounds the drain from then on (simulated clock)', async (t) => {
   const h = harness({ drainLimitMs: 30_000 }, { answersHang: true });
   await reachRunning(h);
   h.calls.length = 0;
   h.actor.send({ type: 'endpoint.stop' });
   await h.settle();
-  t.same(h.actor.getSnapshot().value, { stopping: 'draining' }, 'waiting for running answers');
+  h.clock.increment(120_000);
+  await h.settle();
+  t.same(h.actor.getSnapshot().value, { stopping: { draining: 'unbounded' } });
+  h.actor.send({ type: 'service.shutdown' });
+  await h.settle();
+  t.same(h.actor.getSnapshot().value, { stopping: { draining: 'bounded' } });
   h.clock.increment(29_999);
   await h.settle();
-  t.same(h.actor.getSnapshot().value, { stopping: 'draining' }, 'still waiting just before the limit');
+  t.notOk(h.calls.includes('forceClose'), 'the limit counts from the signal, not from the admin stop');
   h.clock.increment(1);
   await h.settle();
   t.same(h.calls, ['discardWaiting', 'closeListener', 'forceClose', 'unloadWorkers']);
-  t.equal(state(h), 'stopped');
+  t.equal(state(h), 'off');
+  t.notOk(context(h).remembered.running, 'the admin stop stays remembered');
   h.finishAnswers();
 });
 
@@ -300,7 +345,8 @@ t.test('every state of the chart was reached by the rows above', async (t) => {
     if (node.type === 'final' && path.length > 1) return;
     const children = Object.values(node.states) as AnyStateNode[];
     if (children.length === 0 || node.type === 'final') {
-      leaves.push(path.length === 1 ? JSON.stringify(path[0]) : JSON.stringify({ [path[0]!]: path[1] }));
+      // The state value XState reports for this leaf: "a", {"a":"b"}, {"a":{"b":"c"}}.
+      leaves.push(JSON.stringify(path.slice(0, -1).reduceRight<unknown>((value, key) => ({ [key]: value }), path.at(-1))));
       return;
     }
     for (const child of children) walk(child, [...path, child.key]);

@@ -73,7 +73,7 @@ t.test('the choice is saved in audio-policy.json (0600), survives a restart, and
   const stateDir = await tempDir(t);
   const env = { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath() };
   const first = await build(t, { stateDir, env });
-  const listener = await profile(first, { name: 'listener', category: 'stt', params: {} });
+  const listener = await profile(first, { name: 'listener', category: 'stt', params: { defaultLanguage: 'en' } });
   const response = await first.admin('POST', '/api/v1/audio-policy', { kind: 'stt', mode: 'per_request', profile_id: listener });
   t.equal(response.status, 200);
   t.same(((await response.json()) as View).settings[1], { kind: 'stt', mode: 'per_request', profile_id: listener }, 'the answer shows the saved choice');
@@ -98,7 +98,7 @@ t.test('the choice is saved in audio-policy.json (0600), survives a restart, and
 
 t.test('warm: the STT engine and the TTS worker load while the endpoint runs, without a request, and reload after a stop and start', async (t) => {
   const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
-  const listener = await profile(b, { name: 'listener', category: 'stt', params: {} });
+  const listener = await profile(b, { name: 'listener', category: 'stt', params: { defaultLanguage: 'en' } });
   const speaker = await profile(b, { name: 'speaker', category: 'tts', params: {} });
   t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id: listener, enabled: true })).status, 200);
   t.equal((await b.admin('POST', '/api/v1/audio-policy', { kind: 'stt', mode: 'warm', profile_id: listener })).status, 200);
@@ -155,7 +155,7 @@ t.test('warm: the STT engine and the TTS worker load while the endpoint runs, wi
 t.test('per_request: the STT engine process ends after each transcription; the next one starts another', async (t) => {
   const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
   await b.startEndpoint();
-  const listener = await profile(b, { name: 'listener', category: 'stt', params: {} });
+  const listener = await profile(b, { name: 'listener', category: 'stt', params: { defaultLanguage: 'en' } });
   t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id: listener, enabled: true })).status, 200);
   t.equal((await b.admin('POST', '/api/v1/audio-policy', { kind: 'stt', mode: 'per_request', profile_id: null })).status, 200);
   const pcm = await speech(await tempDir(t), 'good morning');

@@ -4,6 +4,7 @@ import t from 'tap';
 import { ReservationDenied } from '../../src/system/scheduler.js';
 import type { EndpointStatus } from '../../src/system/service.js';
 import { build, freePort } from '../helpers/build.js';
+import { until } from '../helpers/until.js';
 
 const code = async (response: Response) => ((await response.json()) as { error: { code: string; param: string | null } }).error;
 
@@ -68,7 +69,7 @@ const sttJob = (profileId = 'p-stt') =>
     profile: { id: profileId, revision: 1, category: 'stt', params: { backend: 'pocketsphinx', threads: 2 } },
   }) as const;
 
-t.test('stop: no new requests, waiting discarded, then workers unloaded; the status shows stopping', async (t) => {
+t.test('stop: no new requests, waiting discarded, running work finishes, then workers unloaded; the status shows stopping', async (t) => {
   const b = await build(t);
   await b.startEndpoint();
   const calls: string[] = [];
@@ -93,10 +94,18 @@ t.test('stop: no new requests, waiting discarded, then workers unloaded; the sta
   t.match(queued.queue, { waiting: [{ kind: 'stt', phase: 'waiting', position: 1 }], running: [{ kind: 'stt', reservation: { worker: 'stt', gpus: [] } }] });
   t.equal((await b.api('GET', '/v1/models')).status, 200);
   const stopping = b.admin('POST', '/api/v1/endpoint/stop', {});
-  while (!calls.includes('unload')) await new Promise((r) => setTimeout(r, 5));
   t.ok((await waiting) instanceof ReservationDenied);
-  t.same(calls, ['waiting: endpoint_stopped', 'unload'], 'waiting requests are discarded before the workers are unloaded');
-  t.match(running.signal.reason, { code: 'endpoint_stopped' }, 'a job still running at the unload loses its reservation');
+  t.same(calls, ['waiting: endpoint_stopped'], 'waiting requests are discarded at once');
+  const draining = await until('the status to show the stop', async () => {
+    const s = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
+    return s.stop ? s : undefined;
+  });
+  t.match(draining, { status: 'stopping', stop: { since: String, open_requests: 0, running_jobs: 1 } }, 'the stop waits for the running job, and says so');
+  t.same(calls, ['waiting: endpoint_stopped'], 'no worker is unloaded under a running job');
+  t.notOk(running.signal.aborted, 'the running job keeps its reservation');
+  running.release();
+  await until('the unload', async () => (calls.includes('unload') ? true : undefined));
+  t.same(calls, ['waiting: endpoint_stopped', 'unload'], 'once it has finished, the workers are unloaded');
   const refused = await b.api('GET', '/v1/models').catch(() => undefined);
   t.ok(refused === undefined || refused.status === 503, 'no new request is accepted once the stop began');
   const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;

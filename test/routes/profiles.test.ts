@@ -132,7 +132,7 @@ t.test('create: one profile per category, revision 1, unpublished, defaults fill
     ],
     ['tts on the cpu', { name: 'tts-a', category: 'tts', params: {} }, { backend: 'espeak-ng', speed: 1, device: 'cpu', memoryMiB: 0 }],
     ['tts on a gpu', { name: 'tts-b', category: 'tts', params: { device: 'GPU-0a1b-2c3d' } }, { backend: 'espeak-ng', speed: 1, device: 'GPU-0a1b-2c3d', memoryMiB: 7168 }],
-    ['stt', { name: 'stt-a', category: 'stt', params: {} }, { backend: 'pocketsphinx', threads: 2 }],
+    ['stt', { name: 'stt-a', category: 'stt', params: {} }, { backend: 'pocketsphinx', threads: 2, defaultLanguage: 'de' }],
   ];
   const ids: string[] = [];
   for (const [what, body, params] of cases) {
@@ -379,7 +379,7 @@ t.test('TTS and STT lists show published, executable profiles by name', async (t
   const transcription = () => listed(b, '/v1/audio/transcriptions/models');
   const tts = await create(t, b, { name: 'voice-a', category: 'tts', params: {} });
   const ttsIdle = await create(t, b, { name: 'voice-b', category: 'tts', params: {} });
-  const stt = await create(t, b, { name: 'ears-a', category: 'stt', params: {} });
+  const stt = await create(t, b, { name: 'ears-a', category: 'stt', params: { defaultLanguage: 'en' } });
   const whisper = await create(t, b, { name: 'ears-whisper', category: 'stt', params: { backend: 'whisper.cpp', model: f.missing } });
   t.match(ttsIdle, { executable: true, published: false });
   t.same(await speech(), []);
@@ -459,7 +459,7 @@ t.test('model lists start no worker; /v1/models/{name} finds only listed chat pr
   const slashed = await create(t, b, chat('org/chat-model', f.gguf));
   const img = await create(t, b, image('image-a', f.imageModel));
   const voice = await create(t, b, { name: 'voice-a', category: 'tts', params: {} });
-  const ears = await create(t, b, { name: 'ears-a', category: 'stt', params: {} });
+  const ears = await create(t, b, { name: 'ears-a', category: 'stt', params: { defaultLanguage: 'en' } });
   for (const p of [a, broken, slashed, img, voice, ears]) await publish(t, b, p.id);
 
   for (const url of ['/v1/models', '/v1/images/models', '/v1/audio/speech/models', '/v1/audio/transcriptions/models', '/health']) {

@@ -70,7 +70,7 @@ async function readEdit(parts: AsyncIterableIterator<MultipartFile | { type: 'fi
       const chunks: Buffer[] = [];
       for await (const chunk of file.file) chunks.push(chunk as Buffer);
       if (file.file.truncated) {
-        throw new ApiError(413, 'invalid_request_error', 'payload_too_large', `Image ${images.length + 1} is larger than 10 MiB, the limit per reference image.`, 'image');
+        throw errors.tooLarge(`Image ${images.length + 1} is larger than 10 MiB, the limit per reference image.`, 'image');
       }
       const bytes = Buffer.concat(chunks);
       if (!imageKind(bytes)) {
@@ -109,7 +109,7 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
         case 'FST_FILES_LIMIT':
           throw errors.invalidValue('image', `At most ${IMAGE_LIMITS.maxReferences} reference images (image[]) per edit.`);
         case 'FST_REQ_FILE_TOO_LARGE':
-          throw new ApiError(413, 'invalid_request_error', 'payload_too_large', 'A reference image is larger than 10 MiB, the limit per image.', 'image');
+          throw errors.tooLarge('A reference image is larger than 10 MiB, the limit per image.', 'image');
         case 'FST_PARTS_LIMIT':
         case 'FST_FIELDS_LIMIT':
           throw errors.invalidValue(null, 'Too many form fields: an edit takes model, prompt, image[] (one to four), n, size and response_format.');

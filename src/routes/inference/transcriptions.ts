@@ -1,5 +1,5 @@
 // Spec 4.6: POST /v1/audio/transcriptions, a multipart form with `model`, `file`, `language`
-// (de, en, auto; default de) and `response_format` (json only). The file is checked from its
+// (de, en, auto; default the profile's defaultLanguage, itself de unless set) and `response_format` (json only). The file is checked from its
 // bytes (src/adapters/wav.ts: PCM16 WAV, mono, 16 kHz, at most 120 s and 8 MiB); chunked
 // uploads (refused for every route), timestamps and streaming are rejected with a 400 that says
 // which rule failed. The job goes through the scheduler (one STT job at a time) to the STT worker
@@ -9,12 +9,10 @@ import type { FastifyPluginAsync } from 'fastify';
 import { checkTranscriptionWav, TRANSCRIPTION_WAV, WavError } from '../../adapters/wav.js';
 import type { Service } from '../../system/service.js';
 import { onLease } from '../../workers/job.js';
-import { STT_LANGUAGES, type SttProfile } from '../../workers/stt.js';
+import { STT_LANGUAGE_CHOICES, STT_LANGUAGES, type SttLanguage } from '../../store/profile.schema.js';
+import type { SttProfile } from '../../workers/stt.js';
 import { clientGone } from '../client.js';
 import { ApiError, errors } from '../../errors.js';
-
-const LANGUAGES = ['de', 'en', 'auto'] as const;
-type Language = (typeof LANGUAGES)[number];
 
 /** OpenAI fields this endpoint refuses, with the rule that refuses them. */
 const REFUSED: Record<string, string> = {
@@ -30,7 +28,7 @@ const readFile = async (part: MultipartFile): Promise<Buffer> => {
   const chunks: Buffer[] = [];
   for await (const chunk of part.file) chunks.push(chunk as Buffer);
   if (part.file.truncated) {
-    throw errors.invalidValue('file', `The file is larger than ${TRANSCRIPTION_WAV.maxBytes} bytes (8 MiB), the limit for a recording.`);
+    throw errors.tooLarge(`The file is larger than ${TRANSCRIPTION_WAV.maxBytes} bytes (8 MiB), the limit for a recording.`, 'file');
   }
   return Buffer.concat(chunks);
 };
@@ -58,12 +56,15 @@ export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = asy
     if (!model) throw errors.invalidValue('model', "The field 'model' is required: the API name of a published STT profile.");
     const format = fields.response_format ?? 'json';
     if (format !== 'json') throw errors.invalidValue('response_format', `Only response_format json is supported, not ${JSON.stringify(format)}.`);
-    const language = (fields.language ?? 'de') as Language;
-    if (!LANGUAGES.includes(language)) throw errors.invalidValue('language', `language must be de, en or auto, not ${JSON.stringify(fields.language)}.`);
+    if (fields.language !== undefined && !STT_LANGUAGE_CHOICES.includes(fields.language as SttLanguage)) {
+      throw errors.invalidValue('language', `language must be de, en or auto, not ${JSON.stringify(fields.language)}.`);
+    }
     if (!file) throw errors.invalidValue('file', "The field 'file' is required: a PCM16 WAV recording, mono, 16 kHz.");
 
     const profile = (await service.catalog.resolve('stt', model)) as SttProfile | undefined;
     if (!profile) throw errors.modelNotFound(model);
+    // A request without a language takes the profile's (spec 4.6's default de unless it says otherwise).
+    const language = (fields.language as SttLanguage | undefined) ?? profile.params.defaultLanguage;
     const supported = STT_LANGUAGES[profile.params.backend];
     if (!supported.includes(language)) {
       throw errors.invalidValue('language', `The ${profile.params.backend} backend of ${profile.name} cannot transcribe language ${language}: it takes ${supported.join(', ')}.`);
