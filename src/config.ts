@@ -27,6 +27,8 @@ export interface Config {
   ramReserveMiB: number;
   /** How often the GPUs are probed for foreign processes while a chat worker holds one. */
   gpuPollMs: number;
+  /** How often the programs of loaded workers are looked at for a new build (spec 3.5, 9). */
+  buildPollMs: number;
   firstPassword: string | undefined;
   firstToken: string | undefined;
   logLevel: string;
@@ -104,6 +106,7 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     gpuReserveMiB: parseGpuReserve(env.SERVICE_DECK_GPU_RESERVE_MIB ?? '1024'),
     ramReserveMiB: parseWhole(env.SERVICE_DECK_RAM_RESERVE_MIB ?? '1024', 'SERVICE_DECK_RAM_RESERVE_MIB'),
     gpuPollMs: Math.max(100, parseWhole(env.SERVICE_DECK_GPU_POLL_MS ?? '2000', 'SERVICE_DECK_GPU_POLL_MS', 'milliseconds')),
+    buildPollMs: Math.max(100, parseWhole(env.SERVICE_DECK_BUILD_POLL_MS ?? '5000', 'SERVICE_DECK_BUILD_POLL_MS', 'milliseconds')),
     firstPassword: env.SERVICE_DECK_ADMIN_PASSWORD,
     firstToken: env.SERVICE_DECK_API_TOKEN,
     logLevel: env.SERVICE_DECK_LOG_LEVEL ?? 'info',

@@ -240,6 +240,12 @@ export const supervisorMachine = setup({
       }
       enqueue.assign({ workers, revisions: { ...context.revisions, [event.profileId]: event.revision } });
     }),
+    buildChanged: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'worker.buildChanged') return;
+      const w = context.workers[event.kind];
+      if (w.generation !== event.generation || w.state === 'unloaded' || w.state === 'unloading') return;
+      enqueue.assign({ workers: { ...context.workers, [event.kind]: { ...w, stale: true, staleReason: event.reason } } });
+    }),
     audioMode: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'audio.mode') return;
       enqueue.assign({ audio: { ...context.audio, [event.kind]: event.mode } });
@@ -467,6 +473,10 @@ export const supervisorMachine = setup({
         'profile.changed': {
           actions: ['profileChanged', 'schedule'],
           description: 'waiting requests of a changed or deactivated profile are rejected; a new revision unloads and restarts the worker',
+        },
+        'worker.buildChanged': {
+          actions: ['buildChanged', 'schedule'],
+          description: 'loaded | a new build | unloaded (spec 3.5, 9): an idle worker goes now, a busy one after its jobs; new jobs wait for the new build',
         },
         'endpoint.discard': { actions: ['discard'], description: 'endpoint stop: waiting requests are discarded; no new requests accepted' },
         'endpoint.opened': { actions: ['opened', 'schedule'], description: 'the inference listener is bound: new reservations are accepted' },

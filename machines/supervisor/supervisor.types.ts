@@ -79,8 +79,10 @@ export interface WorkerRecord {
   slots: number;
   pid: number | null;
   plan: StartPlan | null;
-  /** A newer revision was saved, or the profile was deleted: unload as soon as no job uses it. */
+  /** A newer revision was saved, the profile was deleted, or its program has a new build: unload as soon as no job uses it. */
   stale: boolean;
+  /** Why it is stale, when that is not its profile (a new build of its runtime, spec 3.5 and 9). */
+  staleReason?: string;
   /** Why it was last unloaded or how it ended, for the status. */
   last: string | null;
 }
@@ -177,6 +179,7 @@ export type SupervisorEvent =
   | { type: 'gpu.inventory'; gpus: GpuView[] }
   /** A profile got a new revision (revision), was deleted (null), or lost or gained its publication. */
   | { type: 'profile.changed'; profileId: string; revision: number | null; published: boolean }
+  | { type: 'worker.buildChanged'; kind: WorkerKind; generation: number; reason: string }
   /** Endpoint stop, step 1: waiting jobs are discarded and new reservations refused. */
   | { type: 'endpoint.discard'; requestId: string }
   /** Endpoint stop, last step: every worker is unloaded. */

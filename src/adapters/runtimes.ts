@@ -1,7 +1,8 @@
 // External programs (CONTRACT section 1): found by environment variable, then the project's own
 // built copy under the cache folder, then PATH.
-import { constants, statSync, type Stats } from 'node:fs';
-import { access } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { constants, createReadStream, statSync, type Stats } from 'node:fs';
+import { access, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 
 export const RUNTIMES = {
@@ -76,4 +77,41 @@ export async function whisperProgram(lookup: RuntimeLookup): Promise<{ mode: 'se
   if (server) return { mode: 'server', binary: server };
   const cli = await resolveRuntime('whisper-cli', lookup);
   return cli ? { mode: 'cli', binary: cli } : undefined;
+}
+
+/** Which build of a program a worker runs: the path it was found at, the file behind it, and a short fingerprint of its bytes. */
+export interface Build {
+  /** The path the lookup gave (an env variable's file, the cache's link, a PATH entry). */
+  path: string;
+  /** The file behind links: a new build behind the same link is another file. */
+  real: string;
+  /** The file's identity on disk (device, inode, size, mtime): replaced or rewritten, it changes. */
+  stamp: string;
+  /** The first 12 hex digits of the file's sha256. */
+  fingerprint: string;
+}
+
+/** Fingerprints by real path and stamp: an unchanged program is hashed once. */
+const fingerprints = new Map<string, string>();
+
+/** The build of the program at `file` (undefined when it is not there). */
+export async function buildOf(file: string): Promise<Build | undefined> {
+  try {
+    const real = await realpath(file);
+    const s = await stat(real);
+    if (!s.isFile()) return undefined;
+    const stamp = `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}`;
+    const key = `${real}\0${stamp}`;
+    let fingerprint = fingerprints.get(key);
+    if (fingerprint === undefined) {
+      const hash = createHash('sha256');
+      for await (const chunk of createReadStream(real)) hash.update(chunk as Buffer);
+      fingerprint = hash.digest('hex').slice(0, 12);
+      if (fingerprints.size > 256) fingerprints.clear();
+      fingerprints.set(key, fingerprint);
+    }
+    return { path: file, real, stamp, fingerprint };
+  } catch {
+    return undefined;
+  }
 }

@@ -3,6 +3,7 @@
 // forecast with the reserve per GPU, the RAM budget and the GPU layer limit. A projection of the
 // supervisor's context, nothing more; forecasts are labelled as predictions.
 import type { JobRecord, JobSource, StartPlan, SupervisorContext, WorkerKind, WorkerRecord } from '../../machines/supervisor/index.js';
+import type { BuildStatus } from './builds.js';
 import type { JobTimes } from './scheduler.js';
 import type { WorkerStatus } from './workers.js';
 
@@ -46,6 +47,10 @@ export interface SupervisedWorker extends WorkerStatus {
   /** Why it was last unloaded or how it ended. */
   last: string | null;
   plan: PlanStatus | null;
+  /** The build of its program it runs; `replaced_by` once a new one is on disk (it goes when idle). */
+  build: BuildStatus | null;
+  /** Why it will be unloaded as soon as it is idle (a new revision, a new build), or null. */
+  stale: string | null;
 }
 
 export interface MemoryStatus {
@@ -88,6 +93,8 @@ interface Clocks {
   since: (kind: WorkerKind) => string | null;
   /** Steps done by the image process of a start (image jobs). */
   progress?: (generation: number) => { step: number; steps: number } | null;
+  /** Which build of its program a worker start runs (path and fingerprint). */
+  build?: (kind: WorkerKind, generation: number) => BuildStatus | null;
 }
 
 function jobStatus(id: string, job: JobRecord, workers: Record<WorkerKind, WorkerRecord>, clocks: Clocks, position: number | null): JobStatus {
@@ -134,6 +141,8 @@ export function diagnostics(context: SupervisorContext, clocks: Clocks): { queue
       active_jobs: running.filter((j) => j.reservation.worker === w.kind).length,
       last: w.last,
       plan: w.plan ? planStatus(w.plan) : null,
+      build: clocks.build?.(w.kind, w.generation) ?? null,
+      stale: w.stale ? (w.staleReason ?? 'its profile changed or was deleted') : null,
     }));
   return { queue: { waiting, running }, workers };
 }

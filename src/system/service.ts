@@ -29,6 +29,7 @@ import { Scheduler, type SupervisorActor } from './scheduler.js';
 import { SessionStore } from './sessions.js';
 import { supervisorAdapters } from './startFacts.js';
 import { WorkerHooks } from './workers.js';
+import { BuildWatcher } from './builds.js';
 import { ChatWorker } from '../workers/chat.js';
 import { sweepLeftovers } from '../workers/llamaServer.js';
 import { sweepWorkerProcesses } from '../workers/leftovers.js';
@@ -91,6 +92,8 @@ export interface Service {
   chatLimits: ChatLimits;
   /** The operator's chat test (spec 2.5, 4.7): one job, in RAM only. */
   readonly chatTests: ChatTests;
+  /** Which build each worker runs; a new one on disk unloads it when idle (spec 3.5, 9). */
+  builds: BuildWatcher;
   /** The supervisor's child that owns the inference listener (spec 3.1). */
   readonly listener: ListenerActor;
   inspection: Inspection;
@@ -264,6 +267,7 @@ export async function openService(config: Config, options: StartOptions): Promis
     },
   );
   const scheduler = new Scheduler(supervisor);
+  const builds = new BuildWatcher({ supervisor, lookup, log, pollMs: config.buildPollMs });
   const tts = new TtsWorker({ runtimeDir: path.join(config.stateDir, 'runtime'), supervisor, workers, log, lookup, env: config.env, ...(inspection.inspect ? { inspect: inspection.inspect } : {}) });
   const image = new ImageWorker({
     runtimeDir: path.join(config.stateDir, 'runtime'),
@@ -375,6 +379,7 @@ export async function openService(config: Config, options: StartOptions): Promis
     workers,
     supervisor,
     scheduler,
+    builds,
     chat,
     stt,
     tts,
@@ -412,6 +417,7 @@ export async function openService(config: Config, options: StartOptions): Promis
         times: (id) => scheduler.times(id),
         since: (kind) => since.get(kind) ?? null,
         progress: (generation) => image.progress(generation),
+        build: (kind, generation) => builds.status(kind, generation),
       });
       return {
         status: statusWord(listener),
@@ -457,6 +463,7 @@ export async function openService(config: Config, options: StartOptions): Promis
           log.error({ err: error }, 'the listener did not stop in time');
         });
         audio.stop();
+        builds.stop();
         supervisor.stop();
         chat.stop();
         stt.stop();
@@ -474,6 +481,7 @@ export async function openService(config: Config, options: StartOptions): Promis
   await admin.listen({ host: config.uiHost, port: options.adminPort ?? config.uiPort });
   log.info({ host: config.uiHost, port: service.adminAddress()?.port }, 'admin listener started');
   supervisor.start();
+  builds.start();
   watchRemembered();
   audio.start();
   if (record.running) {

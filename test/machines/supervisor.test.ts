@@ -474,6 +474,47 @@ const sttRows: Row[] = [
       t.equal(h.worker('stt').state, 'unloaded');
     },
   },
+  {
+    row: '3.5 loaded | a new build | unloaded: an idle worker at once, and the next job starts the new build',
+    async run(t) {
+      const h = supervisorHarness();
+      await h.release(await h.submit({ kind: 'stt', profileId: 's' }));
+      const old = h.gen('stt');
+      await h.send({ type: 'worker.buildChanged', kind: 'stt', generation: old, reason: 'a new build of pocketsphinx' });
+      t.match(h.unloads('stt'), [{ generation: old, reason: 'a new build of pocketsphinx' }], 'unloaded at once, with the reason');
+      await h.send({ type: 'worker.unloaded', kind: 'stt', generation: old });
+      const next = await h.submit({ kind: 'stt', profileId: 's' });
+      t.same(h.outcome(next), ['job.queued', 'granted +start'], 'the next job starts a new process');
+      t.ok(h.gen('stt') > old);
+    },
+  },
+  {
+    row: '9 build changes apply after the next unload: a busy worker with a new build finishes its jobs; new jobs wait for the new build',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit({ profileId: 'a', slots: 2 });
+      const old = h.gen('chat');
+      await h.send({ type: 'worker.buildChanged', kind: 'chat', generation: old, reason: 'a new build of llama-server' });
+      t.match(h.worker('chat'), { stale: true, staleReason: 'a new build of llama-server' });
+      t.same(h.unloads(), [], 'the running answer keeps its worker');
+      const later = await h.submit({ profileId: 'a', slots: 2 });
+      t.notOk(h.granted(later), 'a free slot of the old build is not given out');
+      await h.release(running);
+      t.match(h.unloads('chat'), [{ generation: old, reason: 'a new build of llama-server' }], 'unloaded once idle');
+      await h.send({ type: 'worker.unloaded', kind: 'chat', generation: old });
+      t.same(h.outcome(later), ['job.queued', 'granted +start'], 'the waiting job starts the new build');
+    },
+  },
+  {
+    row: '9 a new build reported for an earlier start changes nothing',
+    async run(t) {
+      const h = supervisorHarness();
+      await h.release(await h.submit({ kind: 'stt', profileId: 's' }));
+      await h.send({ type: 'worker.buildChanged', kind: 'stt', generation: h.gen('stt') - 1, reason: 'late' });
+      t.same(h.unloads(), []);
+      t.equal(h.worker('stt').stale, false);
+    },
+  },
 ];
 
 const stopRows: Row[] = [
