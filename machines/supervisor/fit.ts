@@ -46,7 +46,14 @@ export const FIT_TOOL_MISSING = 'not-installed';
 
 /** llama-fit-params' answer for this profile, or why it has none. */
 export type BuildFit =
-  | { ok: true; gpuLayers: number | 'all' | null; tensorSplit: number[] | null; overrides: string[] }
+  | {
+      ok: true;
+      gpuLayers: number | 'all' | null;
+      tensorSplit: number[] | null;
+      overrides: string[];
+      /** Where its logged projection was made: `host` when the build saw no GPU (a build without a GPU backend). */
+      projectedOn?: 'device' | 'host';
+    }
   | { ok: false; reason: string };
 
 export type StartDemand =
@@ -244,7 +251,8 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
       return { ok: false, code: 'insufficient_memory', message: `the build's fit (-ngl ${layers}) does not fit beside our other workers and the reserves` };
     }
     const all = fit.gpuLayers === 'all' || fit.gpuLayers === null ? ' (all layers)' : '';
-    const note = `the build's llama-fit-params: -ngl ${layers}${layers < fitted ? ` (profile limit ${limit})` : all}`;
+    const blind = fit.projectedOn === 'host' ? '; the build saw no GPU (its fit is for host memory only)' : '';
+    const note = `the build's llama-fit-params: -ngl ${layers}${layers < fitted ? ` (profile limit ${limit})` : all}${blind}`;
     return finish(layers, split, { overrides: fit.overrides, fit: note, fitTool: 'used' }, fit.tensorSplit !== null);
   } else if (demand.buildFit !== null && demand.buildFit !== FIT_TOOL_MISSING) {
     return { ok: false, code: 'insufficient_memory', message: `the build's fit found no parameters that fit: ${demand.buildFit.reason}` };

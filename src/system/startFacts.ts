@@ -59,7 +59,9 @@ async function chatDemand(profile: Extract<StoredProfile, { category: 'chat' }>,
         { model: params.model, context: params.context, slots: params.slots, reserveMiB: deps.config.gpuReserveMiB.default, kv: { typeK: 'q4_0', typeV: 'q4_0' } },
         { env: deps.config.env, signal },
       );
-      buildFit = outcome.ok ? { ok: true, gpuLayers: outcome.gpuLayers, tensorSplit: outcome.tensorSplit, overrides: outcome.overrides } : outcome;
+      buildFit = outcome.ok
+        ? { ok: true, gpuLayers: outcome.gpuLayers, tensorSplit: outcome.tensorSplit, overrides: outcome.overrides, ...(outcome.projectedOn ? { projectedOn: outcome.projectedOn } : {}) }
+        : outcome;
     } else buildFit = FIT_TOOL_MISSING;
   }
   return {

@@ -127,6 +127,10 @@ t.test('without a split the build’s fit applies, within the profile’s limit;
     plan: { gpuLayers: 20, tensorSplit: [2, 1], overrides: ['blk\\.3\\.ffn=CPU'], fit: /llama-fit-params: -ngl 20/, fitTool: 'used' },
   });
   t.match(decideStart(chatFacts(model(32, 100), [24 * GIB, 24 * GIB], { fit, limit: 12 }), input()), { verdict: 'start', plan: { gpuLayers: 12, fit: /profile limit 12/ } });
+  t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { fit: { ok: true, gpuLayers: 'all', tensorSplit: null, overrides: [], projectedOn: 'host' } }), input()), {
+    verdict: 'start',
+    plan: { gpuLayers: 33, fitTool: 'used', fit: "the build's llama-fit-params: -ngl 33 (all layers); the build saw no GPU (its fit is for host memory only)" },
+  }, 'a build without a GPU backend: its answer is used, and the plan says what it saw');
   t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { fit: { ok: false, reason: 'would shrink the context from 8192 to 4096' } }), input()), {
     verdict: 'refuse',
     code: 'insufficient_memory',
