@@ -40,9 +40,20 @@ export interface ModelShape {
   outputBytes: number;
 }
 
+/** What the plan shows, the profile's view too, when the build's fit tool is missing on a host with GPUs. */
+export const FIT_TOOL_MISSING_NOTE = "llama-fit-params is not installed: the layer count is the service's own estimate";
+export const FIT_TOOL_MISSING = 'not-installed';
+
 /** llama-fit-params' answer for this profile, or why it has none. */
 export type BuildFit =
-  | { ok: true; gpuLayers: number | 'all' | null; tensorSplit: number[] | null; overrides: string[] }
+  | {
+      ok: true;
+      gpuLayers: number | 'all' | null;
+      tensorSplit: number[] | null;
+      overrides: string[];
+      /** Where its logged projection was made: `host` when the build saw no GPU (a build without a GPU backend). */
+      projectedOn?: 'device' | 'host';
+    }
   | { ok: false; reason: string };
 
 export type StartDemand =
@@ -55,8 +66,12 @@ export type StartDemand =
       gpuSplit: number[] | null;
       /** The profile's GPU layer limit, if it sets one. */
       gpuLayers: number | null;
-      /** null: the build has no llama-fit-params (our own shallow search stands in). */
-      buildFit: BuildFit | null;
+      /**
+       * The build's answer when it was asked (GPUs present, no fixed split); `not-installed` when
+       * the build has no llama-fit-params, so our own shallow search stands in and the plan says
+       * so; null when it was not asked.
+       */
+      buildFit: BuildFit | typeof FIT_TOOL_MISSING | null;
     }
   /** Image, TTS and STT: what their profile says they need, on one device. */
   | { kind: 'image' | 'tts' | 'stt'; device: 'cpu' | 'first-gpu' | string; gpuMiB: number; ramMiB: number; basis: string };
@@ -158,7 +173,7 @@ function plan(
   room: Room,
   used: number[],
   forecast: Forecast,
-  parts: Pick<StartPlan, 'gpuLayers' | 'gpuLayerLimit' | 'tensorSplit' | 'overrides' | 'fit'>,
+  parts: Pick<StartPlan, 'gpuLayers' | 'gpuLayerLimit' | 'tensorSplit' | 'overrides' | 'fit' | 'fitTool'>,
   foreign: number[],
 ): StartPlan {
   return {
@@ -202,7 +217,7 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
     return { placed, forecast: { ramMiB: placed.ramMiB, gpuMiB, basis } };
   };
   const gpuFits = (placed: { gpuMiB: number[] }) => placed.gpuMiB.every((m, i) => m === 0 || m <= (room.availableMiB[i] ?? 0));
-  const finish = (layers: number, ratios: number[], parts: Pick<StartPlan, 'overrides' | 'fit'>, passSplit = true): Attempt => {
+  const finish = (layers: number, ratios: number[], parts: Pick<StartPlan, 'overrides' | 'fit' | 'fitTool'>, passSplit = true): Attempt => {
     const { placed, forecast } = forecastOf(layers, ratios);
     if (placed.ramMiB > room.ramAvailableMiB) return { ok: false, code: 'insufficient_memory', message: `${ramShort(placed.ramMiB, room)} (${layers} GPU layers)` };
     const used = placed.gpuMiB.flatMap((m, i) => (m > 0 ? [i] : []));
@@ -212,7 +227,7 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
     return { ok: true, plan: plan(facts, room, used, forecast, parts2, foreign) };
   };
 
-  if (facts.gpus.length === 0) return finish(0, [], { overrides: [], fit: 'CPU only: no GPU present' });
+  if (facts.gpus.length === 0) return finish(0, [], { overrides: [], fit: 'CPU only: no GPU present', fitTool: null });
 
   let ratios: number[];
   if (demand.gpuSplit !== null) {
@@ -224,7 +239,7 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
       };
     }
     ratios = facts.gpus.map((_, i) => demand.gpuSplit?.[i] ?? 0);
-  } else if (demand.buildFit?.ok) {
+  } else if (demand.buildFit !== null && demand.buildFit !== FIT_TOOL_MISSING && demand.buildFit.ok) {
     // The build's fit saw the probe's free memory; our own workers still loading and the reserves
     // per GPU are checked here on its placement. Without a -ts of its own, llama.cpp splits by
     // free memory, which the forecast follows; the plan then passes no split.
@@ -235,20 +250,26 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
     if (!gpuFits(forecastOf(layers, split).placed)) {
       return { ok: false, code: 'insufficient_memory', message: `the build's fit (-ngl ${layers}) does not fit beside our other workers and the reserves` };
     }
-    const note = `the build's llama-fit-params: -ngl ${layers}${layers < fitted ? ` (profile limit ${limit})` : ''}`;
-    return finish(layers, split, { overrides: fit.overrides, fit: note }, fit.tensorSplit !== null);
-  } else if (demand.buildFit && !demand.buildFit.ok) {
+    const all = fit.gpuLayers === 'all' || fit.gpuLayers === null ? ' (all layers)' : '';
+    const blind = fit.projectedOn === 'host' ? '; the build saw no GPU (its fit is for host memory only)' : '';
+    const note = `the build's llama-fit-params: -ngl ${layers}${layers < fitted ? ` (profile limit ${limit})` : all}${blind}`;
+    return finish(layers, split, { overrides: fit.overrides, fit: note, fitTool: 'used' }, fit.tensorSplit !== null);
+  } else if (demand.buildFit !== null && demand.buildFit !== FIT_TOOL_MISSING) {
     return { ok: false, code: 'insufficient_memory', message: `the build's fit found no parameters that fit: ${demand.buildFit.reason}` };
   } else {
     // The build has no llama-fit-params: split in proportion to what each GPU offers.
     ratios = room.availableMiB.map((m) => Math.max(0, m));
   }
 
-  // Shallow search (spec 8): at most ten steps; ratios and context stay as they are.
-  const source = demand.gpuSplit !== null ? 'fixed split' : 'llama-fit-params not installed: own search';
+  // Shallow search (spec 8): at most ten steps; ratios and context stay as they are. Without a
+  // split it stands in for the build's missing fit tool, and the plan says so plainly.
+  const fixed = demand.gpuSplit !== null;
+  const missing = !fixed && demand.buildFit === FIT_TOOL_MISSING;
+  const source = fixed ? 'shallow search (fixed split)' : `${missing ? FIT_TOOL_MISSING_NOTE : 'no fit from the build: the layer count is our own estimate'}; shallow search`;
+  const fitTool = missing ? FIT_TOOL_MISSING : null;
   let steps = 1;
   if (gpuFits(forecastOf(limit, ratios).placed)) {
-    return finish(limit, ratios, { overrides: [], fit: `shallow search (${source}): all ${limit} layers fit at once (1 step)` });
+    return finish(limit, ratios, { overrides: [], fit: `${source}: all ${limit} layers fit at once (1 step)`, fitTool });
   }
   // -ngl 0 always fits the GPUs (it uses none); look for the largest count that does.
   let low = 1;
@@ -262,7 +283,7 @@ function chatAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'ch
       low = mid + 1;
     } else high = mid - 1;
   }
-  return finish(best, ratios, { overrides: [], fit: `shallow search (${source}): -ngl ${best} of ${limit} in ${steps} steps` });
+  return finish(best, ratios, { overrides: [], fit: `${source}: -ngl ${best} of ${limit} in ${steps} steps`, fitTool });
 }
 
 function fixedAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'image' | 'tts' | 'stt' }>, room: Room, foreign: number[]): Attempt {
@@ -302,7 +323,7 @@ function fixedAttempt(facts: StartFacts, demand: Extract<StartDemand, { kind: 'i
   } else forecast.ramMiB += demand.gpuMiB;
   if (forecast.ramMiB > room.ramAvailableMiB) return { ok: false, code: 'insufficient_memory', message: ramShort(forecast.ramMiB, room) };
   const used = index >= 0 ? [index] : [];
-  return { ok: true, plan: plan(facts, room, used, forecast, { gpuLayers: null, gpuLayerLimit: null, tensorSplit: null, overrides: [], fit: demand.basis }, foreign) };
+  return { ok: true, plan: plan(facts, room, used, forecast, { gpuLayers: null, gpuLayerLimit: null, tensorSplit: null, overrides: [], fit: demand.basis, fitTool: null }, foreign) };
 }
 
 /** GPUs a start needs free of foreign processes: the image job all, chat all it may use, TTS its own. */

@@ -62,6 +62,12 @@ export interface StartPlan {
   foreignAtStart: number[];
   /** How the GPU layer count was found: stored, shallow search (steps), the build's fit, or CPU. */
   fit: string;
+  /**
+   * chat on GPUs without a fixed split: `used` when the build's llama-fit-params chose the
+   * parameters, `not-installed` when the build has none and the layer count is our own estimate;
+   * null where it is not asked (CPU only, a fixed split, other workers).
+   */
+  fitTool: 'used' | 'not-installed' | null;
 }
 
 export interface WorkerRecord {

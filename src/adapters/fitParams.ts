@@ -5,27 +5,37 @@
 // we pass the stored context both as `-c` and as the fit's minimum (`-fitc`), our per-GPU reserve
 // as the fit's margin (`-fitt`), and refuse any result that would shrink the context.
 //
-// What this relies on, read in ggml-org/llama.cpp:
-// - tools/fit-params/fit-params.cpp: after its log, one stdout line
-//   `-c <n_ctx> -ngl <n_gpu_layers>[ -ts <a>,<b>,...][ -ot <pattern>=<buffer type>,...]`; newer
-//   versions wrap the -ot list in double quotes, print -ts as integers and exit 1 with
-//   "failed to fit CLI arguments to free memory, exiting..." when the fit fails. Older versions
-//   print the line (unchanged parameters) and exit 0 even when the fit failed, so the log is read
-//   for the failure too. tools/fit-params/README.md shows the output this parser is tested on.
-// - src/llama.cpp `llama_params_fit_impl`/`llama_params_fit` (moved to common/fit.cpp as
-//   `common_params_fit_impl`/`common_fit_params` later): "projected to use X MiB of device memory
-//   vs. Y MiB of free device memory", "successfully fit params to free device memory",
-//   "failed to fit params to free device memory: <why>", and for a context given with -c:
-//   "context size set by user to N -> no change" (the fit only shrinks a context left at 0).
+// What this relies on, read in ggml-org/llama.cpp and checked against the build the set-up makes
+// (scripts/build-llama.sh: node-llama-cpp 3.22.1's llama.cpp, v0.5.0, commit de3ff81, whose
+// output test/fixtures/fit-params/ holds as captured and test/adapters/fitParams.test.ts runs):
+// - tools/fit-params/fit-params.cpp: one stdout line
+//   `-c <n_ctx> -ngl <n_gpu_layers>[ -ts <a>,<b>,...][ -ot "<pattern>=<buffer type>,..."]`, the
+//   -ts values printed as integers and the -ot list in double quotes; the log goes to stderr with
+//   common/log.cpp's prefix (`0.00.018.579 I `: minutes.seconds.ms.us and a level letter), which
+//   is stripped. A fit that fails exits 1 with "llama_fit_params: failed to fit CLI arguments to
+//   free memory, exiting..." after "common_fit_params: failed to fit params to free device
+//   memory: <why>" (or "encountered an error while trying to fit params ...: failed to load
+//   model" for a missing model). The log is written by a thread that `exit(1)` does not wait
+//   for: now and then a failing run prints nothing at all, or half a line; the exit code is what
+//   counts. On a build without a GPU backend the fit runs on host memory ("projected to use N MiB
+//   of host memory vs. M MiB of total host memory") and keeps `-ngl -1`.
+// - Older builds (llama_params_fit in src/llama.cpp; tools/fit-params/README.md shows their
+//   output, which the tests keep as a documented variant) log at INFO with no prefix, print the -ot
+//   list unquoted, and print the line (unchanged parameters) with exit 0 even when the fit failed,
+//   so the log is read for the failure too.
+// - common/fit.cpp `common_params_fit_impl` logs its projection ("projected to use X MiB of device
+//   memory vs. Y MiB of free device memory") and "context size set by user to N -> no change" (the
+//   fit only shrinks a context left at 0) at TRACE level, which this build prints only with
+//   `-lv 4`: we pass it, so that the projection reaches the plan.
 // - common/arg.cpp: -c, -np (outside llama-server a common option), -ctk/-ctv, -fa on|off|auto,
-//   -fitt MiB (a single value is broadcast to every device; newer builds also take a list) and
-//   -fitc N are registered for every tool, so llama-fit-params (LLAMA_EXAMPLE_FIT_PARAMS) parses
-//   them. `--kv-unified` is NOT: it is registered only for the server, perplexity, batched, bench
-//   and parallel examples, and a stock llama-fit-params rejects it ("invalid argument"). It is
-//   therefore left out; without it the KV cache is split into one stream per slot of
-//   ctx/slots cells each (rounded up to 256), which is the same total or slightly more, so the
-//   check errs on the safe side. -ngl: 'auto' is -1, 'all' is -2; include/llama.h: "a negative
-//   value means all layers". -ot values are split on ',' (parse_tensor_buffer_overrides).
+//   -lv N, -fitt MiB (a single value is broadcast to every device) and -fitc N are registered for
+//   llama-fit-params (LLAMA_EXAMPLE_FIT_PARAMS). `--kv-unified` is NOT: it is registered only for
+//   the server, perplexity, batched, bench and parallel examples, and this llama-fit-params exits 1
+//   with "error: invalid argument: --kv-unified". It is therefore left out; without it the KV
+//   cache is split into one stream per slot of ctx/slots cells each (rounded up to 256), which is
+//   the same total or slightly more, so the check errs on the safe side. -ngl: -1 is "auto" to the
+//   argument parser, and include/llama.h reads any negative value as "all layers"; 'auto' and
+//   'all' are accepted as words too. -ot values are split on ',' (parse_tensor_buffer_overrides).
 import { execa } from 'execa';
 
 export interface FitInput {
@@ -52,6 +62,11 @@ export interface FitResult {
   /** The projection for the requested parameters before the fit changed anything, when logged. */
   projectedMiB?: number;
   freeMiB?: number;
+  /**
+   * What that projection was made on: `device` memory (the build saw GPUs), or `host` memory (a
+   * build without a GPU backend: its answer says nothing about the GPUs), when logged.
+   */
+  projectedOn?: 'device' | 'host';
   /** Arguments of the fitted line this parser does not know, verbatim and in order. */
   extraArgs: string[];
   /** The fit's own log lines. */
@@ -96,17 +111,21 @@ export function fitArgs(input: FitInput): string[] {
     '-fa', 'on',
     '-fitt', String(input.reserveMiB),
     '-fitc', context,
+    '-lv', '4',
   ];
 }
 
 const ESC = String.fromCharCode(27);
 const ANSI = new RegExp(`${ESC}\\[[0-9;?]*[A-Za-z]`, 'g');
 
+/** common/log.cpp's prefix of a log line: the time since start (minutes.seconds.ms.us) and the level letter. */
+const LOG_PREFIX = /^\d+\.\d{2}\.\d{3}\.\d{3}(?: [IWED](?= |$))?/;
+
 function lines(text: string): string[] {
   return text
     .replace(ANSI, '')
     .split(/\r?\n/)
-    .map((line) => line.trim())
+    .map((line) => line.trim().replace(LOG_PREFIX, '').trim())
     .filter((line) => line !== '');
 }
 
@@ -122,7 +141,7 @@ function lastLines(stderr: string): string {
 
 const FIT_LOG = /(?:llama_params_fit|common_params_fit|common_fit_params)\w*:|failed to fit /;
 const FIT_FAILED = /failed to fit params to free device memory|error while trying to fit params|failed to fit CLI arguments/;
-const PROJECTED = /projected to use (\d+) MiB of device memory vs\. (\d+) MiB of free device memory/;
+const PROJECTED = /projected to use (\d+) MiB of (device|host) memory vs\. (\d+) MiB of (?:free device|total host) memory/;
 const FITTED_LINE = /^-c\s+\d+(?:\s|$)/;
 const FLAG = /^--?[A-Za-z]/;
 
@@ -221,7 +240,8 @@ export function parseFitOutput(stdout: string, stderr: string, storedContext: nu
   const projected = log.map((line) => PROJECTED.exec(line)).find((match) => match !== null);
   if (projected) {
     result.projectedMiB = Number(projected[1]);
-    result.freeMiB = Number(projected[2]);
+    result.freeMiB = Number(projected[3]);
+    result.projectedOn = projected[2] === 'host' ? 'host' : 'device';
   }
   return result;
 }

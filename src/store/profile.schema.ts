@@ -145,6 +145,7 @@ const readOnly = {
   published: z.boolean().optional(),
   executable: z.boolean().optional(),
   blockers: z.array(z.string()).optional(),
+  notices: z.array(z.string()).optional(),
   created_at: z.string().optional(),
   updated_at: z.string().optional(),
 };
@@ -171,5 +172,9 @@ export const storedProfileSchema = z.intersection(
 );
 export type StoredProfile = z.output<typeof storedProfileSchema>;
 
-/** What the admin API shows: the stored record plus the computed, read-only fields. */
-export type ProfileView = StoredProfile & { published: boolean; executable: boolean; blockers: string[] };
+/**
+ * What the admin API shows: the stored record plus the computed, read-only fields. `notices` are
+ * what does not block the profile but changes how it runs (the build's fit tool missing on a host
+ * with GPUs).
+ */
+export type ProfileView = StoredProfile & { published: boolean; executable: boolean; blockers: string[]; notices: string[] };

@@ -1,24 +1,43 @@
 // What the inference API can see (spec 2.1, 2.2, 4.1): a profile is visible only while it is
 // published and executable. `service-image` names the published image profile. A request takes
 // the frozen profile snapshot it resolved here and keeps it (rule 6).
-import type { RuntimeLookup } from '../adapters/runtimes.js';
+import { FIT_TOOL_MISSING_NOTE } from '../../machines/supervisor/index.js';
+import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
 import { IMAGE_ALIAS, type Category, type ProfileView, type StoredProfile } from '../store/profile.schema.js';
 import type { ProfileStore } from '../store/profiles.js';
 import { profileBlockers } from './blockers.js';
 
 export class Catalog {
+  /**
+   * @param gpusPresent whether the GPU inventory (real or simulated) has a GPU now; asked only
+   * when a notice depends on it.
+   */
   constructor(
     readonly profiles: ProfileStore,
     readonly lookup: RuntimeLookup,
+    readonly gpusPresent: () => Promise<boolean> = async () => false,
   ) {}
 
-  async view(profile: StoredProfile): Promise<ProfileView> {
-    const blockers = await profileBlockers(profile, this.lookup);
-    return { ...profile, published: this.profiles.isPublished(profile.id), executable: blockers.length === 0, blockers };
+  async view(profile: StoredProfile, gpus?: () => Promise<boolean>): Promise<ProfileView> {
+    const [blockers, notices] = await Promise.all([profileBlockers(profile, this.lookup), this.notices(profile, gpus ?? this.gpusPresent)]);
+    return { ...profile, published: this.profiles.isPublished(profile.id), executable: blockers.length === 0, blockers, notices };
   }
 
   async views(): Promise<ProfileView[]> {
-    return Promise.all(this.profiles.list().map((p) => this.view(p)));
+    // One GPU probe for all profiles, and only when a notice needs it.
+    let probe: Promise<boolean> | undefined;
+    const gpus = () => (probe ??= this.gpusPresent());
+    return Promise.all(this.profiles.list().map((p) => this.view(p, gpus)));
+  }
+
+  /**
+   * What does not block a profile but changes how it runs: a chat profile without a fixed split,
+   * on a host with GPUs, whose build has no llama-fit-params runs with our own layer estimate.
+   */
+  private async notices(profile: StoredProfile, gpus: () => Promise<boolean>): Promise<string[]> {
+    if (profile.category !== 'chat' || profile.params.gpuSplit !== null) return [];
+    if (await resolveRuntime('llama-fit-params', this.lookup)) return [];
+    return (await gpus()) ? [FIT_TOOL_MISSING_NOTE] : [];
   }
 
   /** Published and executable profiles of a category, in publication order. */

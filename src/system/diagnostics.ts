@@ -11,7 +11,13 @@ export interface PlanStatus {
   gpu_layers: number | null;
   gpu_layer_limit: number | null;
   tensor_split: number[] | null;
+  /** How the GPU layer count was found, in words (with the plain note when the build's fit tool is missing). */
   fit: string;
+  /**
+   * chat on GPUs without a fixed split: `used` (the build's llama-fit-params chose), `not_installed`
+   * (it is missing: the layer count is the service's own estimate); null where it is not asked.
+   */
+  fit_tool: 'used' | 'not_installed' | null;
   forecast: { ram_mib: number; gpu_mib: Record<string, number>; basis: string; note: 'prediction' };
   gpu_budget: Array<{ uuid: string; free_mib: number; reserve_mib: number; available_mib: number; forecast_mib: number }>;
   ram_budget: { available_mib: number; reserve_mib: number; forecast_mib: number; limited_by: string };
@@ -65,6 +71,7 @@ export function planStatus(plan: StartPlan): PlanStatus {
     gpu_layer_limit: plan.gpuLayerLimit,
     tensor_split: plan.tensorSplit,
     fit: plan.fit,
+    fit_tool: plan.fitTool === 'not-installed' ? 'not_installed' : plan.fitTool,
     forecast: {
       ram_mib: Math.ceil(plan.forecast.ramMiB),
       gpu_mib: Object.fromEntries(Object.entries(plan.forecast.gpuMiB).map(([uuid, mib]) => [uuid, Math.ceil(mib)])),

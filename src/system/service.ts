@@ -194,7 +194,8 @@ export async function openService(config: Config, options: StartOptions): Promis
   const profiles = await ProfileStore.open(config.stateDir, endpoint);
   const audioPolicy = await AudioPolicyStore.open(config.stateDir);
   const lookup: RuntimeLookup = { env: config.env, cacheDir: config.cacheDir };
-  const catalog = new Catalog(profiles, lookup);
+  // The profile view notes a missing fit tool only where GPUs are present (real or simulated).
+  const catalog = new Catalog(profiles, lookup, () => probeGpus(config.env, new Set()).then((inventory) => inventory.gpus.length > 0, () => false));
   const workers = new WorkerHooks();
   const counters = new Counters();
   const sessions = new SessionStore();

@@ -1,13 +1,14 @@
 // The facts the memory check judges (spec 8), gathered fresh before every worker start: the real
 // GPU inventory (nvidia-smi, or the simulated one), the RAM budget from cgroup v2/v1 and the host,
 // the configured reserves, and what the worker will need: for chat the GGUF's own metadata (and,
-// without a fixed split, the fit that the build's own llama-fit-params reports), for image, TTS
+// on GPUs without a fixed split, the fit that the build's own llama-fit-params reports, or that
+// the build has none, which the plan then says), for image, TTS
 // and STT what their profiles say. The supervisor's `decideStart` turns these facts into a plan or
 // a refusal; nothing is decided here.
 import { stat } from 'node:fs/promises';
 import { fromCallback, fromPromise } from 'xstate';
 import type { BuildFit, CheckInput, GpuView, StartDemand, StartFacts, SupervisorEvent } from '../../machines/supervisor/index.js';
-import { MIB } from '../../machines/supervisor/index.js';
+import { FIT_TOOL_MISSING, MIB } from '../../machines/supervisor/index.js';
 import { runFitParams } from '../adapters/fitParams.js';
 import { modelFacts, readGgufInfo } from '../adapters/gguf.js';
 import { probeGpus, type Gpu } from '../adapters/gpus.js';
@@ -49,7 +50,7 @@ async function chatDemand(profile: Extract<StoredProfile, { category: 'chat' }>,
   // Without its own output.weight the model shares token_embd, which llama.cpp then loads a
   // second time as the output layer (on the GPU once every layer is there).
   const tiedOutput = info.tensors.some((t) => t.name === 'output.weight') ? 0 : (info.tensors.find((t) => t.name === 'token_embd.weight')?.bytes ?? 0);
-  let buildFit: BuildFit | null = null;
+  let buildFit: BuildFit | typeof FIT_TOOL_MISSING | null = null;
   if (gpus.length > 0 && params.gpuSplit === null) {
     const tool = await resolveRuntime('llama-fit-params', deps.lookup);
     if (tool) {
@@ -58,8 +59,10 @@ async function chatDemand(profile: Extract<StoredProfile, { category: 'chat' }>,
         { model: params.model, context: params.context, slots: params.slots, reserveMiB: deps.config.gpuReserveMiB.default, kv: { typeK: 'q4_0', typeV: 'q4_0' } },
         { env: deps.config.env, signal },
       );
-      buildFit = outcome.ok ? { ok: true, gpuLayers: outcome.gpuLayers, tensorSplit: outcome.tensorSplit, overrides: outcome.overrides } : outcome;
-    }
+      buildFit = outcome.ok
+        ? { ok: true, gpuLayers: outcome.gpuLayers, tensorSplit: outcome.tensorSplit, overrides: outcome.overrides, ...(outcome.projectedOn ? { projectedOn: outcome.projectedOn } : {}) }
+        : outcome;
+    } else buildFit = FIT_TOOL_MISSING;
   }
   return {
     kind: 'chat',

@@ -1,20 +1,34 @@
-// The real llama-server that scripts/build-llama.sh built (the test script runs it during set-up)
-// and a tiny generated GGUF model, for the e2e tests that run the real chat worker.
+// The real llama-server and llama-fit-params that scripts/build-llama.sh built (the test script
+// runs it during set-up) and a tiny generated GGUF model, for the tests that run the real programs.
 import { access, constants } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { writeTinyModel, type TinyModelOptions } from '../../src/adapters/tinyModel.js';
 
-/** The built llama-server: SERVICE_DECK_LLAMA_SERVER, else the cache's bin/ (as scripts/build-llama.sh leaves it). */
-export async function llamaServerPath(): Promise<string> {
-  const cache = process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
-  const binary = process.env.SERVICE_DECK_LLAMA_SERVER ?? path.join(cache, 'bin', 'llama-server');
+/** The cache folder as the service finds it: SERVICE_DECK_CACHE_DIR, else XDG_CACHE_HOME or ~/.cache, then service-deck. */
+export function serviceCacheDir(): string {
+  return process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
+}
+
+/** A built runtime: its variable, else the cache's bin/ (as scripts/build-llama.sh leaves it); missing fails the test. */
+async function builtRuntime(name: string, variable: string): Promise<string> {
+  const binary = process.env[variable] ?? path.join(serviceCacheDir(), 'bin', name);
   try {
     await access(binary, constants.X_OK);
   } catch {
-    throw new Error(`llama-server is not built at ${binary}: run sh scripts/build-llama.sh (npm test does it during set-up)`);
+    throw new Error(`${name} is not built at ${binary}: run sh scripts/build-llama.sh (npm test does it during set-up) or set ${variable}`);
   }
   return binary;
+}
+
+/** The built llama-server: SERVICE_DECK_LLAMA_SERVER, else the cache's bin/. */
+export function llamaServerPath(): Promise<string> {
+  return builtRuntime('llama-server', 'SERVICE_DECK_LLAMA_SERVER');
+}
+
+/** The built llama-fit-params: SERVICE_DECK_LLAMA_FIT_PARAMS, else the cache's bin/. */
+export function llamaFitParamsPath(): Promise<string> {
+  return builtRuntime('llama-fit-params', 'SERVICE_DECK_LLAMA_FIT_PARAMS');
 }
 
 /** Writes a tiny chat model into `dir` and returns its path. */

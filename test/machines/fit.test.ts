@@ -7,6 +7,8 @@ import {
   decideStart,
   emptyWorker,
   FIT_STEP_LIMIT,
+  FIT_TOOL_MISSING,
+  FIT_TOOL_MISSING_NOTE,
   gpuAvailableMiB,
   kvMiBPerLayer,
   placeChat,
@@ -41,7 +43,7 @@ const workers = (over: Partial<Record<'chat' | 'tts' | 'stt' | 'image', WorkerRe
 });
 const input = (over: Partial<CheckInput> = {}): CheckInput => ({ job: job(), workers: workers(), idle: [], ...over });
 
-function chatFacts(m: ModelShape, free: number[], opts: { split?: number[] | null; limit?: number | null; fit?: BuildFit | null; ram?: number; context?: number } = {}): StartFacts {
+function chatFacts(m: ModelShape, free: number[], opts: { split?: number[] | null; limit?: number | null; fit?: BuildFit | typeof FIT_TOOL_MISSING | null; ram?: number; context?: number } = {}): StartFacts {
   const gpus = free.map((f, i) => gpu(`GPU-${String.fromCharCode(97 + i)}`, 24 * GIB, f));
   return {
     gpus,
@@ -122,14 +124,31 @@ t.test('without a split the build’s fit applies, within the profile’s limit;
   const fit: BuildFit = { ok: true, gpuLayers: 20, tensorSplit: [2, 1], overrides: ['blk\\.3\\.ffn=CPU'] };
   t.match(decideStart(chatFacts(model(32, 100), [24 * GIB, 24 * GIB], { fit }), input()), {
     verdict: 'start',
-    plan: { gpuLayers: 20, tensorSplit: [2, 1], overrides: ['blk\\.3\\.ffn=CPU'], fit: /llama-fit-params: -ngl 20/ },
+    plan: { gpuLayers: 20, tensorSplit: [2, 1], overrides: ['blk\\.3\\.ffn=CPU'], fit: /llama-fit-params: -ngl 20/, fitTool: 'used' },
   });
   t.match(decideStart(chatFacts(model(32, 100), [24 * GIB, 24 * GIB], { fit, limit: 12 }), input()), { verdict: 'start', plan: { gpuLayers: 12, fit: /profile limit 12/ } });
+  t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { fit: { ok: true, gpuLayers: 'all', tensorSplit: null, overrides: [], projectedOn: 'host' } }), input()), {
+    verdict: 'start',
+    plan: { gpuLayers: 33, fitTool: 'used', fit: "the build's llama-fit-params: -ngl 33 (all layers); the build saw no GPU (its fit is for host memory only)" },
+  }, 'a build without a GPU backend: its answer is used, and the plan says what it saw');
   t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { fit: { ok: false, reason: 'would shrink the context from 8192 to 4096' } }), input()), {
     verdict: 'refuse',
     code: 'insufficient_memory',
     message: /shrink the context/,
   });
+});
+
+t.test('no llama-fit-params on a host with GPUs: the own search stands in and the plan says so plainly', async (t) => {
+  const missing = decideStart(chatFacts(model(32, 100), [24 * GIB, 24 * GIB], { fit: FIT_TOOL_MISSING }), input());
+  t.match(missing, { verdict: 'start', plan: { gpuLayers: 33, fitTool: 'not-installed' } });
+  if (missing.verdict === 'start') {
+    t.ok(missing.plan.fit.startsWith(`${FIT_TOOL_MISSING_NOTE}; shallow search: `), missing.plan.fit);
+    t.equal(steps(missing.plan.fit), 1);
+  }
+  const tight = decideStart(chatFacts(model(32, 1000), [10 * GIB], { fit: FIT_TOOL_MISSING }), input());
+  t.match(tight, { verdict: 'start', plan: { fitTool: 'not-installed', fit: /^llama-fit-params is not installed: the layer count is the service's own estimate; shallow search: -ngl \d+ of 33 in \d+ steps$/ } });
+  t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { split: [1] }), input()), { verdict: 'start', plan: { fitTool: null, fit: /^shallow search \(fixed split\)/ } }, 'a fixed split never asks the build');
+  t.match(decideStart(chatFacts(model(32, 100), []), input()), { verdict: 'start', plan: { fitTool: null, fit: 'CPU only: no GPU present' } });
 });
 
 t.test('RAM: the budget after the reserve decides; a CPU-only start needs it all in RAM', async (t) => {
@@ -165,7 +184,7 @@ t.test('the build’s fit is checked against our own loading workers and the res
   const loadingTts: WorkerRecord = {
     ...emptyWorker('tts'),
     state: 'loading',
-    plan: { gpus: ['GPU-a'], gpuLayers: null, gpuLayerLimit: null, tensorSplit: null, overrides: [], forecast: { ramMiB: 0, gpuMiB: { 'GPU-a': 12 * GIB }, basis: '' }, gpuBudget: [], ramBudget: { availableMiB: 0, reserveMiB: 0, forecastMiB: 0, limitedBy: '' }, foreignAtStart: [], fit: '' },
+    plan: { gpus: ['GPU-a'], gpuLayers: null, gpuLayerLimit: null, tensorSplit: null, overrides: [], forecast: { ramMiB: 0, gpuMiB: { 'GPU-a': 12 * GIB }, basis: '' }, gpuBudget: [], ramBudget: { availableMiB: 0, reserveMiB: 0, forecastMiB: 0, limitedBy: '' }, foreignAtStart: [], fit: '', fitTool: null },
   };
   t.match(decideStart(facts, input({ workers: workers({ tts: loadingTts }) })), { verdict: 'refuse', code: 'insufficient_memory', message: /build's fit \(-ngl 33\) does not fit beside our other workers/ });
   t.match(decideStart(facts, input({ workers: workers({ tts: { ...loadingTts, state: 'loaded' } }), idle: ['tts'] })), { verdict: 'unload-first', kinds: ['tts'] }, 'an idle TTS worker in the way is unloaded first');
@@ -176,7 +195,7 @@ t.test('our own workers are counted once (measured or forecast, the larger); for
     ...emptyWorker('chat'),
     state: 'loaded',
     pid: 10,
-    plan: { gpus: ['GPU-a'], gpuLayers: 10, gpuLayerLimit: 33, tensorSplit: null, overrides: [], forecast: { ramMiB: 0, gpuMiB: { 'GPU-a': 6000 }, basis: '' }, gpuBudget: [], ramBudget: { availableMiB: 0, reserveMiB: 0, forecastMiB: 0, limitedBy: '' }, foreignAtStart: [], fit: '' },
+    plan: { gpus: ['GPU-a'], gpuLayers: 10, gpuLayerLimit: 33, tensorSplit: null, overrides: [], forecast: { ramMiB: 0, gpuMiB: { 'GPU-a': 6000 }, basis: '' }, gpuBudget: [], ramBudget: { availableMiB: 0, reserveMiB: 0, forecastMiB: 0, limitedBy: '' }, foreignAtStart: [], fit: '', fitTool: null },
   };
   const measured = gpu('GPU-a', 24 * GIB, 24 * GIB - 5000 - 3000, [{ pid: 10, usedMiB: 5000 }, { pid: 77, usedMiB: 3000 }]);
   t.equal(gpuAvailableMiB(measured, 512, [chat], []), 24 * GIB - 3000 - 6000 - 512, 'the forecast stands in while it exceeds the measurement');

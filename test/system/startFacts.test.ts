@@ -1,14 +1,16 @@
 // The facts the memory check judges, gathered for real: a generated GGUF read for its metadata,
-// the simulated GPU inventory, the host's RAM, the configured reserves, and the build's
-// llama-fit-params (a fake executable that answers like the real one). Then the verdict on them.
+// the simulated GPU inventory, the host's RAM, the configured reserves, and the build's real
+// llama-fit-params (the one the set-up builds; or none, which the plan then says). Then the
+// verdict on them.
 import { chmod, readFile, truncate, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import { decideStart, emptyWorker, type JobSpec } from '../../machines/supervisor/index.js';
+import { decideStart, emptyWorker, FIT_TOOL_MISSING, FIT_TOOL_MISSING_NOTE, type JobSpec } from '../../machines/supervisor/index.js';
 import { encodeGguf } from '../../src/adapters/gguf.js';
 import { loadConfig, parseGpuReserve } from '../../src/config.js';
 import { gatherStartFacts } from '../../src/system/startFacts.js';
 import { tempDir } from '../helpers/build.js';
+import { llamaFitParamsPath, tinyModelIn } from '../helpers/llama.js';
 
 const Q8_0 = 8;
 const F32 = 0;
@@ -88,33 +90,66 @@ t.test('chat on the CPU: the model shape comes from the GGUF, the RAM from the h
   t.equal(tied.demand.model.outputBytes, 64 * 4 + (64 * 256) / 32 * 34, 'shared embeddings: token_embd counts again as the output layer');
 });
 
-t.test('chat on two GPUs without a split: the build’s llama-fit-params is asked, with our reserve and the stored context', async (t) => {
+t.test('chat on two GPUs without a split: the build’s real llama-fit-params is asked, with our reserve and the stored context', async (t) => {
+  const real = await llamaFitParamsPath();
   const dir = await tempDir(t);
-  const file = path.join(dir, 'tiny.gguf');
-  await writeFile(file, tinyGguf(4));
+  const file = await tinyModelIn(dir);
+  // A wrapper that notes the argv and runs the real tool with it.
   const fit = path.join(dir, 'llama-fit-params');
   const argsFile = path.join(dir, 'args');
-  await writeFile(fit, `#!/bin/sh\necho "$@" > '${argsFile}'\necho 'llama_params_fit: successfully fit params to free device memory' >&2\necho '-c 4096 -ngl 5 -ts 3,1'\n`);
+  await writeFile(fit, `#!/bin/sh\necho "$@" > '${argsFile}'\nexec '${real}' "$@"\n`);
   await chmod(fit, 0o755);
-  const config = loadConfig(
-    { stateDir: dir },
-    {
-      SERVICE_DECK_GPUS: '[{"uuid":"GPU-b","memoryTotalMiB":8192},{"uuid":"GPU-a","memoryTotalMiB":24576}]',
-      SERVICE_DECK_GPU_RESERVE_MIB: '1500,GPU-b=900',
-      SERVICE_DECK_LLAMA_FIT_PARAMS: fit,
-      PATH: process.env.PATH,
-    },
-  );
+  const env = {
+    SERVICE_DECK_GPUS: '[{"uuid":"GPU-b","memoryTotalMiB":8192},{"uuid":"GPU-a","memoryTotalMiB":24576}]',
+    SERVICE_DECK_GPU_RESERVE_MIB: '1500,GPU-b=900',
+    SERVICE_DECK_LLAMA_FIT_PARAMS: fit,
+    PATH: process.env.PATH,
+  };
+  const config = loadConfig({ stateDir: dir }, env);
+  const deps = { config, lookup: { env: config.env, cacheDir: dir }, ownPids: () => new Set<number>() };
   const job = chatJob(file);
-  const facts = await gatherStartFacts({ job, workers: workers(), idle: [] }, { config, lookup: { env: config.env, cacheDir: dir }, ownPids: () => new Set() }, signal);
+  const facts = await gatherStartFacts({ job, workers: workers(), idle: [] }, deps, signal);
   t.same(facts.gpus.map((g) => g.uuid), ['GPU-a', 'GPU-b'], 'GPUs in UUID order');
   t.same(facts.gpuReserveMiB, { 'GPU-a': 1500, 'GPU-b': 900 });
-  t.match(facts.demand, { kind: 'chat', buildFit: { ok: true, gpuLayers: 5, tensorSplit: [3, 1] } });
+  // This build has no GPU backend: it prints "-c 4096 -ngl -1" and projects on host memory.
+  t.same(facts.demand.kind === 'chat' && facts.demand.buildFit, { ok: true, gpuLayers: 'all', tensorSplit: null, overrides: [], projectedOn: 'host' });
   const args = (await readFile(argsFile, 'utf8')).trim().split(' ');
   t.equal(args[args.indexOf('-fitc') + 1], '4096', 'the context may not be shrunk');
   t.equal(args[args.indexOf('-fitt') + 1], '1500', 'our reserve is its margin');
   const verdict = decideStart(facts, { job, workers: workers(), idle: [] });
-  t.match(verdict, { verdict: 'start', plan: { gpus: ['GPU-a', 'GPU-b'], gpuLayers: 5, tensorSplit: [3, 1], fit: /llama-fit-params/ } });
+  t.match(verdict, {
+    verdict: 'start',
+    plan: {
+      gpus: ['GPU-a'],
+      gpuLayers: 3,
+      tensorSplit: null,
+      fitTool: 'used',
+      fit: "the build's llama-fit-params: -ngl 3 (all layers); the build saw no GPU (its fit is for host memory only)",
+    },
+  }, 'two blocks and the output layer, split 3:1 by free memory as llama.cpp does without -ts: all three on the larger GPU');
+
+  // Its real refusal: a margin no host has. The start is refused with the tool's reason.
+  const greedy = loadConfig({ stateDir: dir }, { ...env, SERVICE_DECK_GPU_RESERVE_MIB: '100000000' });
+  const refused = await gatherStartFacts({ job, workers: workers(), idle: [] }, { ...deps, config: greedy, lookup: { env: greedy.env, cacheDir: dir } }, signal);
+  t.match(refused.demand, { kind: 'chat', buildFit: { ok: false, reason: /^llama-fit-params exited with code 1/ } });
+  t.match(decideStart(refused, { job, workers: workers(), idle: [] }), { verdict: 'refuse', code: 'insufficient_memory', message: /the build's fit found no parameters that fit: llama-fit-params exited with code 1/ });
+});
+
+t.test('chat on a GPU without llama-fit-params: the facts say so, and so does the plan', async (t) => {
+  const dir = await tempDir(t);
+  const file = await tinyModelIn(dir);
+  const job = chatJob(file);
+  for (const [what, extra] of [
+    ['a variable naming a missing file', { SERVICE_DECK_LLAMA_FIT_PARAMS: path.join(dir, 'gone') }],
+    ['an empty cache and nothing on PATH', { PATH: '' }],
+  ] as const) {
+    const config = loadConfig({ stateDir: dir }, { SERVICE_DECK_GPUS: '[{"uuid":"GPU-a","memoryTotalMiB":24576}]', PATH: process.env.PATH, ...extra });
+    const facts = await gatherStartFacts({ job, workers: workers(), idle: [] }, { config, lookup: { env: config.env, cacheDir: path.join(dir, 'empty-cache') }, ownPids: () => new Set() }, signal);
+    t.match(facts.demand, { kind: 'chat', buildFit: FIT_TOOL_MISSING }, what);
+    const verdict = decideStart(facts, { job, workers: workers(), idle: [] });
+    t.match(verdict, { verdict: 'start', plan: { gpus: ['GPU-a'], gpuLayers: 3, fitTool: 'not-installed' } }, what);
+    if (verdict.verdict === 'start') t.ok(verdict.plan.fit.startsWith(`${FIT_TOOL_MISSING_NOTE}; shallow search: `), verdict.plan.fit);
+  }
 });
 
 t.test('image, TTS and STT demands come from their profiles and files; a failing probe fails the check', async (t) => {
