@@ -24,6 +24,14 @@ fi
 sh scripts/install-debian.sh
 sh scripts/build-pocketsphinx.sh || say "warning: the pocketsphinx engine could not be built; STT profiles stay blocked"
 
+# whisper-server and whisper-cli from the whisper.cpp source that nodejs-whisper ships, built once
+# per version into the cache folder (CPU only, a few minutes on 2 cores the first time, instant
+# after). A failed build does not stop the set-up: whisper.cpp STT profiles then show
+# `runtime missing: whisper-server or whisper-cli`.
+if ! sh scripts/build-whisper.sh; then
+  say "warning: whisper.cpp could not be built (see above); whisper.cpp STT profiles stay blocked until it is"
+fi
+
 # The service itself: TypeScript to dist/.
 say "building (tsc)"
 npx --no-install tsc -p tsconfig.build.json

@@ -84,8 +84,8 @@ function vocabulary(): { tokens: string[]; types: number[]; scores: number[] } {
   return { tokens, types, scores: tokens.map(() => 0) };
 }
 
-/** mulberry32: a small, fast, seeded generator (the same seed gives the same weights). */
-function generator(seed: number): () => number {
+/** mulberry32: a small, fast, seeded generator (the same seed gives the same weights); tinyWhisper uses it too. */
+export function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -106,7 +106,7 @@ export function tinyModel(options: TinyModelOptions = {}): GgufModel {
   if (!Number.isInteger(headSize) || headSize % 32 !== 0) {
     throw new Error(`head size ${embedding}/${heads} must be a whole multiple of 32 (the q4_0 KV cache needs it)`);
   }
-  const random = generator(options.seed ?? 1);
+  const random = seededRandom(options.seed ?? 1);
   const { tokens, types, scores } = vocabulary();
   const vocab = tokens.length;
   const endOfTurn = tokens.indexOf('<|im_end|>');
