@@ -61,6 +61,13 @@ export async function setUpDemo(config: Config): Promise<Demo> {
     await profiles.create({ name: speech.name, category: speech.category, params } as Parameters<typeof profiles.create>[0], speech.id);
     await profiles.setPublished(speech.id, true);
   }
+  // A listener made by an earlier demo has the spec's default language de, which pocketsphinx
+  // cannot transcribe (a blocker): it takes English, as a new demo's does.
+  const listener = profiles.get(DEMO_SPEECH[1].id);
+  if (listener?.category === 'stt' && listener.params.backend === 'pocketsphinx' && listener.params.defaultLanguage === 'de') {
+    await profiles.update(listener.id, listener.revision, { name: listener.name, category: 'stt', params: { ...listener.params, defaultLanguage: 'en' } });
+    lines.push(`service-deck demo: the listener profile transcribes English by default now (pocketsphinx has no German model)`);
+  }
   if (!profiles.get(DEMO_IMAGE.id) && !profiles.byName(DEMO_IMAGE.name)) {
     const imageModel = path.join(config.stateDir, 'models', 'sd-model.gguf');
     await profiles.create(

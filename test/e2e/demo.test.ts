@@ -1,7 +1,7 @@
 // `service-deck demo` as a user runs it: it generates the tiny chat model, creates and publishes
 // `tiny-chat`, starts the inference listener, and the official openai client chats with it through
 // the real llama-server. A second run keeps what the first made.
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import OpenAI, { toFile } from 'openai';
 import { encodeWav } from '../../src/adapters/wav.js';
@@ -56,10 +56,18 @@ t.test('the demo serves a chat model out of the box', async (t) => {
   demo.child.kill('SIGTERM');
   t.same(await demo.exited, { code: 0, signal: null }, 'SIGTERM ends it cleanly');
 
+  // A listener as an earlier demo made it: no defaultLanguage, so the spec's de (a blocker on pocketsphinx).
+  const listenerFile = path.join(stateDir, 'profiles', 'demo-stt.json');
+  const old = JSON.parse(await readFile(listenerFile, 'utf8')) as { params: Record<string, unknown> };
+  delete old.params.defaultLanguage;
+  await writeFile(listenerFile, JSON.stringify(old), { mode: 0o600 });
+
   const again = spawnCli(t, ['demo', '--ui-port', String(uiPort)], env);
   await again.waitFor(/Ctrl-C stops the service/, 60_000);
   t.notMatch(again.output(), /generated the tiny chat model|password \(shown once\)/, 'the second run reuses the model and the password');
   t.match(again.output(), /4 profile\(s\): tiny-chat/, 'nothing was made twice');
+  t.match(again.output(), /the listener profile transcribes English by default now/, "an earlier demo's listener is moved to English");
+  t.match(JSON.parse(await readFile(listenerFile, 'utf8')), { params: { defaultLanguage: 'en' } });
   again.child.kill('SIGTERM');
   await again.exited;
 });
