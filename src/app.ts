@@ -15,7 +15,7 @@ import Fastify, {
 } from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from './system/log.js';
-import type { Service } from './system/service.js';
+import type { Service } from './workers/service.js';
 import { bearerAuth } from './routes/auth.js';
 import { errors } from './errors.js';
 import { installErrorHandling } from './routes/errors.js';

@@ -1,11 +1,232 @@
-// The composition root's entry: the service (src/system/service.ts) with its two listeners, the
-// Fastify apps of src/app.ts. The system layer knows no HTTP; this is where the two meet.
+// The composition root: the service made of small named steps. The state directory is prepared
+// and its stores opened; the inference listener's adapter and the supervisor (the root actor, with
+// the listener and the queue as its children) are made; the worker adapters and the operator's
+// tests are built on them; the audio policy and the build watch are attached; then the admin
+// listener listens and the actors start. It is the only module that knows every layer: the
+// Fastify apps (src/app.ts), the worker adapters (src/workers/) and the system (src/system/).
+import { readdir, rm } from 'node:fs/promises';
+import path from 'node:path';
+import { waitFor } from 'xstate';
+import { TAGS } from '../machines/ids.js';
+import type { RuntimeLookup } from './adapters/runtimes.js';
+import { probeGpus } from './adapters/gpus.js';
 import { buildAdminApp, buildInferenceApp } from './app.js';
 import type { Config } from './config.js';
-import { openService, type StartOptions, type Started } from './system/service.js';
+import { AudioPolicyStore } from './store/audioPolicy.js';
+import { EndpointStore } from './store/endpoint.js';
+import { ensurePrivateDir } from './store/files.js';
+import { ProfileStore } from './store/profiles.js';
+import { SecretStore } from './store/secrets.js';
+import { AudioPolicies } from './system/audioPolicy.js';
+import { BuildWatcher } from './system/builds.js';
+import { Catalog } from './system/catalog.js';
+import { Counters } from './system/counters.js';
+import { createInspection } from './system/inspect.js';
+import { boundAddress, InferenceListener, listenerOf, watchListener, type ListenerActor } from './system/listener.js';
+import type { Logger } from './system/log.js';
+import { Scheduler } from './system/scheduler.js';
+import { SessionStore } from './system/sessions.js';
+import { endpointStatus, statusWord } from './system/status.js';
+import { createSupervisor } from './system/supervisor.js';
+import { WorkerHooks } from './system/workers.js';
+import { ChatWorker } from './workers/chat.js';
+import { CHAT_LIMITS, type ChatLimits } from './workers/chatRequest.js';
+import { ChatTests } from './workers/chatTests.js';
+import { ImageWorker } from './workers/image.js';
+import { ImageTests } from './workers/imageTests.js';
+import { sweepWorkerProcesses } from './workers/leftovers.js';
+import type { WorkerDeps } from './workers/lifecycle.js';
+import { sweepLeftovers } from './workers/llamaServer.js';
+import type { Service } from './workers/service.js';
+import { SttWorker } from './workers/stt.js';
+import { TtsWorker } from './workers/tts.js';
 
-export type { Service } from './system/service.js';
+export type { Service } from './workers/service.js';
 
-export function startService(config: Config, options: Omit<StartOptions, 'listeners'>): Promise<Started> {
-  return openService(config, { ...options, listeners: { inference: buildInferenceApp, admin: buildAdminApp } });
+export interface StartOptions {
+  log: Logger;
+  /** Tests pass 0 to let the system choose the admin port. */
+  adminPort?: number;
+  /** Tests shorten the chat worker limits (spec 8: 120 s idle, 600 s SSE, 16 MiB buffered). */
+  chatLimits?: ChatLimits;
+  /** Tests shorten the wait before a failed warm preload is tried again (spec 3.6: "retried later"). */
+  audioRetryMs?: number;
+  /** Tests shorten how long one image may take (default 60 min) and the grace before SIGKILL. */
+  imageLimits?: { loadTimeLimitMs?: number; terminationGraceMs?: number };
+}
+
+export interface Started {
+  service: Service;
+  /** The API token generated at this first start (shown once), if any. */
+  generatedToken?: string;
+}
+
+/** Job folders hold prompts and uploads only while their job runs; a crash may have left some. */
+async function clearLeftoverJobs(jobsDir: string, log: Logger): Promise<void> {
+  const left = await readdir(jobsDir);
+  await Promise.all(left.map((name) => rm(path.join(jobsDir, name), { recursive: true, force: true })));
+  if (left.length > 0) log.warn({ count: left.length }, 'removed job folders left over from an earlier run');
+}
+
+/** The state directory with its private folders, cleared of what a killed run left behind. */
+async function prepareStateDir(config: Config, log: Logger): Promise<void> {
+  await ensurePrivateDir(config.stateDir);
+  await ensurePrivateDir(path.join(config.stateDir, 'jobs'));
+  await ensurePrivateDir(path.join(config.stateDir, 'runtime'));
+  await clearLeftoverJobs(path.join(config.stateDir, 'jobs'), log);
+  await sweepLeftovers(path.join(config.stateDir, 'runtime'), log);
+  await sweepWorkerProcesses(path.join(config.stateDir, 'runtime'), log);
+}
+
+async function openStores(config: Config) {
+  const endpoint = await EndpointStore.open(config.stateDir);
+  const opened = await SecretStore.open(config.stateDir, { password: config.firstPassword, token: config.firstToken, generateToken: true });
+  const profiles = await ProfileStore.open(config.stateDir, endpoint);
+  const audioPolicy = await AudioPolicyStore.open(config.stateDir);
+  return { endpoint, secrets: opened.store, generatedToken: opened.generatedToken, profiles, audioPolicy };
+}
+
+/** The four worker adapters, each with its machine started and registered with the worker hooks. */
+function createWorkers(deps: WorkerDeps & { runtimeDir: string }, imageLimits: StartOptions['imageLimits']) {
+  const tts = new TtsWorker(deps);
+  const image = new ImageWorker({ ...deps, ...imageLimits });
+  const stt = new SttWorker(deps);
+  const chat = new ChatWorker(deps);
+  return { chat, stt, tts, image };
+}
+
+export async function startService(config: Config, options: StartOptions): Promise<Started> {
+  const { log } = options;
+  await prepareStateDir(config, log);
+  const stores = await openStores(config);
+  const { endpoint, secrets, profiles } = stores;
+  /** What `endpoint.json` remembered from before this start. */
+  const record = endpoint.record;
+
+  const lookup: RuntimeLookup = { env: config.env, cacheDir: config.cacheDir };
+  // The profile view notes a missing fit tool only where GPUs are present (real or simulated).
+  const catalog = new Catalog(profiles, lookup, () => probeGpus(config.env, new Set()).then((inventory) => inventory.gpus.length > 0, () => false));
+  const hooks = new WorkerHooks();
+  const counters = new Counters();
+  const sessions = new SessionStore();
+  const inspection = await createInspection(config.inspect, { log, port: config.inspectPort, production: config.production });
+
+  const inference = new InferenceListener({
+    build: () => buildInferenceApp(service),
+    supervisor: () => supervisor,
+    log,
+    unloadTimeoutMs: config.drainLimitMs + 60_000,
+  });
+  const { supervisor, since } = createSupervisor({ config, lookup, log, inspection, listener: inference, record, workers: hooks, profiles });
+  const listenerRef = () => listenerOf(supervisor) as ListenerActor;
+  const scheduler = new Scheduler(supervisor);
+  const builds = new BuildWatcher({ supervisor, lookup, log, pollMs: config.buildPollMs });
+  const { chat, stt, tts, image } = createWorkers(
+    { supervisor, workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime'), ...(inspection.inspect ? { inspect: inspection.inspect } : {}) },
+    options.imageLimits,
+  );
+  const audio = new AudioPolicies({
+    store: stores.audioPolicy,
+    supervisor,
+    scheduler,
+    profiles,
+    lookup,
+    workers: { tts, stt },
+    // The listener child is gone once the service has ended.
+    accepting: () => listenerOf(supervisor)?.getSnapshot().hasTag(TAGS.accepting) ?? false,
+    watchListener: (onChange) => listenerRef().subscribe({ next: onChange }),
+    log,
+    ...(options.audioRetryMs === undefined ? {} : { retryMs: options.audioRetryMs }),
+    ...(inspection.inspect ? { inspect: inspection.inspect } : {}),
+  });
+
+  /** Since when a stop is in progress (the listener's watch tells, once the supervisor has started). */
+  let stopSince = (): string | null => null;
+  let chatTests: ChatTests | undefined;
+  let imageTests: ImageTests | undefined;
+  let shuttingDown: Promise<void> | undefined;
+
+  const service: Service = {
+    config,
+    log,
+    secrets,
+    endpoint,
+    profiles,
+    catalog,
+    sessions,
+    counters,
+    workers: hooks,
+    supervisor,
+    scheduler,
+    builds,
+    chat,
+    stt,
+    tts,
+    image,
+    get imageTests() {
+      imageTests ??= new ImageTests(service);
+      return imageTests;
+    },
+    audio,
+    chatLimits: options.chatLimits ?? CHAT_LIMITS,
+    get chatTests() {
+      chatTests ??= new ChatTests(service, service.chatLimits);
+      return chatTests;
+    },
+    get listener() {
+      return listenerRef();
+    },
+    inspection,
+    accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
+    adminAddress: () => boundAddress(admin),
+    inferenceAddress: () => inference.address(),
+    state: () => statusWord(listenerRef()),
+    status: () =>
+      endpointStatus({
+        config,
+        listener: listenerRef(),
+        supervisor,
+        scheduler,
+        secrets,
+        counters,
+        workers: hooks,
+        catalog,
+        builds,
+        boundPort: () => inference.address()?.port,
+        stopSince: () => stopSince(),
+        since,
+        progress: (generation) => image.progress(generation),
+      }),
+    /** Safe to call more than once: later calls wait for the first. */
+    shutdown() {
+      shuttingDown ??= (async () => {
+        chatTests?.cancel();
+        imageTests?.cancel();
+        listenerRef().send({ type: 'service.shutdown' });
+        await waitFor(supervisor, (s) => s.status === 'done', { timeout: config.drainLimitMs + 90_000 }).catch((error: unknown) => {
+          log.error({ err: error }, 'the listener did not stop in time');
+        });
+        audio.stop();
+        builds.stop();
+        supervisor.stop();
+        for (const worker of [chat, stt, tts, image]) worker.stop();
+        await endpoint.flushed();
+        await admin.close();
+        await inspection.close();
+      })();
+      return shuttingDown;
+    },
+  };
+
+  const admin = await buildAdminApp(service);
+  await admin.listen({ host: config.uiHost, port: options.adminPort ?? config.uiPort });
+  log.info({ host: config.uiHost, port: service.adminAddress()?.port }, 'admin listener started');
+  supervisor.start();
+  builds.start();
+  stopSince = watchListener(listenerRef(), endpoint, log).stopSince;
+  audio.start();
+  if (record.running) {
+    await waitFor(listenerRef(), (s) => !s.matches('starting') && !s.matches('restoring'), { timeout: 30_000 });
+  }
+  return stores.generatedToken === undefined ? { service } : { service, generatedToken: stores.generatedToken };
 }

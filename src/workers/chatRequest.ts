@@ -8,7 +8,7 @@
 // reused); buffered answers reuse keep-alive connections. When the worker dies, the supervisor
 // revokes the request's reservation with the diagnosis, which becomes the 502 `worker_failed`.
 import http from 'node:http';
-import type { Service } from '../system/service.js';
+import type { Service } from './service.js';
 import { ReservationRevoked, type Lease } from '../system/scheduler.js';
 import { ApiError, errors } from '../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';

@@ -12,7 +12,7 @@
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { errors } from '../errors.js';
-import type { Service } from '../system/service.js';
+import type { Service } from './service.js';
 import type { ChatProfile } from './chat.js';
 import { chatRequestSchema, upstreamBody } from './chat.schema.js';
 import { CHAT_LIMITS, openChat, readBody, relayStream, workerStatusError, type ChatLimits } from './chatRequest.js';

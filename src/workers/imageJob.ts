@@ -9,7 +9,7 @@ import path from 'node:path';
 import { imageKind, pngSize, stripPngMetadata, type ImageKind } from '../adapters/png.js';
 import { errors } from '../errors.js';
 import type { Lease } from '../system/scheduler.js';
-import type { Service } from '../system/service.js';
+import type { Service } from './service.js';
 import type { ImageProfile } from './image.js';
 import { onLease } from './job.js';
 

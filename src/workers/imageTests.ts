@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { errors, type ApiError } from '../errors.js';
 import type { Lease } from '../system/scheduler.js';
-import type { Service } from '../system/service.js';
+import type { Service } from './service.js';
 import type { ImageProfile } from './image.js';
 import { runImageJob } from './imageJob.js';
 import { jobFailure } from './job.js';

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { SupervisorEmitted } from '../../../machines/supervisor/index.js';
 import { ask } from '../../system/ask.js';
 import { CHAT_TEST_MAX_TOKENS } from '../../workers/chatTests.js';
-import type { Service } from '../../system/service.js';
+import type { Service } from '../../workers/service.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
 import { errors } from '../../errors.js';

@@ -2,7 +2,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { Service } from '../../system/service.js';
+import type { Service } from '../../workers/service.js';
 import { SESSION_COOKIE, SESSION_TTL_MS } from '../../system/sessions.js';
 import { adminAuth, requireAdminHeader, sessionFromCookie } from '../auth.js';
 import { errors } from '../../errors.js';

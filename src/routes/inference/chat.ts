@@ -7,7 +7,7 @@
 import { PassThrough } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import type { Service } from '../../system/service.js';
+import type { Service } from '../../workers/service.js';
 import type { ChatProfile } from '../../workers/chat.js';
 import { CHAT_LIMITS, completeAnswer, openChat, readBody, relayStream, workerError, workerStatusError, type ChatLimits } from '../../workers/chatRequest.js';
 import { clientGone } from '../client.js';

@@ -11,7 +11,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { imageKind } from '../../adapters/png.js';
-import type { Service } from '../../system/service.js';
+import type { Service } from '../../workers/service.js';
 import type { ImageProfile } from '../../workers/image.js';
 import { runImageJob, type ImageResult } from '../../workers/imageJob.js';
 import { clientGone } from '../client.js';

@@ -8,7 +8,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { Service } from '../../system/service.js';
+import type { Service } from '../../workers/service.js';
 import { onLease } from '../../workers/job.js';
 import { DEFAULT_VOICE, ESPEAK_LANGUAGES, ESPEAK_VOICES, type SpeechRequest, type TtsProfile } from '../../workers/tts.js';
 

@@ -7,7 +7,7 @@
 import type { MultipartFile } from '@fastify/multipart';
 import type { FastifyPluginAsync } from 'fastify';
 import { checkTranscriptionWav, TRANSCRIPTION_WAV, WavError } from '../../adapters/wav.js';
-import type { Service } from '../../system/service.js';
+import type { Service } from '../../workers/service.js';
 import { onLease } from '../../workers/job.js';
 import { STT_LANGUAGE_CHOICES, STT_LANGUAGES, type SttLanguage } from '../../store/profile.schema.js';
 import type { SttProfile } from '../../workers/stt.js';

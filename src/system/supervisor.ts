@@ -1,0 +1,82 @@
+// The root actor (the supervisor, with the listener and the queue as its children) made with its
+// real actors: the listener machine's (src/system/listener.ts) and the memory check's start facts
+// (src/system/startFacts.ts). Its decisions reach the worker adapters through the worker hooks,
+// and the profile store tells it about saves, deletions and publications.
+import { createActor } from 'xstate';
+import { SYSTEM_IDS } from '../../machines/ids.js';
+import { supervisorMachine, type SupervisorEvent, type WorkerKind } from '../../machines/supervisor/index.js';
+import type { RuntimeLookup } from '../adapters/runtimes.js';
+import type { Config } from '../config.js';
+import type { EndpointRecord } from '../store/endpoint.js';
+import type { ProfileStore } from '../store/profiles.js';
+import type { Inspection } from './inspect.js';
+import type { InferenceListener } from './listener.js';
+import type { Logger } from './log.js';
+import type { SupervisorActor } from './scheduler.js';
+import { supervisorAdapters } from './startFacts.js';
+import { ownPids } from './status.js';
+import type { WorkerHooks } from './workers.js';
+
+export interface SupervisorDeps {
+  config: Config;
+  lookup: RuntimeLookup;
+  log: Logger;
+  inspection: Inspection;
+  listener: InferenceListener;
+  /** What `endpoint.json` remembered from before this start. */
+  record: EndpointRecord;
+  workers: WorkerHooks;
+  profiles: ProfileStore;
+}
+
+/** The supervisor, not yet started, and when each kind's worker was granted its start. */
+export function createSupervisor(deps: SupervisorDeps): { supervisor: SupervisorActor; since: (kind: WorkerKind) => string | null } {
+  const { config, log, record, workers, profiles } = deps;
+  const supervisor: SupervisorActor = createActor(
+    supervisorMachine.provide({
+      actors: { listener: deps.listener.logic(), ...supervisorAdapters({ config, lookup: deps.lookup, ownPids: () => ownPids(supervisor) }) },
+    }),
+    {
+      systemId: SYSTEM_IDS.supervisor,
+      input: {
+        listener: {
+          address: { host: record.host, port: record.port },
+          portRange: config.apiPorts,
+          rememberedRunning: record.running,
+          drainLimitMs: config.drainLimitMs,
+        },
+      },
+      inspect: deps.inspection.inspect,
+    },
+  );
+
+  // The supervisor decides which worker goes; the worker adapters carry it out and report back.
+  const since = new Map<WorkerKind, string>();
+  supervisor.on('worker.unload', (event) => {
+    log.info({ worker: event.kind, reason: event.reason }, 'unloading worker');
+    workers
+      .unload(event.kind, { generation: event.generation, reason: event.reason })
+      .catch((error: unknown) => log.error({ err: error, worker: event.kind }, 'worker did not unload cleanly'))
+      .finally(() => {
+        since.delete(event.kind);
+        supervisor.send({ type: 'worker.unloaded', kind: event.kind, generation: event.generation });
+      });
+  });
+  supervisor.on('gpu.granted', (event) => {
+    if (event.start) since.set(event.worker, new Date().toISOString());
+  });
+  supervisor.on('gpu.denied', (event) => log.info({ job: event.jobId, code: event.code }, 'reservation denied'));
+  supervisor.on('gpu.revoked', (event) => log.warn({ job: event.jobId, code: event.code, reason: event.message }, 'reservation revoked'));
+  supervisor.subscribe({ error: (error) => log.error({ err: error }, 'supervisor actor failed') });
+
+  // Waiting requests of a changed, deleted or unpublished profile are rejected (spec 3.7).
+  const tellProfile = (id: string, revision: number | null) => {
+    const event: SupervisorEvent = { type: 'profile.changed', profileId: id, revision, published: profiles.isPublished(id) };
+    supervisor.send(event);
+  };
+  profiles.on('profile.changed', ({ id, revision }) => tellProfile(id, revision));
+  profiles.on('publication.changed', ({ removed }) => {
+    for (const id of removed) tellProfile(id, profiles.get(id)?.revision ?? null);
+  });
+  return { supervisor, since: (kind) => since.get(kind) ?? null };
+}

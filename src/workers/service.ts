@@ -1,0 +1,73 @@
+// The running service as routes and worker flows see it: the stores, the catalog, the supervisor
+// and scheduler, the worker adapters, the operator's tests, the listener. src/compose.ts makes it.
+import type { Config } from '../config.js';
+import type { EndpointStore } from '../store/endpoint.js';
+import type { ProfileStore } from '../store/profiles.js';
+import type { SecretStore } from '../store/secrets.js';
+import type { AudioPolicies } from '../system/audioPolicy.js';
+import type { BuildWatcher } from '../system/builds.js';
+import type { Catalog } from '../system/catalog.js';
+import type { Counters } from '../system/counters.js';
+import type { Inspection } from '../system/inspect.js';
+import type { ListenerActor } from '../system/listener.js';
+import type { Logger } from '../system/log.js';
+import type { Scheduler, SupervisorActor } from '../system/scheduler.js';
+import type { SessionStore } from '../system/sessions.js';
+import type { EndpointStatus } from '../system/status.js';
+import type { WorkerHooks } from '../system/workers.js';
+import type { ChatWorker } from './chat.js';
+import type { ChatLimits } from './chatRequest.js';
+import type { ChatTests } from './chatTests.js';
+import type { ImageWorker } from './image.js';
+import type { ImageTests } from './imageTests.js';
+import type { SttWorker } from './stt.js';
+import type { TtsWorker } from './tts.js';
+
+export type { EndpointStatus };
+
+export interface Service {
+  config: Config;
+  log: Logger;
+  secrets: SecretStore;
+  endpoint: EndpointStore;
+  profiles: ProfileStore;
+  catalog: Catalog;
+  sessions: SessionStore;
+  counters: Counters;
+  workers: WorkerHooks;
+  /** The root actor: reservations, the queue, the workers' load state. */
+  supervisor: SupervisorActor;
+  scheduler: Scheduler;
+  /** Which build each worker runs; a new one on disk unloads it when idle (spec 3.5, 9). */
+  builds: BuildWatcher;
+  /** The chat worker (spec 3.2): its machine, the llama-server process, the connections of a loaded start. */
+  chat: ChatWorker;
+  /** The STT worker (spec 3.5): one engine process on the CPU, one recording at a time. */
+  stt: SttWorker;
+  /** The TTS worker (spec 3.4): espeak-ng on the CPU, ready for further requests once loaded. */
+  tts: TtsWorker;
+  /** The image worker (spec 3.3): one sd-cli process per image, on every GPU. */
+  image: ImageWorker;
+  /** The operator's image test (spec 3.3, 4.7): one job, in RAM only. */
+  readonly imageTests: ImageTests;
+  /** The audio memory policy per speech worker kind (spec 3.6). */
+  audio: AudioPolicies;
+  /** The chat worker's HTTP limits (spec 8). */
+  chatLimits: ChatLimits;
+  /** The operator's chat test (spec 2.5, 4.7): one job, in RAM only. */
+  readonly chatTests: ChatTests;
+  /** The supervisor's child that owns the inference listener (spec 3.1). */
+  readonly listener: ListenerActor;
+  inspection: Inspection;
+  /** Whether the inference listener takes new requests (the listener machine's `accepting` tag). */
+  accepting(): boolean;
+  /** The address the admin listener is bound to, once it listens. */
+  adminAddress(): { host: string; port: number } | undefined;
+  /** The inference listener's bound port (differs from the configured one only for port 0 in tests). */
+  inferenceAddress(): { host: string; port: number } | undefined;
+  /** running, stopping or stopped, from the listener machine. */
+  state(): EndpointStatus['status'];
+  status(): Promise<EndpointStatus>;
+  /** SIGTERM path: stop accepting, let running answers finish (bounded), unload workers, close. */
+  shutdown(): Promise<void>;
+}
