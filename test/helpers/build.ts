@@ -58,6 +58,8 @@ export interface Built {
   adminUrl: string;
   apiUrl(): string;
   login(): Promise<void>;
+  /** The admin session's cookie (`name=value`) and CSRF token, for the tests that look for them. */
+  session(): { cookie: string; csrf: string };
   startEndpoint(): Promise<void>;
 }
 
@@ -130,6 +132,7 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
       cookie = (response.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
       csrf = ((await response.json()) as { csrfToken: string }).csrfToken;
     },
+    session: () => ({ cookie, csrf }),
     async startEndpoint() {
       let response = await built.admin('POST', '/api/v1/endpoint/config', { port: apiPort });
       if (response.status !== 200) throw new Error(`config failed: ${response.status} ${await response.text()}`);
