@@ -188,7 +188,9 @@ t.test('a failing or hanging sd-cli: 502 with the cause, the process ended, the 
   const started = Date.now();
   error = await expectError(t, await b.api('POST', '/v1/images/generations', { model: 'stuck', prompt: PROMPT }), 502, 'worker_failed');
   t.match(error.message, /did not finish its image within 2 s \(timeout\)/);
-  t.ok(Date.now() - started < 20_000, 'ended by the limit');
+  const elapsed = Date.now() - started;
+  // Bounds a loaded machine cannot miss: the limit was waited for, and the stand-in (which hangs for ever) did not end it.
+  t.ok(elapsed >= 1_500 && elapsed < 60_000, `ended by the limit (${elapsed} ms)`);
   const [run] = await runs(hanging);
   await until('the hung process to be gone', async () => (alive(run!.pid) ? undefined : true));
   t.same(await jobFolders(b), []);
