@@ -1,11 +1,14 @@
 #!/bin/sh
-# The whole test suite (`npm test`): set-up, type check, lint, then every tap test. Ends with the
-# line "N passed, N failed": the tap assertions plus one each for the type check and the lint.
+# The whole test suite (`npm test`): set-up, type check, lint, then every tap test (or the tap
+# arguments given, e.g. one file). Ends with the line "N passed, N failed, N skipped": the tap
+# assertions plus one each for the type check and the lint; skipped and todo tests count as
+# skipped and are named above that line. Exits non-zero when anything failed or tap itself did.
 set -u
 cd "$(dirname "$0")/.."
 
 passed=0
 failed=0
+skipped=0
 stage() {
   name=$1
   shift
@@ -15,26 +18,63 @@ stage() {
 
 if ! sh scripts/setup.sh; then
   echo "== set-up FAILED"
-  echo "0 passed, 1 failed"
+  echo "0 passed, 1 failed, 0 skipped"
   exit 1
 fi
 stage typecheck npx --no-install tsc -p tsconfig.json --noEmit
 stage lint npx --no-install eslint .
 
 log=$(mktemp)
+rc_file=$(mktemp)
 printf '== tap\n'
-npx --no-install tap "$@" 2>&1 | tee "$log"
-tap_status=$(tail -n 400 "$log" | grep -E '^# \{ total: ' | tail -n 1)
-rm -f "$log"
+# tap's own exit status survives the pipe through a file.
+{
+  npx --no-install tap "$@" 2>&1
+  echo $? >"$rc_file"
+} | tee "$log"
+tap_rc=$(cat "$rc_file")
+tap_status=$(grep -E '^# \{ total: ' "$log" | tail -n 1)
+# Every skipped or todo test or assertion, named by its path of subtests (TAP indents a subtest's
+# lines by four spaces per level): "file > subtest > assertion # SKIP reason".
+not_run=$(awk '
+  {
+    line = $0
+    match(line, /^ */)
+    depth = int(RLENGTH / 4)
+    text = substr(line, RLENGTH + 1)
+  }
+  text ~ /^# Subtest: / { path[depth] = substr(text, 12); next }
+  text ~ /^(not )?ok [0-9]+ .*# (SKIP|TODO)/ {
+    name = text
+    sub(/^(not )?ok [0-9]+ (- )?/, "", name)
+    prefix = ""
+    for (i = 0; i < depth; i++) if (i in path) prefix = prefix path[i] " > "
+    print "  " prefix name
+  }
+' "$log")
+rm -f "$log" "$rc_file"
 if [ -z "$tap_status" ]; then
   echo "== tap printed no summary: counted as one failure"
   failed=$((failed + 1))
 else
-  tap_pass=$(printf '%s' "$tap_status" | sed -n 's/.*pass: \([0-9]*\).*/\1/p')
-  tap_fail=$(printf '%s' "$tap_status" | sed -n 's/.*fail: \([0-9]*\).*/\1/p')
+  count() { printf '%s' "$tap_status" | sed -n "s/.*[{ ]$1: \\([0-9]*\\).*/\\1/p"; }
+  tap_pass=$(count pass)
+  tap_fail=$(count fail)
+  tap_skip=$(count skip)
+  tap_todo=$(count todo)
   passed=$((passed + ${tap_pass:-0}))
   failed=$((failed + ${tap_fail:-0}))
+  skipped=$((skipped + ${tap_skip:-0} + ${tap_todo:-0}))
+  if [ "${tap_rc:-1}" -ne 0 ] && [ "${tap_fail:-0}" -eq 0 ]; then
+    # A test file that crashed, timed out or left a failure tap did not count as an assertion.
+    echo "== tap exited with status ${tap_rc:-unknown} but counted no failure: counted as one failure"
+    failed=$((failed + 1))
+  fi
+fi
+if [ -n "$not_run" ]; then
+  echo "== skipped or todo:"
+  printf '%s\n' "$not_run"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ] && [ "${tap_rc:-1}" -eq 0 ]

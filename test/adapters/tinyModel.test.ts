@@ -147,7 +147,7 @@ t.test('writeTinyModel writes atomically to the resolved path', async (t) => {
   await writeFile(target, 'old model');
   const temp = `${target}.${process.pid}.tmp`;
   await mkdir(temp);
-  await t.rejects(writeTinyModel(target, { seed: 4 }), 'the temporary file cannot be written');
+  await t.rejects(writeTinyModel(target, { seed: 4 }), { code: 'EISDIR' }, 'the temporary file cannot be written (a folder holds its name)');
   t.equal(await readFile(target, 'utf8'), 'old model', 'the target keeps its old content');
 
   // Once the temporary name is free again, the new model replaces the old one in one step.

@@ -11,7 +11,7 @@ import OpenAI, { toFile } from 'openai';
 import t, { type Test } from 'tap';
 import { encodeWav } from '../../src/adapters/wav.js';
 import { METADATA_CHUNKS, pngChunk, pngChunks, pngSize } from '../../src/adapters/png.js';
-import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
+import { build, failureOf, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { openapiErrors } from '../helpers/openapi.js';
 import { alive, until } from '../helpers/until.js';
 
@@ -187,7 +187,9 @@ t.test('a failing or hanging sd-cli: 502 with the cause, the process ended, the 
   const started = Date.now();
   error = await expectError(t, await b.api('POST', '/v1/images/generations', { model: 'stuck', prompt: PROMPT }), 502, 'worker_failed');
   t.match(error.message, /did not finish its image within 2 s \(timeout\)/);
-  t.ok(Date.now() - started < 20_000, 'ended by the limit');
+  const elapsed = Date.now() - started;
+  // Bounds a loaded machine cannot miss: the limit was waited for, and the stand-in (which hangs for ever) did not end it.
+  t.ok(elapsed >= 1_500 && elapsed < 60_000, `ended by the limit (${elapsed} ms)`);
   const [run] = await runs(hanging);
   await until('the hung process to be gone', async () => (alive(run!.pid) ? undefined : true));
   t.same(await jobFolders(b), []);
@@ -198,19 +200,22 @@ t.test('a client that leaves mid-image: the image process is ended and its folde
   const { b, dir } = await setUp(t);
   const { model } = await painter(b, dir, 'stuck', { behaviour: 'hang' });
   const controller = new AbortController();
-  const request = fetch(`${b.apiUrl()}/v1/images/generations`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'stuck', prompt: PROMPT }),
-    signal: controller.signal,
-  }).catch(() => undefined);
+  const request = failureOf(
+    fetch(`${b.apiUrl()}/v1/images/generations`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'stuck', prompt: PROMPT }),
+      signal: controller.signal,
+    }),
+  );
   const [run] = await until('the image process', async () => ((await runs(model)).length > 0 ? runs(model) : undefined));
   await until('the job folder', async () => ((await jobFolders(b)).length > 0 ? true : undefined));
   controller.abort();
-  await request;
+  t.equal(await request, 'AbortError', 'the client went away before any answer');
   await until('the image process to end', async () => (alive(run!.pid) ? undefined : true));
   await until('the folder to go', async () => ((await jobFolders(b)).length === 0 ? true : undefined));
-  t.pass('ended and removed');
+  t.notOk(alive(run!.pid), 'the image process was ended');
+  t.same(await jobFolders(b), [], 'its folder was removed');
 });
 
 t.test('the image test: runs through the same worker, shows its progress and image, and reports a busy reservation as 409', async (t) => {

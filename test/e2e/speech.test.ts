@@ -4,8 +4,8 @@
 import OpenAI, { toFile } from 'openai';
 import t from 'tap';
 import { encodeWav, pcm16, readWav, resample } from '../../src/adapters/wav.js';
-import { build, TOKEN } from '../helpers/build.js';
-import { pocketsphinxPath, wordAccuracy } from '../helpers/speech.js';
+import { build, tempDir, TOKEN } from '../helpers/build.js';
+import { espeakRecorder, pocketsphinxPath, wordAccuracy } from '../helpers/speech.js';
 import { alive, until } from '../helpers/until.js';
 
 
@@ -49,7 +49,7 @@ t.test('speak through the openai client, then transcribe it: the round trip', as
   t.ok(sttPid && alive(sttPid), 'the STT engine runs');
 
   const german = await b.api('POST', '/v1/audio/speech', { model: 'speaker', input: 'Guten Morgen, wie geht es dir?' });
-  t.equal(german.status, 200, 'German is the default language');
+  t.equal(german.status, 200, 'a German sentence is spoken (the voice used is checked below)');
   const slow = readWav(Buffer.from(await (await b.api('POST', '/v1/audio/speech', { model: 'speaker', input: 'Guten Morgen, wie geht es dir?', speed: 0.5 })).arrayBuffer()));
   t.ok(slow.seconds > readWav(Buffer.from(await german.arrayBuffer())).seconds, 'a lower speed speaks longer');
 
@@ -61,6 +61,38 @@ t.test('speak through the openai client, then transcribe it: the round trip', as
   });
   t.same(after, [], 'no worker is left after the stop');
   t.notOk(alive(sttPid!), "the STT engine's process ended");
+});
+
+t.test('the voice espeak-ng really speaks with: German and alloy by default, then the language, the preset and the profile voice asked for', async (t) => {
+  const espeak = await espeakRecorder(await tempDir(t));
+  const b = await build(t, { env: { SERVICE_DECK_ESPEAK_NG: espeak.binary, SERVICE_DECK_GPUS: 'none' } });
+  await b.startEndpoint();
+  for (const profile of [
+    { name: 'speaker', category: 'tts', params: {} },
+    { name: 'whisperer', category: 'tts', params: { voice: 'shimmer' } },
+  ]) {
+    const id = ((await (await b.admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
+    t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200);
+  }
+  const cases: Array<[Record<string, unknown>, string, string]> = [
+    [{ model: 'speaker' }, 'de+m3', 'no language and no voice: German, alloy'],
+    [{ model: 'speaker', language: 'English' }, 'en-us+m3', 'English asked for'],
+    [{ model: 'speaker', voice: 'nova' }, 'de+f3', 'the preset nova, in German'],
+    [{ model: 'speaker', language: 'French', voice: 'onyx' }, 'fr+m6', 'French with onyx'],
+    [{ model: 'whisperer' }, 'de+f1', "the profile's own voice (shimmer) when the request names none"],
+    [{ model: 'whisperer', voice: 'echo' }, 'de+m2', "the request's voice over the profile's"],
+  ];
+  for (const [body, voice, what] of cases) {
+    const before = (await espeak.runs()).length;
+    const response = await b.api('POST', '/v1/audio/speech', { input: 'Guten Morgen', ...body });
+    t.equal(response.status, 200, `${what}: spoken`);
+    t.ok(readWav(Buffer.from(await response.arrayBuffer())).seconds > 0.2, `${what}: real speech`);
+    const spoken = (await espeak.runs()).slice(before).filter((argv) => argv.includes('--stdin'));
+    t.equal(spoken.length, 1, `${what}: one espeak-ng run`);
+    const argv = spoken[0] ?? [];
+    t.equal(argv[argv.indexOf('-v') + 1], voice, `${what}: espeak-ng -v ${voice}`);
+  }
+  t.notOk((await espeak.runs()).flat().some((arg) => arg.includes('Guten')), 'the text goes through standard input, never the command line');
 });
 
 t.test('every rule of spec 4.5 refuses with a 400', async (t) => {

@@ -4,9 +4,10 @@
 import OpenAI, { toFile } from 'openai';
 import t from 'tap';
 import { encodeWav } from '../../src/adapters/wav.js';
-import { build, TOKEN, type Built } from '../helpers/build.js';
+import { build, failureOf, TOKEN, type Built } from '../helpers/build.js';
 import { openapiErrors } from '../helpers/openapi.js';
 import { pocketsphinxPath, speech } from '../helpers/speech.js';
+import { until } from '../helpers/until.js';
 
 async function setUp(t: Parameters<typeof build>[0]) {
   const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
@@ -104,10 +105,13 @@ t.test('a client that leaves mid-transcription never hands its answer to the nex
   form.append('model', 'listener');
   form.append('language', 'en');
   form.append('file', new Blob([long]), 'long.wav');
-  const left = fetch(`${b.apiUrl()}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` }, body: form, signal: controller.signal }).catch((e: unknown) => e);
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  const left = failureOf(fetch(`${b.apiUrl()}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` }, body: form, signal: controller.signal }));
+  await until('the long recording to be transcribed', async () => {
+    const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { queue: { running: Array<{ kind: string }> } };
+    return status.queue.running.some((job) => job.kind === 'stt') ? true : undefined;
+  });
   controller.abort();
-  t.ok((await left) instanceof Error, 'the first client left');
+  t.equal(await left, 'AbortError', 'the first client left before any answer');
   const next = await post(b, { model: 'listener', language: 'en' }, { bytes: short });
   t.equal(next.status, 200);
   t.notMatch(next.body.text ?? '', /one|two|three|four|five|six|seven|eight|nine|ten/, `the next job gets its own answer: "${next.body.text}"`);

@@ -24,6 +24,22 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/**
+ * How a request ended when it was expected to fail on the network: the code of its error
+ * (`ECONNREFUSED` when no listener is open, `UND_ERR_SOCKET` when the server closed the
+ * connection, `AbortError` when the client aborted), or `answered <status>` when it got an answer.
+ * A test compares it with the one outcome it expects.
+ */
+export async function failureOf(request: Promise<Response>): Promise<string> {
+  try {
+    return `answered ${(await request).status}`;
+  } catch (error) {
+    if (error instanceof Error && error.name === 'AbortError') return 'AbortError';
+    const code = (error as { cause?: { code?: unknown } }).cause?.code ?? (error as { code?: unknown }).code;
+    return typeof code === 'string' ? code : String(error);
+  }
+}
+
 export async function tempDir(t: Test, prefix = 'sd-test-'): Promise<string> {
   const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
@@ -42,6 +58,8 @@ export interface Built {
   adminUrl: string;
   apiUrl(): string;
   login(): Promise<void>;
+  /** The admin session's cookie (`name=value`) and CSRF token, for the tests that look for them. */
+  session(): { cookie: string; csrf: string };
   startEndpoint(): Promise<void>;
 }
 
@@ -114,6 +132,7 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
       cookie = (response.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
       csrf = ((await response.json()) as { csrfToken: string }).csrfToken;
     },
+    session: () => ({ cookie, csrf }),
     async startEndpoint() {
       let response = await built.admin('POST', '/api/v1/endpoint/config', { port: apiPort });
       if (response.status !== 200) throw new Error(`config failed: ${response.status} ${await response.text()}`);

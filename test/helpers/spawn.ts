@@ -29,6 +29,8 @@ export function spawnCli(t: Test, args: string[], env: NodeJS.ProcessEnv, input?
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once('exit', (code, signal) => resolve({ code, signal })),
   );
+  // 'close' comes after the process ended and its output streams were read to the end.
+  const closed = new Promise<void>((resolve) => child.once('close', () => resolve()));
   t.teardown(() => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   });
@@ -36,7 +38,7 @@ export function spawnCli(t: Test, args: string[], env: NodeJS.ProcessEnv, input?
     child,
     output: () => text,
     exited,
-    waitFor: (pattern, timeoutMs = 20_000) =>
+    waitFor: (pattern, timeoutMs = 60_000) =>
       new Promise((resolve, reject) => {
         const check = () => {
           const match = text.match(pattern);
@@ -52,13 +54,13 @@ export function spawnCli(t: Test, args: string[], env: NodeJS.ProcessEnv, input?
         }, timeoutMs);
         listeners.add(check);
         check();
-        void exited.then(() => setTimeout(() => {
+        void closed.then(() => {
           if (listeners.has(check)) {
             listeners.delete(check);
             clearTimeout(timer);
             reject(new Error(`process exited before ${pattern}:\n${text}`));
           }
-        }, 50));
+        });
       }),
   };
 }

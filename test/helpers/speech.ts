@@ -1,7 +1,7 @@
 // English speech made with espeak-ng (Debian, installed by the set-up), resampled to the 16 kHz
 // mono 16-bit PCM that the transcription route and the STT engine take.
 import { execFile, spawn } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { pcm16, readWav, resample } from '../../src/adapters/wav.js';
@@ -15,6 +15,24 @@ export async function speech(dir: string, text: string): Promise<Buffer> {
   const wav = readWav(await readFile(file));
   const samples = resample(pcm16(wav), wav.sampleRate, 16_000);
   return Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
+}
+
+/**
+ * A stand-in espeak-ng for SERVICE_DECK_ESPEAK_NG that writes each argv it is run with to a file,
+ * one argument a line and `--end--` after each run, then runs the real espeak-ng from PATH.
+ * `runs()` gives the recorded argvs, oldest first (the worker's start probe included).
+ */
+export async function espeakRecorder(dir: string): Promise<{ binary: string; runs: () => Promise<string[][]> }> {
+  const binary = path.join(dir, 'espeak-ng');
+  const record = path.join(dir, 'espeak-ng.argv');
+  await writeFile(binary, `#!/bin/sh\nfor arg in "$@"; do printf '%s\\n' "$arg"; done >> '${record}'\necho --end-- >> '${record}'\nexec espeak-ng "$@"\n`);
+  await chmod(binary, 0o755);
+  const runs = async () =>
+    (await readFile(record, 'utf8').catch(() => ''))
+      .split('--end--\n')
+      .filter((run) => run !== '')
+      .map((run) => run.replace(/\n$/, '').split('\n'));
+  return { binary, runs };
 }
 
 /** The STT engine program scripts/build-pocketsphinx.sh built into the cache (the test script runs it during set-up). */

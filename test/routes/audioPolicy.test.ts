@@ -66,7 +66,7 @@ t.test('GET answers the defaults; POST refuses every invalid choice with its rea
   t.match(body.error.message, /requires an executable profile.*model file missing: \/nonexistent\/ggml-base\.bin/);
   await expectError(t, await b.admin('POST', '/api/v1/audio-policy', 'not json', { 'content-type': 'text/plain' }), 415, 'unsupported_media_type');
   t.same((await policy(b)).settings.map((s) => s.mode), ['auto', 'auto'], 'nothing refused was saved');
-  await t.rejects(stat(path.join(b.stateDir, 'audio-policy.json')), 'and no file was written');
+  await t.rejects(stat(path.join(b.stateDir, 'audio-policy.json')), { code: 'ENOENT' }, 'and no file was written');
 });
 
 t.test('the choice is saved in audio-policy.json (0600), survives a restart, and a damaged file stops the start', async (t) => {
@@ -135,9 +135,13 @@ t.test('warm: the STT engine and the TTS worker load while the endpoint runs, wi
 
   t.equal((await b.admin('POST', '/api/v1/endpoint/stop', {})).status, 200);
   await until('the engine to end', async () => (alive(stt.pid!) ? undefined : true));
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  // Dormant is the policy's state that loads nothing until the next start.
+  const dormant = await until('both policies to rest while stopped', async () => {
+    const view = await policy(b);
+    return view.states.tts === 'warm.dormant' && view.states.stt === 'warm.dormant' ? view : undefined;
+  });
+  t.same(dormant.states, { tts: 'warm.dormant', stt: 'warm.dormant' });
   t.same(await workers(b), [], 'the stop unloads both, and nothing reloads while stopped');
-  t.same((await policy(b)).states, { tts: 'warm.dormant', stt: 'warm.dormant' });
 
   t.equal((await b.admin('POST', '/api/v1/endpoint/start', {})).status, 200);
   const again = await until('the reload after the start', async () => {
@@ -246,20 +250,29 @@ t.test('warm on a GPU without 7 GiB free, then busy with a foreign process: erro
 });
 
 t.test('warm with a speech server that dies at its start: worker_failed in errors, retried at the retry pace, never in a hot loop', async (t) => {
-  const b = await build(t, { env: { SERVICE_DECK_GPUS: 'none' }, audioRetryMs: 400 });
+  const RETRY_MS = 1_500;
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: 'none' }, audioRetryMs: RETRY_MS });
   await b.startEndpoint();
   const server = fileURLToPath(new URL('../fixtures/fake-speech-server.mjs', import.meta.url));
-  const voice = await profile(b, { name: 'dying', category: 'tts', params: { backend: 'openai-server', command: [process.execPath, server, '--port', '{port}', '--mode', 'no-model'] } });
+  // Each attempt's start, in ms, written by the shell before the server runs.
+  const starts = path.join(await tempDir(t), 'starts');
+  const script = `date +%s%3N >> '${starts}'; exec '${process.execPath}' '${server}' --port "$1" --mode no-model`;
+  const voice = await profile(b, { name: 'dying', category: 'tts', params: { backend: 'openai-server', command: ['/bin/sh', '-c', script, 'sh', '{port}'] } });
   t.equal((await b.admin('POST', '/api/v1/audio-policy', { kind: 'tts', mode: 'warm', profile_id: voice })).status, 200);
   const first = await until('the failed preload', async () => {
     const view = await policy(b);
     return view.errors[0] ? view.errors[0] : undefined;
   });
   t.match(first, { code: 'worker_failed', message: /could not load its model/ });
-  const started = Date.now();
-  await new Promise((resolve) => setTimeout(resolve, 2_000));
-  const later = (await policy(b)).errors[0]!;
-  const elapsed = Date.now() - started;
-  t.ok(later.attempts - first.attempts <= Math.ceil(elapsed / 400) + 1, `${later.attempts - first.attempts} more attempts in ${elapsed} ms at a 400 ms retry pace`);
-  t.ok(later.attempts > first.attempts, 'and it keeps retrying');
+  const times = await until('four attempts', async () => {
+    const lines = (await readFile(starts, 'utf8').catch(() => '')).split('\n').filter(Boolean).map(Number);
+    return lines.length >= 4 ? lines : undefined;
+  });
+  // Between two starts lie the failed attempt and the retry pause: a slow machine only widens the
+  // gaps, a hot loop (or a shortened pause) narrows them below the pace.
+  const gaps = times.slice(1).map((time, i) => time - times[i]!);
+  t.ok(gaps.every((gap) => gap >= RETRY_MS), `the gaps between attempts (${gaps.join(', ')} ms) keep the ${RETRY_MS} ms retry pace`);
+  const later = (await policy(b)).errors[0];
+  t.match(later, { code: 'worker_failed' }, 'it keeps failing');
+  t.ok((later?.attempts ?? 0) >= times.length - 1, 'every finished attempt is counted');
 });

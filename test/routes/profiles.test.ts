@@ -217,7 +217,7 @@ t.test('update and delete: revisions, stale revisions, category, names, unknown 
   t.equal(response.status, 204, 'DELETE');
   t.equal(await response.text(), '', 'DELETE has no body');
   await expectError(t, await b.admin('GET', `/api/v1/profiles/${a.id}`), 404, 'invalid_request_error', 'profile_not_found', null, 'GET after DELETE');
-  await t.rejects(access(file), 'the file is gone');
+  await t.rejects(access(file), { code: 'ENOENT' }, 'the file is gone');
   await expectError(t, await b.admin('DELETE', `/api/v1/profiles/${a.id}`), 404, 'invalid_request_error', 'profile_not_found', null, 'DELETE twice');
   t.equal((await b.admin('POST', '/api/v1/profiles', chat('chat-a2', f.gguf))).status, 201, 'a deleted profile frees its name');
 });
@@ -484,7 +484,7 @@ t.test('model lists start no worker; /v1/models/{name} finds only listed chat pr
   t.same(b.service.workers.statuses(), [], 'no worker is loaded');
   t.match(await (await b.admin('GET', '/api/v1/endpoint')).json(), { workers: [] }, 'the status shows no worker');
   for (const name of Object.keys(RUNTIMES) as Array<keyof typeof RUNTIMES>) {
-    await t.rejects(access(`${f.runtime(name)}.ran`), `${name} was never run`);
+    await t.rejects(access(`${f.runtime(name)}.ran`), { code: 'ENOENT' }, `${name} was never run`);
   }
 });
 

@@ -5,6 +5,7 @@ import WebSocket from 'ws';
 import { createInspection } from '../../src/system/inspect.js';
 import { createLogger, sanitize } from '../../src/system/log.js';
 import { build, freePort } from '../helpers/build.js';
+import { until } from '../helpers/until.js';
 
 t.test('sanitize replaces prompts, audio, images, secrets and long text', async (t) => {
   const event = {
@@ -42,8 +43,7 @@ t.test('stately mode relays sanitized events over loopback', async (t) => {
   });
   socket.on('message', (data) => received.push(data.toString()));
   await b.startEndpoint();
-  const deadline = Date.now() + 5000;
-  while (!received.some((m) => m.includes('endpoint.start')) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  await until('the start event at the inspector', async () => (received.some((m) => m.includes('endpoint.start')) ? true : undefined));
   socket.close();
   t.ok(received.some((m) => m.includes('endpoint.start')), 'the start event reached the inspector');
   t.ok(received.some((m) => m.includes('"running"')), 'so did the running snapshot');

@@ -8,6 +8,7 @@ import { encodeGguf } from '../../src/adapters/gguf.js';
 import { toApiError } from '../../src/routes/errors.js';
 import { ReservationAbandoned, ReservationDenied, ReservationRevoked, type JobRequest } from '../../src/system/scheduler.js';
 import { build, tempDir } from '../helpers/build.js';
+import { until } from '../helpers/until.js';
 
 const stt = (): JobRequest => ({
   kind: 'stt',
@@ -48,7 +49,7 @@ t.test('a client that leaves while its job waits: the job leaves the queue at on
   let position = 0;
   const second = b.service.scheduler.reserve(stt(), { signal: client.signal, onQueued: (p) => (position = p) });
   const third = b.service.scheduler.reserve(stt());
-  await new Promise((r) => setTimeout(r, 20));
+  await until('both jobs to wait', async () => (b.service.supervisor.getSnapshot().context.waiting.length === 2 && position > 0 ? true : undefined));
   t.equal(position, 1);
   t.equal(b.service.supervisor.getSnapshot().context.waiting.length, 2);
   client.abort();
@@ -100,14 +101,17 @@ t.test('a foreign process that appears on the chat worker’s GPU ends only our 
   t.match(lease.start, { fitTool: 'not-installed', fit: /^llama-fit-params is not installed: the layer count is the service's own estimate; shallow search/ }, 'no llama-fit-params here (an empty cache): the own search stood in, and the plan says so');
   b.service.supervisor.send({ type: 'worker.started', kind: 'chat', generation: lease.generation, pid: 4242 });
   await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: 4242, usedMiB: 1000 }] }]));
-  await new Promise((r) => setTimeout(r, 350));
+  // The supervisor keeps the last inventory it judged: once it shows pid 4242, that poll was judged.
+  await until('a GPU poll that sees our own worker process', async () =>
+    b.service.supervisor.getSnapshot().context.gpus.some((g) => g.processes.some((p) => p.pid === 4242)) ? true : undefined,
+  );
   t.notOk(lease.signal.aborted, 'our own worker process is not foreign');
   await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: 4242, usedMiB: 1000 }, { pid: 31337, usedMiB: 5000 }] }]));
   const reason = await new Promise<unknown>((resolve) => lease.signal.addEventListener('abort', () => resolve(lease.signal.reason)));
   t.match(reason, { code: 'resources_busy', message: /pid 31337/ });
-  while (unloads.length === 0) await new Promise((r) => setTimeout(r, 10));
+  await until('the unload', async () => (unloads.length > 0 ? true : undefined));
   t.same(unloads, ['chat'], 'only the own chat worker is unloaded');
-  while (b.service.supervisor.getSnapshot().context.workers.chat.state !== 'unloaded') await new Promise((r) => setTimeout(r, 10));
+  await until('the chat worker to be unloaded', async () => (b.service.supervisor.getSnapshot().context.workers.chat.state === 'unloaded' ? true : undefined));
   t.match(b.service.supervisor.getSnapshot().context.workers.chat.last, /foreign process \(pid 31337\)/);
   lease.release();
 });
@@ -119,7 +123,7 @@ t.test('a lease cancelled during its own worker start aborts that start', async 
   const lease = await b.service.scheduler.reserve({ ...stt(), source: 'test' });
   t.ok(lease.start);
   lease.cancel();
-  while (b.service.supervisor.getSnapshot().context.workers.stt.state !== 'unloaded') await new Promise((r) => setTimeout(r, 5));
+  await until('the STT worker to be unloaded', async () => (b.service.supervisor.getSnapshot().context.workers.stt.state === 'unloaded' ? true : undefined));
   t.same(unloads, ['stt']);
   t.match(b.service.supervisor.getSnapshot().context.workers.stt.last, /cancelled during its own worker start/);
   lease.release();

@@ -46,7 +46,7 @@ t.test('load once, transcribe twice in one process, unload on command', async (t
   t.equal(worker.describe()?.pid, pid, 'the same process answered both: the model stayed loaded');
   await workers.unload('stt', { generation: 1, reason: 'endpoint stop' });
   t.equal(worker.describe(), undefined, 'unloaded');
-  await until('the engine to end', async () => (alive(pid!) ? undefined : true), 5_000);
+  await until('the engine to end', async () => (alive(pid!) ? undefined : true));
   t.notOk(reports.some((r) => r.type === 'worker.exited'), 'an unload we asked for is not an exit');
   await t.rejects(worker.transcribe(1, Buffer.alloc(0), 'en'), /not running/, 'no transcription without a worker');
 });
