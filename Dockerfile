@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
-# Service Deck for a GPU host: Node 20, the compiled service, a CUDA build of llama-server, and
-# espeak-ng / pocketsphinx for the speech workers. See docs/operations.md ("Containers").
+# Service Deck for a GPU host: Node 20, the compiled service, a CUDA build of llama-server,
+# whisper.cpp (CPU) and espeak-ng / pocketsphinx for the speech workers. See docs/operations.md ("Containers").
 #
 # Build (needs network access for apt, nodejs.org and the npm registry):
 #   docker build -t service-deck .
@@ -104,6 +104,33 @@ RUN export CC="gcc-${GCC_VERSION}" CXX="g++-${GCC_VERSION}" CUDAHOSTCXX="g++-${G
  && install -D -m 0755 build/bin/llama-fit-params /opt/llama.cpp/bin/llama-fit-params
 
 # ---------------------------------------------------------------------------------------------
+# whisper: whisper-server and whisper-cli (the whisper.cpp STT backend, CPU only as spec 3.5 has
+# it), from the whisper.cpp source that the nodejs-whisper package ships (cpp/whisper.cpp), with
+# the flags of scripts/build-whisper.sh. GGML_NATIVE=OFF: the binary must not depend on the build
+# machine's CPU. Static libraries: one binary each, needing only libgomp and the C++ runtime.
+FROM base AS whisper
+
+ARG NODEJS_WHISPER_VERSION=0.3.1
+WORKDIR /build
+RUN npm pack --silent "nodejs-whisper@${NODEJS_WHISPER_VERSION}" \
+ && tar -xzf "nodejs-whisper-${NODEJS_WHISPER_VERSION}.tgz" package/cpp/whisper.cpp
+WORKDIR /build/package/cpp/whisper.cpp
+RUN cmake -B build \
+      -DCMAKE_BUILD_TYPE=Release \
+      -DBUILD_SHARED_LIBS=OFF \
+      -DGGML_NATIVE=OFF \
+      -DGGML_CUDA=OFF \
+      -DWHISPER_BUILD_TESTS=OFF \
+      -DWHISPER_BUILD_EXAMPLES=ON \
+      -DWHISPER_BUILD_SERVER=ON \
+      -DWHISPER_SDL2=OFF \
+      -DWHISPER_CURL=OFF \
+      -DWHISPER_COMMON_FFMPEG=OFF \
+ && cmake --build build --config Release --target whisper-server whisper-cli -j"$(nproc)" \
+ && install -D -m 0755 build/bin/whisper-server /opt/whisper.cpp/bin/whisper-server \
+ && install -D -m 0755 build/bin/whisper-cli /opt/whisper.cpp/bin/whisper-cli
+
+# ---------------------------------------------------------------------------------------------
 # app: the service compiled to dist/, and its production dependencies.
 FROM base AS app
 
@@ -138,6 +165,7 @@ RUN useradd --create-home --home-dir /home/service-deck --shell /usr/sbin/nologi
 
 COPY --from=base /opt/node /opt/node
 COPY --from=llama /opt/llama.cpp /opt/llama.cpp
+COPY --from=whisper /opt/whisper.cpp /opt/whisper.cpp
 WORKDIR /opt/service-deck
 COPY --from=app /app/package.json ./package.json
 COPY --from=app /prod/node_modules ./node_modules
@@ -153,6 +181,8 @@ ENV PATH=/opt/llama.cpp/bin:/opt/node/bin:$PATH \
     NODE_ENV=production \
     SERVICE_DECK_STATE_DIR=/var/lib/service-deck \
     SERVICE_DECK_LLAMA_SERVER=/opt/llama.cpp/bin/llama-server \
+    SERVICE_DECK_WHISPER_SERVER=/opt/whisper.cpp/bin/whisper-server \
+    SERVICE_DECK_WHISPER_CLI=/opt/whisper.cpp/bin/whisper-cli \
     SERVICE_DECK_API_PORTS=8120-8124
 
 VOLUME ["/var/lib/service-deck"]

@@ -67,59 +67,15 @@ cpu=$( (grep -m 1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m) 
 key="${tag:-unknown}-${commit}-nlc${pkg}-${backend}-$(uname -m)-cpu${cpu}"
 dest="$cache/llama/$key"
 
-link() {
-  mkdir -p "$cache/bin"
-  for name in llama-server llama-fit-params; do
-    ln -sfn "$dest/bin/$name" "$cache/bin/$name.tmp.$$"
-    mv -f "$cache/bin/$name.tmp.$$" "$cache/bin/$name"
-  done
-}
-
-# A finished build has its KEY file: the folder is moved into place whole, never half-copied.
-done_already() { [ -f "$dest/KEY" ] && [ -x "$dest/bin/llama-server" ] && [ -x "$dest/bin/llama-fit-params" ]; }
-if done_already; then
-  link
-  exit 0
-fi
-
-# One build at a time: a second run waits for the first and then finds its result.
-mkdir -p "$cache/llama"
-if command -v flock >/dev/null 2>&1; then
-  exec 9>"$cache/llama/.lock"
-  if ! flock -n 9; then
-    say "another build is running; waiting for it"
-    flock 9
-  fi
-  if done_already; then
-    link
-    exit 0
-  fi
-fi
-
-# Tools. As root on Debian, install what is missing; otherwise say what to install.
-missing=
-command -v git >/dev/null 2>&1 || missing="$missing git"
-command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
-command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || missing="$missing g++"
-command -v make >/dev/null 2>&1 || missing="$missing make"
-if [ -n "$missing" ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing build tools:$missing"
-    DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 || true
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >&2 ||
-      die "apt-get could not install:$missing"
-  else
-    die "building llama-server needs:$missing. Install them (Debian: apt-get install$missing) and run again"
-  fi
-fi
+area=llama
+programs="llama-server llama-fit-params"
+. scripts/lib/cached-build.sh
+cached_skip_or_lock
+need_tools git cmake c++ make
 
 jobs=$(nproc 2>/dev/null || echo 2)
 say "building llama-server and llama-fit-params ($key) with $jobs jobs; this takes about 7 minutes on 2 cores, once"
-work="$cache/llama/.build-$key.$$"
-rm -rf "$work"
-mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT
-trap 'rm -rf "$work"; exit 130' INT TERM
+cached_workdir
 git clone --quiet "$bundle" "$work/src" 2>/dev/null || die "git clone of $bundle failed"
 
 cuda_flags=
@@ -131,23 +87,5 @@ cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_
   tail -n 30 "$work/configure.log" >&2
   die "cmake could not configure llama.cpp (log above)"
 }
-# Progress: cmake's percentage, one line per step that moves it.
-cmake --build "$work/build" --config Release -j "$jobs" --target llama-server llama-fit-params 2>&1 |
-  tee "$work/build.log" | awk '
-    /^\[ *[0-9]+%\]/ { match($0, /[0-9]+%/); pct = substr($0, RSTART, RLENGTH); if (pct != last) { printf "llama-build: %s\n", pct > "/dev/stderr"; last = pct } }
-  '
-if [ ! -x "$work/build/bin/llama-server" ] || [ ! -x "$work/build/bin/llama-fit-params" ]; then
-  grep -E 'error|Error' "$work/build.log" | head -n 20 >&2 || true
-  die "the build did not produce llama-server and llama-fit-params (errors above; full log lost with the build folder)"
-fi
-
-# Into place whole: copied next to the destination, then renamed.
-mkdir -p "$work/install/bin"
-cp "$work/build/bin/llama-server" "$work/build/bin/llama-fit-params" "$work/install/bin/"
-printf '%s\n' "$key" >"$work/install/KEY"
-rm -rf "$dest.old.$$"
-[ -d "$dest" ] && mv "$dest" "$dest.old.$$"
-mv "$work/install" "$dest"
-rm -rf "$dest.old.$$"
-link
-say "done: $cache/bin/llama-server -> $dest/bin/llama-server"
+cmake --build "$work/build" --config Release -j "$jobs" --target llama-server llama-fit-params 2>&1 | tee "$work/build.log" | cmake_progress
+cached_install "$work/build/bin"

@@ -47,58 +47,15 @@ cpu=$( (grep -m 1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m) 
 key="v${version:-unknown}-${sum}-nw${NODEJS_WHISPER_VERSION}-cpu-$(uname -m)-cpu${cpu}"
 dest="$cache/whisper/$key"
 
-link() {
-  mkdir -p "$cache/bin"
-  for name in whisper-server whisper-cli; do
-    ln -sfn "$dest/bin/$name" "$cache/bin/$name.tmp.$$"
-    mv -f "$cache/bin/$name.tmp.$$" "$cache/bin/$name"
-  done
-}
-
-# A finished build has its KEY file: the folder is moved into place whole, never half-copied.
-done_already() { [ -f "$dest/KEY" ] && [ -x "$dest/bin/whisper-server" ] && [ -x "$dest/bin/whisper-cli" ]; }
-if done_already; then
-  link
-  exit 0
-fi
-
-# One build at a time: a second run waits for the first and then finds its result.
-mkdir -p "$cache/whisper"
-if command -v flock >/dev/null 2>&1; then
-  exec 9>"$cache/whisper/.lock"
-  if ! flock -n 9; then
-    say "another build is running; waiting for it"
-    flock 9
-  fi
-  if done_already; then
-    link
-    exit 0
-  fi
-fi
-
-# Tools. As root on Debian, install what is missing; otherwise say what to install.
-missing=
-command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
-command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || missing="$missing g++"
-command -v make >/dev/null 2>&1 || missing="$missing make"
-if [ -n "$missing" ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing build tools:$missing"
-    DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 || true
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >&2 ||
-      die "apt-get could not install:$missing"
-  else
-    die "building whisper.cpp needs:$missing. Install them (Debian: apt-get install$missing) and run again"
-  fi
-fi
+area=whisper
+programs="whisper-server whisper-cli"
+. scripts/lib/cached-build.sh
+cached_skip_or_lock
+need_tools cmake c++ make
 
 jobs=$(nproc 2>/dev/null || echo 2)
 say "building whisper-server and whisper-cli ($key) with $jobs jobs; this takes a few minutes on 2 cores, once"
-work="$cache/whisper/.build-$key.$$"
-rm -rf "$work"
-mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT
-trap 'rm -rf "$work"; exit 130' INT TERM
+cached_workdir
 tar -xzf "$tarball" -C "$work" package/cpp/whisper.cpp || die "cannot unpack $tarball"
 
 # Only what the two programs need: no tests, no SDL2, curl or ffmpeg (the service sends WAV).
@@ -108,40 +65,11 @@ cmake -S "$work/package/cpp/whisper.cpp" -B "$work/build" -DCMAKE_BUILD_TYPE=Rel
   tail -n 30 "$work/configure.log" >&2
   die "cmake could not configure whisper.cpp (log above)"
 }
-# Progress: cmake's percentage, one line per step that moves it. Read by the shell line by line
-# (awk would hold its input back in a buffer, and the lines would all come at the end).
-progress() {
-  last=
-  while IFS= read -r line; do
-    case $line in
-      '['*'%]'*)
-        pct=${line%%%]*}
-        pct=${pct#?}
-        pct=${pct##* }%
-        [ "$pct" = "$last" ] || say "$pct"
-        last=$pct
-        ;;
-    esac
-  done
-}
-cmake --build "$work/build" --config Release -j "$jobs" --target whisper-server whisper-cli 2>&1 | tee "$work/build.log" | progress
-if [ ! -x "$work/build/bin/whisper-server" ] || [ ! -x "$work/build/bin/whisper-cli" ]; then
-  grep -E 'error|Error' "$work/build.log" | head -n 20 >&2 || true
-  die "the build did not produce whisper-server and whisper-cli (errors above; full log lost with the build folder)"
-fi
+cmake --build "$work/build" --config Release -j "$jobs" --target whisper-server whisper-cli 2>&1 | tee "$work/build.log" | cmake_progress
 # A static build needs no library of its own at run time; say so now rather than at the first job.
 if command -v ldd >/dev/null 2>&1 && ldd "$work/build/bin/whisper-server" "$work/build/bin/whisper-cli" | grep -q 'not found'; then
   ldd "$work/build/bin/whisper-server" "$work/build/bin/whisper-cli" | grep 'not found' >&2
   die "the built programs need libraries that are not found (above)"
 fi
 
-# Into place whole: copied next to the destination, then renamed.
-mkdir -p "$work/install/bin"
-cp "$work/build/bin/whisper-server" "$work/build/bin/whisper-cli" "$work/install/bin/"
-printf '%s\n' "$key" >"$work/install/KEY"
-rm -rf "$dest.old.$$"
-[ -d "$dest" ] && mv "$dest" "$dest.old.$$"
-mv "$work/install" "$dest"
-rm -rf "$dest.old.$$"
-link
-say "done: $cache/bin/whisper-server -> $dest/bin/whisper-server"
+cached_install "$work/build/bin"
