@@ -2,7 +2,7 @@
 // (test/fixtures/fake-llama-server.mjs) that can misbehave on demand: a buffered answer over
 // 16 MiB, a worker that goes silent (120 s, shortened here), an SSE stream that runs past its
 // limit (600 s, shortened here), and a worker that crashes with a model error.
-import { chmod, writeFile } from 'node:fs/promises';
+import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
@@ -14,19 +14,21 @@ import { until } from '../helpers/until.js';
 const FAKE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/fake-llama-server.mjs');
 const limits = { ...CHAT_LIMITS, idleMs: 1_000, streamMs: 1_000, diagnosisWaitMs: 2_000 };
 
-async function setUp(t: Test, mode: string, chatLimits = limits): Promise<Built> {
+/** The service, with the stand-in's request events (open, closed, finished) in `events`. */
+async function setUp(t: Test, mode: string, chatLimits = limits): Promise<Built & { events: string }> {
   const dir = await tempDir(t);
   const model = await tinyModelIn(dir);
   // The worker's environment is an allowlist, so the mode travels in a wrapper script.
   const wrapper = path.join(dir, 'llama-server');
-  await writeFile(wrapper, `#!/bin/sh\nFAKE_LLAMA_MODE=${mode} exec "${process.execPath}" "${FAKE}" "$@"\n`);
+  const events = path.join(dir, 'events');
+  await writeFile(wrapper, `#!/bin/sh\nFAKE_LLAMA_MODE=${mode} FAKE_LLAMA_EVENTS="${events}" exec "${process.execPath}" "${FAKE}" "$@"\n`);
   await chmod(wrapper, 0o755);
   const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: wrapper, SERVICE_DECK_GPUS: 'none', SERVICE_DECK_SECRET_PROBE: 'do-not-pass', LLAMA_ARG_API_KEY: 'extra-key' }, chatLimits });
   await b.startEndpoint();
   const created = await b.admin('POST', '/api/v1/profiles', { name: 'fake', category: 'chat', params: { model } });
   const id = ((await created.json()) as { id: string }).id;
   await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
-  return b;
+  return Object.assign(b, { events });
 }
 
 const running = async (b: Built) => ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { queue: { running: unknown[] } }).queue.running.length;
@@ -104,12 +106,19 @@ t.test('a client that goes away while the worker answers closes the worker conne
       body: JSON.stringify({ model: 'fake', messages: [{ role: 'user', content: 'y' }] }),
     }),
   );
-  t.equal(await until('the request to run on the worker', async () => ((await running(b)) > 0 ? running(b) : undefined)), 1, 'the request runs on the worker');
+  const events = async () => (await readFile(b.events, 'utf8').catch(() => '')).split('\n').filter(Boolean);
+  t.same(await until('the worker to receive the request', async () => ((await events()).length > 0 ? events() : undefined)), ['open'], 'the worker has the request');
+  t.equal(await running(b), 1, 'it holds its reservation');
   controller.abort();
   t.equal(await request, 'AbortError', 'the client went away before any answer');
   // The idle limit is 60 s here; the wait gives up after 30 s, so only an early release passes.
   await until('the reservation to be given back', async () => ((await running(b)) === 0 ? true : undefined), 30_000);
   t.equal(await running(b), 0, 'its reservation is given back at once, long before the idle limit');
+  const seen = await until('the worker to see its connection closed', async () => {
+    const lines = await events();
+    return lines.includes('closed') ? lines : undefined;
+  }, 30_000);
+  t.same(seen, ['open', 'closed'], "the worker's connection was closed before its answer, long before the idle limit");
 });
 
 t.test('the worker gets no secret and no LLAMA_ARG_* from the service environment', async (t) => {
