@@ -42,7 +42,7 @@ export interface ModelShape {
 
 /** What the plan shows, the profile's view too, when the build's fit tool is missing on a host with GPUs. */
 export const FIT_TOOL_MISSING_NOTE = "llama-fit-params is not installed: the layer count is the service's own estimate";
-export const FIT_TOOL_MISSING = 'not-installed';
+export const FIT_TOOL_MISSING = 'not_installed';
 
 /** llama-fit-params' answer for this profile, or why it has none. */
 export type BuildFit =
@@ -67,7 +67,7 @@ export type StartDemand =
       /** The profile's GPU layer limit, if it sets one. */
       gpuLayers: number | null;
       /**
-       * The build's answer when it was asked (GPUs present, no fixed split); `not-installed` when
+       * The build's answer when it was asked (GPUs present, no fixed split); `not_installed` when
        * the build has no llama-fit-params, so our own shallow search stands in and the plan says
        * so; null when it was not asked.
        */

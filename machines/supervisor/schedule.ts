@@ -99,7 +99,7 @@ export function admit(view: PlanView, job: JobSpec): Admission {
     return running < capacity ? { type: 'grant' } : BUSY;
   }
   if (running > 0) return BUSY;
-  const reason = worker.stale ? (worker.staleReason ?? 'its profile changed') : `switch to profile ${job.profileId} (revision ${job.revision})`;
+  const reason = worker.stale ?? `switch to profile ${job.profileId} (revision ${job.revision})`;
   return { type: 'wait', busy: false, unload: [{ kind: job.kind, reason }] };
 }
 
@@ -119,7 +119,7 @@ export function plan(view: PlanView): Step[] {
   // Workers nobody uses any more: a stale revision, or an image process whose image is done.
   for (const w of Object.values(view.workers)) {
     if (!loadedOrLoading(w) || runningOn(jobs, w.kind) > 0) continue;
-    if (w.stale) unload(w.kind, w.staleReason ?? 'its profile changed, was deleted, or a foreign process needs the GPU');
+    if (w.stale) unload(w.kind, w.stale);
     else if (w.kind === 'image') unload(w.kind, 'the image is done: one image process per image');
     else if ((w.kind === 'tts' || w.kind === 'stt') && view.audio[w.kind] === 'per_request') {
       unload(w.kind, 'audio memory policy per_request: unloaded after its request');

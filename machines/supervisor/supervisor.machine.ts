@@ -42,7 +42,7 @@ interface Enqueue {
 }
 
 export function emptyWorker(kind: WorkerKind, last: string | null = null): WorkerRecord {
-  return { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: false, last };
+  return { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: null, last };
 }
 
 const DENIALS: Record<Exclude<DenialCode, 'resources_busy' | 'insufficient_memory' | 'image_busy' | 'start_check_failed'>, (c: SupervisorContext) => string> = {
@@ -235,7 +235,7 @@ export const supervisorMachine = setup({
       for (const kind of WORKER_KINDS) {
         const w = workers[kind];
         if (w.profileId === event.profileId && w.state !== 'unloaded' && (event.revision === null || w.revision !== event.revision)) {
-          workers[kind] = { ...w, stale: true };
+          workers[kind] = { ...w, stale: event.revision === null ? 'its profile was deleted' : `its profile has a new revision (${event.revision})` };
         }
       }
       enqueue.assign({ workers, revisions: { ...context.revisions, [event.profileId]: event.revision } });
@@ -244,7 +244,7 @@ export const supervisorMachine = setup({
       if (event.type !== 'worker.buildChanged') return;
       const w = context.workers[event.kind];
       if (w.generation !== event.generation || w.state === 'unloaded' || w.state === 'unloading') return;
-      enqueue.assign({ workers: { ...context.workers, [event.kind]: { ...w, stale: true, staleReason: event.reason } } });
+      enqueue.assign({ workers: { ...context.workers, [event.kind]: { ...w, stale: event.reason } } });
     }),
     audioMode: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'audio.mode') return;
@@ -374,7 +374,7 @@ export const supervisorMachine = setup({
         slots: spec.slots,
         pid: null,
         plan: verdict.plan,
-        stale: false,
+        stale: null,
         last: null,
       };
       jobs[jobId] = { ...job, phase: 'running', worker: spec.kind, gpus };

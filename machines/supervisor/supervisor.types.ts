@@ -64,10 +64,10 @@ export interface StartPlan {
   fit: string;
   /**
    * chat on GPUs without a fixed split: `used` when the build's llama-fit-params chose the
-   * parameters, `not-installed` when the build has none and the layer count is our own estimate;
+   * parameters, `not_installed` when the build has none and the layer count is our own estimate;
    * null where it is not asked (CPU only, a fixed split, other workers).
    */
-  fitTool: 'used' | 'not-installed' | null;
+  fitTool: 'used' | 'not_installed' | null;
 }
 
 export interface WorkerRecord {
@@ -85,10 +85,11 @@ export interface WorkerRecord {
   slots: number;
   pid: number | null;
   plan: StartPlan | null;
-  /** A newer revision was saved, the profile was deleted, or its program has a new build: unload as soon as no job uses it. */
-  stale: boolean;
-  /** Why it is stale, when that is not its profile (a new build of its runtime, spec 3.5 and 9). */
-  staleReason?: string;
+  /**
+   * Why it goes as soon as no job uses it (a newer revision was saved, the profile was deleted, its
+   * program has a new build: spec 3.2, 3.5, 9), or null while it may take new jobs.
+   */
+  stale: string | null;
   /** Why it was last unloaded or how it ended, for the status. */
   last: string | null;
 }

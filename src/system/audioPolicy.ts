@@ -144,8 +144,8 @@ export class AudioPolicies {
       for (const kind of AUDIO_KINDS) {
         const w = context.workers[kind];
         const last = seen[kind];
-        if (last && last.state === w.state && last.profileId === w.profileId && last.stale === w.stale) continue;
-        const view: AudioWorkerView = { state: w.state, profileId: w.profileId, stale: w.stale };
+        if (last && last.state === w.state && last.profileId === w.profileId && last.stale === (w.stale !== null)) continue;
+        const view: AudioWorkerView = { state: w.state, profileId: w.profileId, stale: w.stale !== null };
         seen[kind] = view;
         this.#actors[kind].send({ type: 'worker.changed', worker: view });
       }

@@ -51,23 +51,43 @@ async function fileBlocker(file: string, what = 'model file'): Promise<string | 
   return (await head(file, 1)) === undefined ? `${what} missing: ${file}` : undefined;
 }
 
-async function runtimeBlocker(name: RuntimeName, lookup: RuntimeLookup): Promise<string | undefined> {
-  return (await resolveRuntime(name, lookup)) === undefined ? `runtime missing: ${name}` : undefined;
+/**
+ * The program a profile's worker runs, by its runtime name, and where the lookup (environment
+ * variable, the project's cache, PATH) finds it now: undefined when it is not installed.
+ */
+export async function programOf(profile: StoredProfile, lookup: RuntimeLookup): Promise<{ runtime: string; path: string | undefined }> {
+  const runtime = async (name: RuntimeName) => ({ runtime: name, path: await resolveRuntime(name, lookup) });
+  switch (profile.category) {
+    case 'chat':
+      return runtime('llama-server');
+    case 'image':
+      return runtime('sd-cli');
+    case 'tts': {
+      if (profile.params.backend === 'espeak-ng') return runtime('espeak-ng');
+      // The schema requires the openai-server backend's command line.
+      const command = profile.params.command?.[0] ?? '';
+      return { runtime: command, path: await findCommand(command, lookup.env) };
+    }
+    case 'stt': {
+      if (profile.params.backend === 'pocketsphinx') return runtime('pocketsphinx');
+      const program = await whisperProgram(lookup);
+      return { runtime: program ? `whisper-${program.mode}` : 'whisper-server or whisper-cli', path: program?.binary };
+    }
+  }
 }
 
-async function commandBlocker(command: string, lookup: RuntimeLookup): Promise<string | undefined> {
-  return (await findCommand(command, lookup.env)) === undefined ? `runtime missing: ${command}` : undefined;
+async function runtimeBlocker(profile: StoredProfile, lookup: RuntimeLookup): Promise<string | undefined> {
+  const program = await programOf(profile, lookup);
+  return program.path === undefined ? `runtime missing: ${program.runtime}` : undefined;
 }
 
 export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLookup): Promise<string[]> {
-  const checks: Array<Promise<string | undefined>> = [];
+  const checks: Array<Promise<string | undefined>> = [runtimeBlocker(profile, lookup)];
   switch (profile.category) {
     case 'chat':
-      checks.push(runtimeBlocker('llama-server', lookup));
       checks.push(ggufBlocker(profile.params.model));
       break;
     case 'image': {
-      checks.push(runtimeBlocker('sd-cli', lookup));
       checks.push(fileBlocker(profile.params.model));
       for (const [kind, file] of Object.entries(profile.params.files)) if (file) checks.push(fileBlocker(file, `${kind} file`));
       const enhancer = profile.prompt_enhancer;
@@ -77,13 +97,7 @@ export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLoo
       }
       break;
     }
-    case 'tts':
-      if (profile.params.backend === 'espeak-ng') checks.push(runtimeBlocker('espeak-ng', lookup));
-      else if (profile.params.command?.[0]) checks.push(commandBlocker(profile.params.command[0], lookup));
-      break;
     case 'stt':
-      if (profile.params.backend === 'pocketsphinx') checks.push(runtimeBlocker('pocketsphinx', lookup));
-      else checks.push(whisperProgram(lookup).then((found) => (found ? undefined : 'runtime missing: whisper-server or whisper-cli')));
       if (profile.params.model) checks.push(fileBlocker(profile.params.model));
       if (!STT_LANGUAGES[profile.params.backend].includes(profile.params.defaultLanguage)) {
         checks.push(

@@ -7,30 +7,11 @@
 // once, a busy one after its jobs, and the next job starts the new build. Profiles are never
 // changed. An image worker runs one process per image, so the next image takes a new build anyway.
 import type { WorkerKind } from '../../machines/supervisor/index.js';
-import { buildOf, findCommand, resolveRuntime, whisperProgram, type Build, type RuntimeLookup } from '../adapters/runtimes.js';
+import { buildOf, type Build, type RuntimeLookup } from '../adapters/runtimes.js';
 import type { StoredProfile } from '../store/profile.schema.js';
+import { programOf } from './blockers.js';
 import type { Logger } from './log.js';
 import type { SupervisorActor } from './scheduler.js';
-
-/** The program a profile's worker runs, by its runtime name, and where the lookup finds it now. */
-export async function programOf(profile: StoredProfile, lookup: RuntimeLookup): Promise<{ runtime: string; path: string | undefined }> {
-  switch (profile.category) {
-    case 'chat':
-      return { runtime: 'llama-server', path: await resolveRuntime('llama-server', lookup) };
-    case 'image':
-      return { runtime: 'sd-cli', path: await resolveRuntime('sd-cli', lookup) };
-    case 'tts': {
-      if (profile.params.backend === 'espeak-ng') return { runtime: 'espeak-ng', path: await resolveRuntime('espeak-ng', lookup) };
-      const command = profile.params.command?.[0];
-      return { runtime: command ?? 'speech server', path: command === undefined ? undefined : await findCommand(command, lookup.env) };
-    }
-    case 'stt': {
-      if (profile.params.backend === 'pocketsphinx') return { runtime: 'pocketsphinx', path: await resolveRuntime('pocketsphinx', lookup) };
-      const program = await whisperProgram(lookup);
-      return { runtime: program ? `whisper-${program.mode}` : 'whisper.cpp', path: program?.binary };
-    }
-  }
-}
 
 /** What the status shows of a worker's build. */
 export interface BuildStatus {

@@ -23,9 +23,10 @@ export class Catalog {
     return { ...profile, published: this.profiles.isPublished(profile.id), executable: blockers.length === 0, blockers, notices };
   }
 
-  async views(): Promise<ProfileView[]> {
+  /** Every profile's view; `gpusPresent` when the caller has just probed the GPUs itself. */
+  async views(gpusPresent?: boolean): Promise<ProfileView[]> {
     // One GPU probe for all profiles, and only when a notice needs it.
-    let probe: Promise<boolean> | undefined;
+    let probe: Promise<boolean> | undefined = gpusPresent === undefined ? undefined : Promise.resolve(gpusPresent);
     const gpus = () => (probe ??= this.gpusPresent());
     return Promise.all(this.profiles.list().map((p) => this.view(p, gpus)));
   }

@@ -71,7 +71,7 @@ export function planStatus(plan: StartPlan): PlanStatus {
     gpu_layer_limit: plan.gpuLayerLimit,
     tensor_split: plan.tensorSplit,
     fit: plan.fit,
-    fit_tool: plan.fitTool === 'not-installed' ? 'not_installed' : plan.fitTool,
+    fit_tool: plan.fitTool,
     forecast: {
       ram_mib: Math.ceil(plan.forecast.ramMiB),
       gpu_mib: Object.fromEntries(Object.entries(plan.forecast.gpuMiB).map(([uuid, mib]) => [uuid, Math.ceil(mib)])),
@@ -149,7 +149,7 @@ export function diagnostics(context: SupervisorContext, clocks: Clocks): { queue
       last: w.last,
       plan: w.plan ? planStatus(w.plan) : null,
       build: clocks.build?.(w.kind, w.generation) ?? null,
-      stale: w.stale ? (w.staleReason ?? 'its profile changed or was deleted') : null,
+      stale: w.stale,
     }));
   return { queue: { waiting, running }, workers };
 }

@@ -100,7 +100,7 @@ export async function endpointStatus(s: StatusSources): Promise<EndpointStatus> 
     counters: s.counters.snapshot(),
     workers: [...report.workers, ...s.workers.statuses().filter((w) => !report.workers.some((r) => r.kind === w.kind))],
     queue: report.queue,
-    profiles: await s.catalog.views(),
+    profiles: await s.catalog.views(inventory.gpus.length > 0),
     gpus: inventory.gpus,
     gpu_probe: { source: inventory.source, problem: inventory.problem ?? null },
     memory: {

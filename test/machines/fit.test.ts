@@ -140,13 +140,13 @@ t.test('without a split the build’s fit applies, within the profile’s limit;
 
 t.test('no llama-fit-params on a host with GPUs: the own search stands in and the plan says so plainly', async (t) => {
   const missing = decideStart(chatFacts(model(32, 100), [24 * GIB, 24 * GIB], { fit: FIT_TOOL_MISSING }), input());
-  t.match(missing, { verdict: 'start', plan: { gpuLayers: 33, fitTool: 'not-installed' } });
+  t.match(missing, { verdict: 'start', plan: { gpuLayers: 33, fitTool: 'not_installed' } });
   if (missing.verdict === 'start') {
     t.ok(missing.plan.fit.startsWith(`${FIT_TOOL_MISSING_NOTE}; shallow search: `), missing.plan.fit);
     t.equal(steps(missing.plan.fit), 1);
   }
   const tight = decideStart(chatFacts(model(32, 1000), [10 * GIB], { fit: FIT_TOOL_MISSING }), input());
-  t.match(tight, { verdict: 'start', plan: { fitTool: 'not-installed', fit: /^llama-fit-params is not installed: the layer count is the service's own estimate; shallow search: -ngl \d+ of 33 in \d+ steps$/ } });
+  t.match(tight, { verdict: 'start', plan: { fitTool: 'not_installed', fit: /^llama-fit-params is not installed: the layer count is the service's own estimate; shallow search: -ngl \d+ of 33 in \d+ steps$/ } });
   t.match(decideStart(chatFacts(model(32, 100), [24 * GIB], { split: [1] }), input()), { verdict: 'start', plan: { fitTool: null, fit: /^shallow search \(fixed split\)/ } }, 'a fixed split never asks the build');
   t.match(decideStart(chatFacts(model(32, 100), []), input()), { verdict: 'start', plan: { fitTool: null, fit: 'CPU only: no GPU present' } });
 });

@@ -119,7 +119,7 @@ const chatRows: Row[] = [
       const h = supervisorHarness();
       const running = await h.submit({ profileId: 'a', revision: 1 });
       await h.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
-      t.equal(h.worker('chat').stale, true);
+      t.equal(h.worker('chat').stale, 'its profile has a new revision (2)');
       t.same(h.unloads(), [], 'running answers keep their adopted profile');
       await h.release(running);
       t.equal(h.unloads('chat').length, 1, 'unloaded once idle');
@@ -495,7 +495,7 @@ const sttRows: Row[] = [
       const running = await h.submit({ profileId: 'a', slots: 2 });
       const old = h.gen('chat');
       await h.send({ type: 'worker.buildChanged', kind: 'chat', generation: old, reason: 'a new build of llama-server' });
-      t.match(h.worker('chat'), { stale: true, staleReason: 'a new build of llama-server' });
+      t.match(h.worker('chat'), { stale: 'a new build of llama-server' });
       t.same(h.unloads(), [], 'the running answer keeps its worker');
       const later = await h.submit({ profileId: 'a', slots: 2 });
       t.notOk(h.granted(later), 'a free slot of the old build is not given out');
@@ -512,7 +512,7 @@ const sttRows: Row[] = [
       await h.release(await h.submit({ kind: 'stt', profileId: 's' }));
       await h.send({ type: 'worker.buildChanged', kind: 'stt', generation: h.gen('stt') - 1, reason: 'late' });
       t.same(h.unloads(), []);
-      t.equal(h.worker('stt').stale, false);
+      t.equal(h.worker('stt').stale, null);
     },
   },
 ];

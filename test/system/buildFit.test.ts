@@ -73,7 +73,7 @@ t.test('llama-fit-params missing on a host with GPUs: the plan and the profile s
   const split = await chatProfile(b, 'fixed-split', model, [1]);
   t.same(split.notices, [], 'a fixed split never asks the build');
   const lease = await reserveChat(t, b, free.id, model);
-  t.match(lease.start, { gpus: ['GPU-a'], fitTool: 'not-installed' });
+  t.match(lease.start, { gpus: ['GPU-a'], fitTool: 'not_installed' });
   const seen = await status(b);
   const plan = seen.workers.find((w) => w.kind === 'chat')?.plan;
   t.equal(plan?.fit_tool, 'not_installed');

@@ -98,7 +98,7 @@ t.test('a foreign process that appears on the chat worker’s GPU ends only our 
     profile: { category: 'chat', params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null } },
   });
   t.same(lease.start?.gpus, ['GPU-a'], 'the chat worker was planned onto the GPU');
-  t.match(lease.start, { fitTool: 'not-installed', fit: /^llama-fit-params is not installed: the layer count is the service's own estimate; shallow search/ }, 'no llama-fit-params here (an empty cache): the own search stood in, and the plan says so');
+  t.match(lease.start, { fitTool: 'not_installed', fit: /^llama-fit-params is not installed: the layer count is the service's own estimate; shallow search/ }, 'no llama-fit-params here (an empty cache): the own search stood in, and the plan says so');
   b.service.supervisor.send({ type: 'worker.started', kind: 'chat', generation: lease.generation, pid: 4242 });
   await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: 4242, usedMiB: 1000 }] }]));
   // The supervisor keeps the last inventory it judged: once it shows pid 4242, that poll was judged.

@@ -147,7 +147,7 @@ t.test('chat on a GPU without llama-fit-params: the facts say so, and so does th
     const facts = await gatherStartFacts({ job, workers: workers(), idle: [] }, { config, lookup: { env: config.env, cacheDir: path.join(dir, 'empty-cache') }, ownPids: () => new Set() }, signal);
     t.match(facts.demand, { kind: 'chat', buildFit: FIT_TOOL_MISSING }, what);
     const verdict = decideStart(facts, { job, workers: workers(), idle: [] });
-    t.match(verdict, { verdict: 'start', plan: { gpus: ['GPU-a'], gpuLayers: 3, fitTool: 'not-installed' } }, what);
+    t.match(verdict, { verdict: 'start', plan: { gpus: ['GPU-a'], gpuLayers: 3, fitTool: 'not_installed' } }, what);
     if (verdict.verdict === 'start') t.ok(verdict.plan.fit.startsWith(`${FIT_TOOL_MISSING_NOTE}; shallow search: `), verdict.plan.fit);
   }
 });

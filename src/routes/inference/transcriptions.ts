@@ -1,6 +1,7 @@
 // Spec 4.6: POST /v1/audio/transcriptions, a multipart form with `model`, `file`, `language`
-// (de, en, auto; default the profile's defaultLanguage, itself de unless set) and `response_format` (json only). The file is checked from its
-// bytes (src/adapters/wav.ts: PCM16 WAV, mono, 16 kHz, at most 120 s and 8 MiB); chunked
+// (de, en, auto; by default the profile's defaultLanguage, itself de unless set) and
+// `response_format` (json only). The file is checked from its bytes (src/adapters/wav.ts: PCM16
+// WAV, mono, 16 kHz, at most 120 s and 8 MiB, a larger upload is 413); chunked
 // uploads (refused for every route), timestamps and streaming are rejected with a 400 that says
 // which rule failed. The job goes through the scheduler (one STT job at a time) to the STT worker
 // on the CPU, which stays loaded for further recordings. The answer is `{ "text": string }`.
