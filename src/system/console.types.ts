@@ -1,0 +1,96 @@
+// What the operator console (console/, a browser page) reads from the admin listener beyond the
+// documented admin routes: the machine definitions it draws, the running actors it highlights,
+// the log lines it streams and the events of `GET /api/v1/events`. Types only: the page imports
+// them as types, so nothing of the server reaches the bundle.
+
+/** One state node of a machine definition, as the state-chart view draws it. */
+export interface StateNodeView {
+  /** The node's full id (`listener.stopping.draining`), unique in its machine. */
+  id: string;
+  /** The node's own key (`draining`); the machine's id for the root. */
+  key: string;
+  type: 'atomic' | 'compound' | 'parallel' | 'final' | 'history';
+  /** The key of the initial child (compound nodes), else null. */
+  initial: string | null;
+  tags: string[];
+  /** Child nodes in definition order. */
+  states: StateNodeView[];
+  transitions: TransitionView[];
+}
+
+export interface TransitionView {
+  /** The event type (`endpoint.start`), `always` for eventless, `after 30000ms` for delays, `done`/`error` for invoke results. */
+  event: string;
+  /** Full ids of the target nodes; empty for a transition that stays (actions only). */
+  targets: string[];
+  /** The guard's name, if any. */
+  guard: string | null;
+  reenter: boolean;
+}
+
+/** A machine definition: the same object the actors run, walked into plain data. */
+export interface MachineView {
+  id: string;
+  root: StateNodeView;
+}
+
+/** One event an actor received, reduced to what is safe to show: its type, its sender and when. */
+export interface ActorEventView {
+  type: string;
+  source: string | null;
+  at: string;
+}
+
+/** A running (or ended) actor of a machine: its id, its machine, where it is and what it received last. */
+export interface ActorView {
+  /** The actor's system id (`listener`, `worker.chat`) or its id. */
+  id: string;
+  /** The id of its machine definition (a key of `GET /api/v1/machines`). */
+  machine: string;
+  /** The full ids of the active state nodes, leaves and their ancestors. */
+  active: string[];
+  /** The snapshot value as XState gives it (`{ stopping: 'draining' }`). */
+  value: unknown;
+  status: 'active' | 'done' | 'error' | 'stopped';
+  /** The last events, oldest first (at most 25). */
+  events: ActorEventView[];
+  updated_at: string;
+}
+
+/** One log line as pino wrote it (already redacted), parsed. */
+export interface LogLineView {
+  /** A sequence number, increasing, for the page's keys and resumption. */
+  seq: number;
+  time: number;
+  level: number;
+  msg: string;
+  /** The remaining fields (component, route, status, err, …). */
+  fields: Record<string, unknown>;
+}
+
+/** Host facts for the hardware view (systeminformation, cached). */
+export interface HostView {
+  os: { platform: string; distro: string; release: string; kernel: string; arch: string; hostname: string };
+  cpu: { manufacturer: string; brand: string; cores: number; physicalCores: number; speedGHz: number };
+  memory: { totalBytes: number; availableBytes: number };
+  graphics: { vendor: string; model: string; driverVersion: string | null; vramMiB: number | null }[];
+  /** Free space where the state directory lives (enhancer downloads go there too). */
+  disk: { mount: string; sizeBytes: number; availableBytes: number } | null;
+  node: string;
+  read_at: string;
+}
+
+/**
+ * The server-sent events of `GET /api/v1/events` (event name → data). On connect the stream sends
+ * one of each as a snapshot (`actor` once per actor, `log` for the recent lines), then each as it
+ * changes.
+ */
+export interface ConsoleEvents {
+  status: unknown;
+  'audio-policy': unknown;
+  actor: ActorView;
+  log: LogLineView;
+  'chat-test': { job: unknown };
+  /** The image test job without its image (`b64_png` null, `has_image` true once done). */
+  'image-test': { job: unknown };
+}
