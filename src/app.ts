@@ -32,6 +32,7 @@ import { speechRoutes } from './routes/inference/speech.js';
 import { transcriptionRoutes } from './routes/inference/transcriptions.js';
 import { TRANSCRIPTION_WAV } from './adapters/wav.js';
 import { modelRoutes } from './routes/inference/models.js';
+import { consoleRoutes, securityHeaders } from './routes/console.js';
 
 export const JSON_BODY_LIMIT = 1024 * 1024;
 
@@ -91,9 +92,10 @@ export async function buildInferenceApp(service: Service): Promise<App> {
   return app;
 }
 
-/** The UI/admin listener: the operator's session API under /api/v1. */
+/** The UI/admin listener: the operator console at `/` and its session API under /api/v1. */
 export async function buildAdminApp(service: Service): Promise<App> {
   const app = createListenerApp('admin', service.log);
+  app.addHook('onSend', securityHeaders);
   await app.register(fastifyCookie, { secret: service.secrets.sessionKey });
   await app.register(adminSessionRoutes, { service });
   await app.register(adminEndpointRoutes, { service });
@@ -101,5 +103,6 @@ export async function buildAdminApp(service: Service): Promise<App> {
   await app.register(adminChatTestRoutes, { service });
   await app.register(adminAudioPolicyRoutes, { service });
   await app.register(adminImageTestRoutes, { service });
+  await app.register(consoleRoutes, { service });
   return app;
 }

@@ -1,7 +1,9 @@
 // Configuration from the command line and the environment (CONTRACT section 1). Everything the
 // service reads from `process.env` is read here, once, so the rest takes a plain object.
+import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 export type InspectMode = 'off' | 'log' | 'stately';
 
@@ -32,6 +34,8 @@ export interface Config {
   firstPassword: string | undefined;
   firstToken: string | undefined;
   logLevel: string;
+  /** The built operator console (Vite's output) that the admin listener serves at `/`. */
+  consoleDir: string;
   production: boolean;
   env: NodeJS.ProcessEnv;
 }
@@ -87,6 +91,13 @@ export function parseGpuReserve(text: string): Config['gpuReserveMiB'] {
   return result;
 }
 
+/** The checkout or installed package this module belongs to (src/ runs under tsx, dist/src/ built). */
+function packageRoot(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(path.join(dir, 'package.json')) && path.dirname(dir) !== dir) dir = path.dirname(dir);
+  return dir;
+}
+
 export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process.env): Config {
   const home = os.homedir();
   const stateDir = path.resolve(options.stateDir ?? env.SERVICE_DECK_STATE_DIR ?? path.join(home, '.local', 'state', 'service-deck'));
@@ -110,6 +121,7 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     firstPassword: env.SERVICE_DECK_ADMIN_PASSWORD,
     firstToken: env.SERVICE_DECK_API_TOKEN,
     logLevel: env.SERVICE_DECK_LOG_LEVEL ?? 'info',
+    consoleDir: path.resolve(env.SERVICE_DECK_CONSOLE_DIR ?? path.join(packageRoot(), 'dist', 'console')),
     production: env.NODE_ENV === 'production',
     env,
   };

@@ -39,7 +39,7 @@ const wavOf = (pcm: Buffer) => encodeWav(new Int16Array(pcm.buffer, pcm.byteOffs
 export async function whisperTranscribe(engine: WhisperEngine, pcm: Buffer, language: string, env: NodeJS.ProcessEnv, signal?: AbortSignal): Promise<string> {
   if (engine.mode === 'server') {
     const form = new FormData();
-    form.set('file', new Blob([wavOf(pcm)], { type: 'audio/wav' }), 'recording.wav');
+    form.set('file', new Blob([new Uint8Array(wavOf(pcm))], { type: 'audio/wav' }), 'recording.wav');
     form.set('response_format', 'json');
     form.set('language', language);
     form.set('temperature', '0');

@@ -2,7 +2,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { profileInputSchema, profileUpdateSchema } from '../../store/profile.schema.js';
+import { CATEGORIES, IMAGE_ALIAS, paramsSchemas, profileInputSchema, profileNameSchema, profileUpdateSchema } from '../../store/profile.schema.js';
 import { ProfileError } from '../../store/profiles.js';
 import type { Service } from '../../workers/service.js';
 import { adminAuth } from '../auth.js';
@@ -24,6 +24,20 @@ function mapProfileError(error: unknown): unknown {
   }
 }
 
+/**
+ * The schemas the profile routes validate with, as JSON Schema (what the operator may write, so
+ * defaults are optional): the console draws its forms from them, so a form and the API cannot
+ * disagree.
+ */
+function profileSchemas() {
+  const input = (schema: z.ZodType) => z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' });
+  return {
+    name: input(profileNameSchema),
+    categories: Object.fromEntries(CATEGORIES.map((category) => [category, input(paramsSchemas[category])])),
+    image_alias: IMAGE_ALIAS,
+  };
+}
+
 export const adminProfileRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
   const { profiles, catalog } = service;
@@ -37,6 +51,9 @@ export const adminProfileRoutes: FastifyPluginAsync<{ service: Service }> = asyn
     if (!profile) throw errors.notFound('profile_not_found', `no profile with id ${id}`);
     return profile;
   };
+
+  const schemas = profileSchemas();
+  app.get('/api/v1/profile-schemas', async () => schemas);
 
   app.get('/api/v1/profiles', async () => ({ profiles: await catalog.views() }));
 

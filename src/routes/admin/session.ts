@@ -41,6 +41,10 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
 
   const guarded = { onRequest: adminAuth(service) };
 
+  // The console after a reload: its cookie still holds a session, but the page lost the CSRF token
+  // it kept in memory. Same-origin reads only (no CORS), so another site cannot read the token.
+  app.get('/api/v1/session', guarded, async (request) => ({ csrfToken: request.adminSession?.csrfToken }));
+
   app.delete('/api/v1/session', guarded, async (request, reply) => {
     sessions.delete(request.adminSession?.id);
     reply.clearCookie(SESSION_COOKIE, { path: '/', httpOnly: true, sameSite: 'strict' });

@@ -1,0 +1,109 @@
+// The one event stream the page keeps open while logged in (GET /api/v1/events): the server
+// pushes the status, the audio policy, each actor's state, log lines and the two test jobs as they
+// change; the page never polls. A dropped stream is reopened after a growing pause (1 s to 15 s).
+import type { ActorView, LogLineView } from '../../src/system/console.types.js';
+import { ApiError, api, setCsrfToken, sse } from './api.js';
+import { LOG_KEEP, actors, audioPolicy, chatTest, connection, imageTest, logs, resetLive, session, status } from './state.js';
+
+let controller: AbortController | null = null;
+
+function apply(event: string, data: string): void {
+  const value = JSON.parse(data) as unknown;
+  switch (event) {
+    case 'status':
+      status.value = value as typeof status.value;
+      break;
+    case 'audio-policy':
+      audioPolicy.value = value as typeof audioPolicy.value;
+      break;
+    case 'actor': {
+      const actor = value as ActorView;
+      const next = new Map(actors.value);
+      next.set(actor.id, actor);
+      actors.value = next;
+      break;
+    }
+    case 'log': {
+      const line = value as LogLineView;
+      const current = logs.value;
+      // A reconnect sends the recent lines again: keep each sequence number once.
+      if (current.length > 0 && line.seq <= current[current.length - 1]!.seq) break;
+      logs.value = current.length >= LOG_KEEP ? [...current.slice(current.length - LOG_KEEP + 1), line] : [...current, line];
+      break;
+    }
+    case 'chat-test':
+      chatTest.value = (value as { job: typeof chatTest.value }).job;
+      break;
+    case 'image-test':
+      imageTest.value = (value as { job: typeof imageTest.value }).job;
+      break;
+    default:
+      break;
+  }
+}
+
+async function follow(signal: AbortSignal): Promise<void> {
+  let pause = 1000;
+  while (!signal.aborted) {
+    connection.value = 'connecting';
+    try {
+      for await (const { event, data } of sse('/api/v1/events', signal)) {
+        connection.value = 'live';
+        pause = 1000;
+        apply(event, data);
+      }
+    } catch (error) {
+      if (signal.aborted) return;
+      if (error instanceof ApiError && error.status === 401) return;
+    }
+    if (signal.aborted) return;
+    connection.value = 'lost';
+    await new Promise((resolve) => setTimeout(resolve, pause));
+    pause = Math.min(pause * 2, 15_000);
+  }
+}
+
+export function startLive(): void {
+  stopLive();
+  controller = new AbortController();
+  void follow(controller.signal);
+}
+
+export function stopLive(): void {
+  controller?.abort();
+  controller = null;
+  resetLive();
+}
+
+/** At page load: a session cookie from before the reload is still good if the service says so. */
+export async function resumeSession(): Promise<void> {
+  try {
+    const { csrfToken } = await api<{ csrfToken: string }>('GET', '/api/v1/session', undefined, { auth: false });
+    setCsrfToken(csrfToken);
+    session.value = 'in';
+    startLive();
+  } catch {
+    session.value = 'out';
+  }
+}
+
+export async function login(password: string): Promise<void> {
+  const { csrfToken } = await api<{ csrfToken: string }>('POST', '/api/v1/session', { password }, { auth: false });
+  setCsrfToken(csrfToken);
+  session.value = 'in';
+  startLive();
+}
+
+export async function logout(): Promise<void> {
+  try {
+    await api('DELETE', '/api/v1/session');
+  } finally {
+    loggedOut();
+  }
+}
+
+export function loggedOut(): void {
+  setCsrfToken(null);
+  stopLive();
+  session.value = 'out';
+}

@@ -1,0 +1,1 @@
+import { render } from "preact"; render(<p>hi</p>, document.getElementById("app")!);

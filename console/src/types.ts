@@ -1,0 +1,11 @@
+// The JSON the admin API answers, typed by the server's own declarations (type-only imports:
+// nothing of the server is bundled). When a server shape changes, the page's type check says so.
+import type { EndpointStatus } from '../../src/system/status.js';
+import type { AudioPolicyView } from '../../src/system/audioPolicy.js';
+import type { ChatTestJob } from '../../src/workers/chatTests.js';
+import type { ImageTestJob } from '../../src/workers/imageTests.js';
+
+export type { EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob };
+export type ProfileView = EndpointStatus['profiles'][number];
+export type WorkerView = EndpointStatus['workers'][number];
+export type Category = ProfileView['category'];
