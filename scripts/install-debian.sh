@@ -1,14 +1,17 @@
 #!/bin/sh
 # The Debian packages the speech workers use (issue 5): espeak-ng (text to speech), pocketsphinx
 # with its en-us model (speech to text) and libpocketsphinx-dev (to build the STT engine program,
-# scripts/build-pocketsphinx.sh). Installed with apt-get when run as root; otherwise the missing
-# ones are named. Never fails the set-up: speech profiles then carry `runtime missing: …`.
+# scripts/build-pocketsphinx.sh); or the packages named as arguments (the test suite asks for
+# chromium, the browser its console tests drive). Installed with apt-get when run as root;
+# otherwise the missing ones are named. Never fails: speech profiles then carry
+# `runtime missing: …`, and the console tests say that chromium is missing.
 set -u
 
 say() { printf 'debian: %s\n' "$*" >&2; }
 
 missing=
-for pkg in espeak-ng pocketsphinx pocketsphinx-en-us libpocketsphinx-dev; do
+packages=${*:-espeak-ng pocketsphinx pocketsphinx-en-us libpocketsphinx-dev}
+for pkg in $packages; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $pkg"
 done
 [ -z "$missing" ] && exit 0
@@ -17,7 +20,7 @@ if ! command -v apt-get >/dev/null 2>&1; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-  say "speech needs:$missing. Install them (apt-get install$missing) and run again"
+  say "needed:$missing. Install them (apt-get install$missing) and run again"
   exit 0
 fi
 say "installing$missing"

@@ -32,6 +32,8 @@ if ! sh scripts/build-whisper.sh; then
   say "warning: whisper.cpp could not be built (see above); whisper.cpp STT profiles stay blocked until it is"
 fi
 
-# The service itself: TypeScript to dist/.
+# The service itself: TypeScript to dist/, and the operator console (Vite) to dist/console.
 say "building (tsc)"
 npx --no-install tsc -p tsconfig.build.json
+say "building the operator console (vite)"
+npx --no-install vite build --config console/vite.config.ts --logLevel warn

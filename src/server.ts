@@ -18,7 +18,8 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
   const { service, generatedToken } = await startService(config, { log });
   const out: string[] = [];
   const admin = service.adminAddress();
-  out.push(`service-deck: admin API on http://${config.uiHost}:${admin?.port ?? config.uiPort}/api/v1`);
+  const adminUrl = `http://${config.uiHost}:${admin?.port ?? config.uiPort}`;
+  out.push(`service-deck: operator console on ${adminUrl}/ (admin API on ${adminUrl}/api/v1)`);
   if (generatedToken) out.push(`service-deck: new API token (shown once, only its hash is stored): ${generatedToken}`);
   if (!service.secrets.hasPassword) out.push('service-deck: no operator password yet: run `service-deck set-password` to log in.');
   if (options.startEndpoint && !service.accepting()) {

@@ -3,7 +3,7 @@
 // change; the page never polls. A dropped stream is reopened after a growing pause (1 s to 15 s).
 import type { ActorView, LogLineView } from '../../src/system/console.types.js';
 import { ApiError, api, setCsrfToken, sse } from './api.js';
-import { LOG_KEEP, actors, audioPolicy, chatTest, connection, imageTest, logs, resetLive, session, status } from './state.js';
+import { LOG_KEEP, actors, passwordSet, audioPolicy, chatTest, connection, imageTest, logs, resetLive, session, status } from './state.js';
 
 let controller: AbortController | null = null;
 
@@ -78,8 +78,13 @@ export function stopLive(): void {
 /** At page load: a session cookie from before the reload is still good if the service says so. */
 export async function resumeSession(): Promise<void> {
   try {
-    const { csrfToken } = await api<{ csrfToken: string }>('GET', '/api/v1/session', undefined, { auth: false });
-    setCsrfToken(csrfToken);
+    const answer = await api<{ logged_in: boolean; password_set: boolean; csrfToken?: string }>('GET', '/api/v1/session', undefined, { auth: false });
+    passwordSet.value = answer.password_set;
+    if (!answer.logged_in || !answer.csrfToken) {
+      session.value = 'out';
+      return;
+    }
+    setCsrfToken(answer.csrfToken);
     session.value = 'in';
     startLive();
   } catch {

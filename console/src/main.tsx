@@ -1,1 +1,148 @@
-import { render } from "preact"; render(<p>hi</p>, document.getElementById("app")!);
+// The operator console: login, then one page per admin task, chosen by the address's hash
+// (#/overview, #/profiles, …) so the browser's back button and links work without a server route.
+import { render } from 'preact';
+import { useEffect, useState } from 'preact/hooks';
+import { ApiError, message, onSessionLost } from './api.js';
+import { loggedOut, login, logout, resumeSession } from './live.js';
+import { connection, dismiss, notices, passwordSet, session, status } from './state.js';
+import { Audio } from './views/Audio.js';
+import { ChatTest } from './views/ChatTest.js';
+import { ImageTest } from './views/ImageTest.js';
+import { Logs } from './views/Logs.js';
+import { Overview } from './views/Overview.js';
+import { Profiles } from './views/Profiles.js';
+import { Settings } from './views/Settings.js';
+import './style.css';
+
+const PAGES = [
+  { path: 'overview', title: 'Overview', view: Overview },
+  { path: 'profiles', title: 'Profiles', view: Profiles },
+  { path: 'chat', title: 'Chat test', view: ChatTest },
+  { path: 'image', title: 'Image test', view: ImageTest },
+  { path: 'audio', title: 'Audio', view: Audio },
+  { path: 'logs', title: 'Logs', view: Logs },
+  { path: 'settings', title: 'Settings', view: Settings },
+] as const;
+
+function currentPath(): string {
+  const path = location.hash.replace(/^#\/?/, '');
+  return PAGES.some((p) => p.path === path) ? path : 'overview';
+}
+
+function Login() {
+  const [password, setPassword] = useState('');
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  return (
+    <main class="login">
+      <form
+        class="card"
+        aria-labelledby="login-heading"
+        onSubmit={async (event) => {
+          event.preventDefault();
+          setBusy(true);
+          setError(null);
+          try {
+            await login(password);
+            setPassword('');
+          } catch (failure) {
+            setError(failure instanceof ApiError && failure.status === 401 ? 'Wrong password.' : message(failure));
+          } finally {
+            setBusy(false);
+          }
+        }}
+      >
+        <h1 id="login-heading">Service Deck</h1>
+        <p>
+          Log in with the operator password (<code>service-deck demo</code> prints it; <code>service-deck set-password</code> sets it).
+        </p>
+        {passwordSet.value ? null : (
+          <p class="error" role="alert">
+            No operator password is set yet: run <code>service-deck set-password</code> on the host.
+          </p>
+        )}
+        <label for="password">Operator password</label>
+        <input id="password" name="password" type="password" autocomplete="current-password" required value={password} onInput={(e) => setPassword(e.currentTarget.value)} />
+        {error ? (
+          <p class="error" role="alert">
+            {error}
+          </p>
+        ) : null}
+        <button class="btn primary" type="submit" disabled={busy}>
+          Log in
+        </button>
+      </form>
+    </main>
+  );
+}
+
+function Notices() {
+  return (
+    <div class="notices" role="status" aria-live="polite">
+      {notices.value.map((n) => (
+        <div key={n.id} class={`notice ${n.kind}`}>
+          <span>{n.text}</span>
+          <button type="button" class="btn plain" aria-label="Dismiss message" onClick={() => dismiss(n.id)}>
+            ×
+          </button>
+        </div>
+      ))}
+    </div>
+  );
+}
+
+function Shell() {
+  const [path, setPath] = useState(currentPath());
+  useEffect(() => {
+    const onHash = () => setPath(currentPath());
+    window.addEventListener('hashchange', onHash);
+    return () => window.removeEventListener('hashchange', onHash);
+  }, []);
+  const page = PAGES.find((p) => p.path === path) ?? PAGES[0];
+  useEffect(() => {
+    document.title = `${page.title} · Service Deck`;
+  }, [page]);
+  const View = page.view;
+  const state = status.value?.status;
+  return (
+    <div class="shell">
+      <header class="top">
+        <a class="brand" href="#/overview">
+          Service Deck
+        </a>
+        <nav aria-label="Console pages">
+          {PAGES.map((p) => (
+            <a key={p.path} href={`#/${p.path}`} aria-current={p.path === path ? 'page' : undefined}>
+              {p.title}
+            </a>
+          ))}
+        </nav>
+        <div class="top-right">
+          <span class={`live ${connection.value}`} title="The page's live connection to the service">
+            {connection.value === 'live' ? 'live' : connection.value === 'connecting' ? 'connecting…' : 'reconnecting…'}
+          </span>
+          {state ? <span class={`endpoint ${state}`}>endpoint {state}</span> : null}
+          <button type="button" class="btn plain" onClick={() => void logout()}>
+            Log out
+          </button>
+        </div>
+      </header>
+      <main id="main" tabIndex={-1}>
+        <h1 class="page-title">{page.title}</h1>
+        <View />
+      </main>
+      <Notices />
+    </div>
+  );
+}
+
+function App() {
+  useEffect(() => {
+    onSessionLost(loggedOut);
+    void resumeSession();
+  }, []);
+  if (session.value === 'checking') return <p class="loading">Loading…</p>;
+  return session.value === 'in' ? <Shell /> : <Login />;
+}
+
+render(<App />, document.getElementById('app')!);

@@ -8,6 +8,8 @@ import type { AudioPolicyView, ChatTestJob, EndpointStatus, ImageTestJob } from 
 
 export type SessionState = 'checking' | 'out' | 'in';
 export const session = signal<SessionState>('checking');
+/** False until an operator password exists (`service-deck set-password`): the login says so. */
+export const passwordSet = signal(true);
 
 export type Connection = 'connecting' | 'live' | 'lost';
 export const connection = signal<Connection>('connecting');

@@ -4,8 +4,9 @@ import type { EndpointStatus } from '../../src/system/status.js';
 import type { AudioPolicyView } from '../../src/system/audioPolicy.js';
 import type { ChatTestJob } from '../../src/workers/chatTests.js';
 import type { ImageTestJob } from '../../src/workers/imageTests.js';
+import type { SupervisedWorker } from '../../src/system/diagnostics.js';
 
-export type { EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob };
+export type { SupervisedWorker, EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob };
 export type ProfileView = EndpointStatus['profiles'][number];
 export type WorkerView = EndpointStatus['workers'][number];
 export type Category = ProfileView['category'];

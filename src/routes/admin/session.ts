@@ -41,9 +41,16 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
 
   const guarded = { onRequest: adminAuth(service) };
 
-  // The console after a reload: its cookie still holds a session, but the page lost the CSRF token
-  // it kept in memory. Same-origin reads only (no CORS), so another site cannot read the token.
-  app.get('/api/v1/session', guarded, async (request) => ({ csrfToken: request.adminSession?.csrfToken }));
+  // The console at page load: is its cookie still a session? If so, the page gets back the CSRF
+  // token it kept only in memory. Same-origin reads only (no CORS, and the admin header cannot be
+  // sent cross-site without a preflight), so another site cannot read the token. Not logged in is
+  // an answer here, not a 401: the page asks before it knows.
+  app.get('/api/v1/session', { onRequest: async (request) => requireAdminHeader(request) }, async (request) => {
+    await secrets.refresh();
+    const session = sessionFromCookie(request, sessions);
+    if (!session || session.passwordStamp !== secrets.passwordStamp) return { logged_in: false, password_set: secrets.hasPassword };
+    return { logged_in: true, password_set: true, csrfToken: session.csrfToken };
+  });
 
   app.delete('/api/v1/session', guarded, async (request, reply) => {
     sessions.delete(request.adminSession?.id);

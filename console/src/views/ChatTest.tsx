@@ -1,0 +1,184 @@
+// The chat test (spec 4.7): through the admin API only, the same scheduler and worker as the API,
+// no publication needed. The conversation lives only in this page's memory (a module signal: gone
+// at reload or logout); the server holds only the current job. Tokens appear as the event stream
+// brings them; cancel, unload, timings and usage are shown.
+import { signal } from '@preact/signals';
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { api } from '../api.js';
+import { chatTest, notify, session, status } from '../state.js';
+import type { ChatTestJob } from '../types.js';
+import { ActionButton, Facts, Section, attempt, duration } from '../ui.js';
+
+interface Message {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+const history = signal<Message[]>([]);
+const pendingJob = signal<string | null>(null);
+session.subscribe((state) => {
+  if (state !== 'in') {
+    history.value = [];
+    pendingJob.value = null;
+  }
+});
+
+const ENDED = new Set(['done', 'cancelled', 'failed']);
+
+function Measurements({ job }: { job: ChatTestJob }) {
+  const { prefill, generation } = job.timings;
+  return (
+    <Facts
+      items={[
+        ['Phase', job.phase + (job.position !== null ? ` (position ${job.position})` : '')],
+        ['Prefill', prefill ? `${prefill.tokens} tokens in ${duration(prefill.ms)} (${prefill.tokens_per_second} tokens/s)` : '—'],
+        ['Generation', generation ? `${generation.tokens} tokens in ${duration(generation.ms)} (${generation.tokens_per_second} tokens/s)` : '—'],
+        ['Usage', job.usage ? `${job.usage.prompt_tokens} prompt + ${job.usage.completion_tokens} completion = ${job.usage.total_tokens} tokens${job.usage.cached_tokens ? ` (${job.usage.cached_tokens} cached)` : ''}` : '—'],
+        ['Finish', job.finish_reason ?? '—'],
+      ]}
+    />
+  );
+}
+
+export function ChatTest() {
+  const profiles = (status.value?.profiles ?? []).filter((p) => p.category === 'chat');
+  const [profileId, setProfileId] = useState<string>('');
+  const [text, setText] = useState('');
+  const [system, setSystem] = useState('');
+  const [maxTokens, setMaxTokens] = useState(256);
+  const job = chatTest.value;
+  const ours = job && job.id === pendingJob.value ? job : null;
+  const running = job !== null && !ENDED.has(job.phase);
+  const answerRef = useRef<HTMLDivElement>(null);
+
+  useEffect(() => {
+    if (!profileId && profiles[0]) setProfileId((profiles.find((p) => p.executable) ?? profiles[0]).id);
+  }, [profiles.length]);
+
+  // The finished answer joins the conversation once.
+  useEffect(() => {
+    if (ours && ours.phase === 'done') {
+      history.value = [...history.value, { role: 'assistant', content: ours.answer }];
+      pendingJob.value = null;
+    }
+  }, [ours?.phase]);
+
+  useEffect(() => {
+    answerRef.current?.scrollIntoView({ block: 'nearest' });
+  }, [ours?.answer.length]);
+
+  async function send() {
+    const content = text.trim();
+    if (!content || !profileId) return;
+    const messages: Message[] = [...(system.trim() ? [{ role: 'system' as const, content: system.trim() }] : []), ...history.value, { role: 'user', content }];
+    const started = await attempt('Chat test', () => api<{ job: ChatTestJob }>('POST', '/api/v1/chat-tests/start', { profile_id: profileId, messages, max_tokens: maxTokens }));
+    if (!started) return;
+    history.value = [...history.value, { role: 'user', content }];
+    pendingJob.value = started.job.id;
+    chatTest.value = started.job;
+    setText('');
+  }
+
+  return (
+    <div class="grid two">
+      <Section
+        title="Conversation"
+        actions={
+          <button type="button" class="btn" disabled={history.value.length === 0 || running} onClick={() => (history.value = [])}>
+            Clear conversation
+          </button>
+        }
+      >
+        <p class="hint">Kept only in this page: a reload or logout forgets it. The service keeps only the current test job in RAM.</p>
+        <ol class="chat" aria-label="Conversation" aria-live="polite">
+          {history.value.map((m, i) => (
+            <li key={i} class={`msg ${m.role}`}>
+              <span class="role">{m.role}</span>
+              <div class="content">{m.content}</div>
+            </li>
+          ))}
+          {ours && !ENDED.has(ours.phase) ? (
+            <li class="msg assistant streaming">
+              <span class="role">assistant</span>
+              <div class="content" ref={answerRef} data-testid="streaming-answer">
+                {ours.answer || (ours.phase === 'waiting' ? `waiting in the queue${ours.position !== null ? ` (position ${ours.position})` : ''}…` : `${ours.phase}…`)}
+              </div>
+            </li>
+          ) : null}
+          {ours && (ours.phase === 'failed' || ours.phase === 'cancelled') ? (
+            <li class="msg error" role="alert">
+              {ours.phase === 'cancelled' ? 'Cancelled.' : `Failed: ${ours.error?.message ?? 'unknown'} (${ours.error?.code ?? 'no code'})`}
+              {ours.answer ? <div class="content">{ours.answer}</div> : null}
+            </li>
+          ) : null}
+        </ol>
+        <form
+          class="chat-input"
+          onSubmit={(event) => {
+            event.preventDefault();
+            void send();
+          }}
+        >
+          <label for="chat-message">Message</label>
+          <textarea
+            id="chat-message"
+            rows={3}
+            value={text}
+            onInput={(e) => setText(e.currentTarget.value)}
+            onKeyDown={(e) => {
+              if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+                e.preventDefault();
+                void send();
+              }
+            }}
+          />
+          <div class="form-actions">
+            <button class="btn primary" type="submit" disabled={running || !profileId || !text.trim()}>
+              Send
+            </button>
+            <ActionButton disabled={!running} onClick={() => attempt('Cancel', () => api('POST', '/api/v1/chat-tests/cancel', {}))}>
+              Cancel
+            </ActionButton>
+            <span class="hint">Ctrl+Enter sends.</span>
+          </div>
+        </form>
+      </Section>
+      <Section title="Settings and measurements">
+        <div class="field">
+          <label for="chat-profile">Chat profile</label>
+          <select id="chat-profile" value={profileId} onChange={(e) => setProfileId(e.currentTarget.value)}>
+            {profiles.length === 0 ? <option value="">no chat profile</option> : null}
+            {profiles.map((p) => (
+              <option key={p.id} value={p.id} disabled={!p.executable}>
+                {p.name}
+                {p.executable ? '' : ' (cannot run)'}
+              </option>
+            ))}
+          </select>
+          <small class="hint">Needs no publication.</small>
+        </div>
+        <div class="field">
+          <label for="chat-system">System message (optional)</label>
+          <textarea id="chat-system" rows={2} value={system} onInput={(e) => setSystem(e.currentTarget.value)} />
+        </div>
+        <div class="field">
+          <label for="chat-max-tokens">Max tokens</label>
+          <input id="chat-max-tokens" type="number" min={1} max={4096} value={maxTokens} onInput={(e) => setMaxTokens(Number(e.currentTarget.value))} />
+        </div>
+        {job ? <Measurements job={job} /> : <p class="empty">No test has run since the service started.</p>}
+        <div class="form-actions">
+          <ActionButton
+            kind="danger"
+            onClick={async () => {
+              const done = await attempt('Unload', () => api<{ unloaded: boolean }>('POST', '/api/v1/chat-tests/unload', {}));
+              if (done) notify('info', done.unloaded ? 'The chat worker is unloaded.' : 'The chat worker is still unloading.');
+            }}
+          >
+            Unload chat worker
+          </ActionButton>
+          <span class="hint">Refused (409) while requests are active.</span>
+        </div>
+      </Section>
+    </div>
+  );
+}

@@ -1,0 +1,243 @@
+// The overview, live from the event stream: the listener with start, stop and its port; what needs
+// attention first; the workers with their memory plans; the queue; the counters; GPUs and RAM.
+import { useState } from 'preact/hooks';
+import { api } from '../api.js';
+import { audioPolicy, notify, status } from '../state.js';
+import type { EndpointStatus, SupervisedWorker, WorkerView } from '../types.js';
+import { ActionButton, Badge, Facts, Section, Table, attempt, duration, mib, since } from '../ui.js';
+
+interface Attention {
+  key: string;
+  tone: 'bad' | 'warn';
+  text: string;
+  link?: string;
+}
+
+/** What the operator should look at first, most serious first. */
+export function attentionOf(s: EndpointStatus, audio: typeof audioPolicy.value): Attention[] {
+  const out: Attention[] = [];
+  if (s.error) out.push({ key: 'listener', tone: 'bad', text: `Listener: ${s.error.message} (${s.error.code})` });
+  if (s.secrets_problem) out.push({ key: 'secrets', tone: 'bad', text: `Secrets: ${s.secrets_problem}` });
+  if (s.gpu_probe.problem) out.push({ key: 'gpus', tone: 'warn', text: `GPU probe: ${s.gpu_probe.problem}` });
+  const ramProblem = s.memory.ram.problem;
+  if (typeof ramProblem === 'string') out.push({ key: 'ram', tone: 'warn', text: `RAM probe: ${ramProblem}` });
+  for (const view of s.workers) {
+    const w = view as WorkerView & Partial<SupervisedWorker>;
+    // A worker that died on its own is unloaded with `<cause>: <diagnosis>` as its last word.
+    const died = w.state === 'unloaded' && w.last ? /^(model_error|runtime_missing|unclear|crashed|timeout|load_failed): /.exec(w.last) : null;
+    if (died) out.push({ key: `worker-${w.kind}`, tone: 'bad', text: `The ${w.kind} worker ended: ${w.last}` });
+  }
+  for (const e of audio?.errors ?? []) {
+    out.push({ key: `audio-${e.kind}`, tone: 'bad', text: `Audio policy ${e.kind} (${e.profile_id ?? 'no profile'}): ${e.message}${e.attempts > 0 ? `, ${e.attempts} attempts` : ''}`, link: '#/audio' });
+  }
+  for (const p of s.profiles) {
+    if (p.published && p.blockers.length > 0) out.push({ key: `profile-${p.id}`, tone: 'bad', text: `Published profile ${p.name} cannot run: ${p.blockers.join('; ')}`, link: '#/profiles' });
+  }
+  for (const p of s.profiles) {
+    if (!p.published && p.blockers.length > 0) out.push({ key: `profile-${p.id}`, tone: 'warn', text: `Profile ${p.name}: ${p.blockers.join('; ')}`, link: '#/profiles' });
+  }
+  return out;
+}
+
+function Listener({ s }: { s: EndpointStatus }) {
+  const [port, setPort] = useState('');
+  const running = s.status === 'running';
+  return (
+    <Section
+      title="Listener"
+      actions={
+        <>
+          <ActionButton kind="primary" disabled={s.status !== 'stopped'} onClick={() => attempt('Start', () => api('POST', '/api/v1/endpoint/start', {}))}>
+            Start
+          </ActionButton>
+          <ActionButton kind="danger" disabled={s.status !== 'running'} onClick={() => attempt('Stop', () => api('POST', '/api/v1/endpoint/stop', {}))}>
+            Stop
+          </ActionButton>
+        </>
+      }
+    >
+      <Facts
+        items={[
+          ['State', <Badge tone={running ? 'ok' : s.status === 'stopping' ? 'warn' : 'idle'}>{s.status}</Badge>],
+          ['Address', `http://${s.host}:${s.port}/v1`],
+          ['Remembered', s.remembered_running ? 'running at the next start' : 'stopped at the next start'],
+          ...(s.stop ? ([['Stopping', `since ${since(s.stop.since)}: ${s.stop.open_requests} open requests, ${s.stop.running_jobs} running jobs`]] as Array<[string, string]>) : []),
+        ]}
+      />
+      <form
+        class="inline"
+        onSubmit={async (event) => {
+          event.preventDefault();
+          const value = Number(port);
+          const done = await attempt('Port change', () => api('POST', '/api/v1/endpoint/config', { port: value }));
+          if (done) {
+            notify('info', `The endpoint will listen on port ${value}.`);
+            setPort('');
+          }
+        }}
+      >
+        <label for="port">Port</label>
+        <input id="port" type="number" min={1} max={65535} required placeholder={String(s.port)} value={port} onInput={(e) => setPort(e.currentTarget.value)} />
+        <button class="btn" type="submit">
+          Change port
+        </button>
+        {running ? <span class="hint">Only while stopped: the service answers 409 otherwise.</span> : null}
+      </form>
+    </Section>
+  );
+}
+
+function Workers({ s }: { s: EndpointStatus }) {
+  return (
+    <Section title="Workers">
+      {s.workers.length === 0 ? (
+        <p class="empty">No worker has started since the service started.</p>
+      ) : (
+        <Table head={['Kind', 'State', 'Profile', 'PID', 'GPUs', 'Since', 'Memory plan (forecast vs free)', 'Notes']}>
+              {s.workers.map((view) => {
+                // Workers the supervisor knows carry their plan and notes; the others only their state.
+                const w = view as WorkerView & Partial<SupervisedWorker>;
+                const plan = w.plan ?? null;
+                return (
+                  <tr key={w.kind} data-worker={w.kind}>
+                    <th scope="row">{w.kind}</th>
+                    <td>
+                      <Badge tone={w.state === 'loaded' || w.state === 'ready' ? 'ok' : w.state.startsWith('fail') ? 'bad' : 'idle'}>{w.state}</Badge>
+                    </td>
+                    <td>{w.profile_id ?? '—'}</td>
+                    <td>{w.pid ?? '—'}</td>
+                    <td>{w.gpus.length > 0 ? w.gpus.join(', ') : 'CPU'}</td>
+                    <td>{since(w.since)}</td>
+                    <td>
+                      {plan ? (
+                        <ul class="plain">
+                          <li>
+                            RAM {mib(plan.ram_budget.forecast_mib)} of {mib(plan.ram_budget.available_mib)} available (reserve {mib(plan.ram_budget.reserve_mib)})
+                          </li>
+                          {plan.gpu_budget.map((g) => (
+                            <li key={g.uuid}>
+                              {g.uuid}: {mib(g.forecast_mib)} of {mib(g.available_mib)} (free {mib(g.free_mib)}, reserve {mib(g.reserve_mib)})
+                            </li>
+                          ))}
+                          <li class="hint">{plan.fit}</li>
+                        </ul>
+                      ) : (
+                        '—'
+                      )}
+                    </td>
+                    <td>
+                      {w.stale ? <div>goes when idle: {w.stale}</div> : null}
+                      {w.last ? <div>last: {w.last}</div> : null}
+                      {w.active_jobs !== undefined ? <div>{w.active_jobs} active of {w.slots} slots</div> : null}
+                    </td>
+                  </tr>
+                );
+              })}
+            </Table>
+      )}
+    </Section>
+  );
+}
+
+function Queue({ s }: { s: EndpointStatus }) {
+  const jobs = [...s.queue.running, ...s.queue.waiting];
+  return (
+    <Section title="Queue">
+      {jobs.length === 0 ? (
+        <p class="empty">No job is running or waiting.</p>
+      ) : (
+        <Table head={['Job', 'Kind', 'Profile', 'Phase', 'Position', 'Waited', 'Waits for / holds']}>
+              {jobs.map((j) => (
+                <tr key={j.job_id}>
+                  <td>
+                    <code>{j.job_id.slice(0, 8)}</code> <span class="hint">{j.source}</span>
+                  </td>
+                  <td>{j.kind}</td>
+                  <td>{j.profile_id}</td>
+                  <td>
+                    {j.phase}
+                    {j.progress ? ` (step ${j.progress.step}/${j.progress.steps})` : ''}
+                  </td>
+                  <td>{j.position ?? '—'}</td>
+                  <td>{duration(j.waited_ms)}</td>
+                  <td>
+                    {j.reservation.worker ?? '—'}
+                    {j.reservation.gpus.length > 0 ? ` on ${j.reservation.gpus.join(', ')}` : ''}
+                  </td>
+                </tr>
+              ))}
+            </Table>
+      )}
+    </Section>
+  );
+}
+
+function Resources({ s }: { s: EndpointStatus }) {
+  const ram = s.memory.ram;
+  return (
+    <Section title="GPUs and RAM">
+      <Facts
+        items={[
+          ['RAM available', `${mib(ram.available_mib as number)} (budget ${mib(ram.budget_mib as number)} after a reserve of ${mib(ram.reserve_mib as number)}, limited by ${String(ram.limited_by)})`],
+          ['Host RAM', `${mib(ram.host_available_mib as number)} free of ${mib(ram.host_total_mib as number)}`],
+          ['cgroup', ram.cgroup_limit_mib == null ? 'no limit' : `${mib(ram.cgroup_usage_mib as number)} used of ${mib(ram.cgroup_limit_mib as number)}`],
+          ['GPU probe', s.gpu_probe.source],
+        ]}
+      />
+      {s.gpus.length === 0 ? (
+        <p class="empty">No GPU: workers run on the CPU.</p>
+      ) : (
+        <ul class="gpus">
+          {s.gpus.map((g) => {
+            const used = g.memoryTotalMiB - g.memoryFreeMiB;
+            return (
+              <li key={g.uuid}>
+                <strong>{g.name}</strong> <code>{g.uuid}</code>
+                <meter min={0} max={g.memoryTotalMiB} value={used} aria-label={`${g.name} memory used`} />
+                {mib(used)} used of {mib(g.memoryTotalMiB)}; {g.processes.length} processes ({g.processes.filter((p) => !p.own).length} foreign)
+              </li>
+            );
+          })}
+        </ul>
+      )}
+      <p class="hint">{s.memory.note}</p>
+    </Section>
+  );
+}
+
+export function Overview() {
+  const s = status.value;
+  if (!s) return <p class="loading">Waiting for the service's status…</p>;
+  const attention = attentionOf(s, audioPolicy.value);
+  return (
+    <div class="grid">
+      <Section title="Needs attention" id="attention">
+        {attention.length === 0 ? (
+          <p class="empty">Nothing: every published profile can run, no worker failed, the audio policy is fine.</p>
+        ) : (
+          <ul class="attention">
+            {attention.map((a) => (
+              <li key={a.key} class={a.tone}>
+                {a.link ? <a href={a.link}>{a.text}</a> : a.text}
+              </li>
+            ))}
+          </ul>
+        )}
+      </Section>
+      <Listener s={s} />
+      <Workers s={s} />
+      <Queue s={s} />
+      <Section title="Counters">
+        <Facts
+          items={[
+            ['Requests', s.counters.requests],
+            ['Refused (4xx)', s.counters.rejected],
+            ['Failed (5xx)', s.counters.errors],
+            ...Object.entries(s.counters.by_route).map(([route, n]): [string, number] => [route, n]),
+          ]}
+        />
+      </Section>
+      <Resources s={s} />
+    </div>
+  );
+}

@@ -1,0 +1,236 @@
+// The operator console in a real browser: Debian's chromium driven by playwright-core against the
+// real `service-deck serve` (built dist/ and dist/console), the tiny chat model on the real
+// llama-server and the stand-in sd-cli. Everything goes through the page: login, a chat profile
+// created from the schema form and published, the listener started, a chat test whose tokens
+// appear as they stream, the worker in the overview and its state chart in its loaded state,
+// unpublish, logout; an image test with its progress, a 409 while busy, then the picture. The
+// page's console shows no error, and no request leaves the service's origin.
+// SERVICE_DECK_SCREENSHOTS=docs/screenshots writes the README's screenshots.
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import t, { type Test } from 'tap';
+import type { Page } from 'playwright-core';
+import { PASSWORD, TOKEN, freePort, tempDir } from '../helpers/build.js';
+import { launch, openPage } from '../helpers/browser.js';
+import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
+import { spawnCli } from '../helpers/spawn.js';
+
+const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
+const SHOTS = process.env.SERVICE_DECK_SCREENSHOTS;
+
+async function shot(page: Page, name: string): Promise<void> {
+  if (!SHOTS) return;
+  await mkdir(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: false });
+}
+
+async function startServe(t: Test) {
+  const stateDir = await tempDir(t);
+  const uiPort = await freePort();
+  const apiPort = await freePort();
+  await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: false, port: apiPort, published: [] }), { mode: 0o600 });
+  const served = spawnCli(t, ['serve', '--ui-port', String(uiPort)], {
+    SERVICE_DECK_STATE_DIR: stateDir,
+    SERVICE_DECK_ADMIN_PASSWORD: PASSWORD,
+    SERVICE_DECK_API_TOKEN: TOKEN,
+    SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(),
+    SERVICE_DECK_SD_CLI: SD_CLI,
+    SERVICE_DECK_GPUS: 'none',
+    SERVICE_DECK_DRAIN_LIMIT_MS: '1000',
+  });
+  const [, origin] = await served.waitFor(/operator console on (http:\/\/[^/\s]+)\//, 60_000);
+  t.teardown(async () => {
+    if (served.child.exitCode === null) {
+      served.child.kill('SIGTERM');
+      await served.exited;
+    }
+  });
+  return { stateDir, origin: origin!, apiPort, served };
+}
+
+async function login(page: Page): Promise<void> {
+  await page.goto('/');
+  await page.getByLabel('Operator password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Log in' }).click();
+  await page.getByRole('navigation', { name: 'Console pages' }).waitFor();
+  await page.locator('.live.live').waitFor();
+}
+
+async function goTo(page: Page, title: string): Promise<void> {
+  await page.getByRole('navigation', { name: 'Console pages' }).getByRole('link', { name: title, exact: true }).click();
+  await page.getByRole('heading', { level: 1, name: title }).waitFor();
+}
+
+/** Every text the element showed, recorded in the page as it changed (a MutationObserver). */
+async function recordTexts(page: Page, selector: string): Promise<() => Promise<string[]>> {
+  // Page scripts as text: the tests' type check has no DOM library.
+  await page.evaluate(`(() => {
+    const seen = [];
+    window.__seen = seen;
+    const note = () => {
+      const text = document.querySelector(${JSON.stringify(selector)})?.textContent ?? '';
+      if (text && seen[seen.length - 1] !== text) seen.push(text);
+    };
+    new MutationObserver(note).observe(document.body, { subtree: true, childList: true, characterData: true });
+  })()`);
+  return () => page.evaluate('window.__seen') as Promise<string[]>;
+}
+
+t.test('the console in chromium: every admin task of a chat profile, live overview and state chart, then an image test', async (t) => {
+  const { origin, apiPort } = await startServe(t);
+  const modelDir = await tempDir(t);
+  const model = await tinyModelIn(modelDir);
+
+  // What the listener answers before any script runs.
+  const index = await fetch(`${origin}/`);
+  t.equal(index.status, 200, 'the console is served at /');
+  t.match(index.headers.get('content-type'), /^text\/html/);
+  const csp = index.headers.get('content-security-policy') ?? '';
+  t.match(csp, /default-src 'none'/, 'a strict CSP');
+  t.match(csp, /script-src 'self'(;|$)/, 'scripts only from the service itself, none inline');
+  t.notMatch(csp, /unsafe-inline|unsafe-eval|https?:/, 'no inline code and no remote origin');
+  t.equal(index.headers.get('access-control-allow-origin'), null, 'no CORS');
+  const html = await index.text();
+  t.notMatch(html, /<script(?![^>]*\bsrc=)[^>]*>/, 'the page has no inline script');
+
+  const browser = await launch(t);
+  const w = await openPage(browser, origin);
+  const { page } = w;
+  await login(page);
+  t.pass('logged in with the operator password');
+  await shot(page, 'overview-empty');
+
+  // Profiles: a chat profile from the schema form, then published.
+  await goTo(page, 'Profiles');
+  await page.getByRole('button', { name: 'New profile' }).click();
+  const form = page.getByRole('form', { name: 'New profile' });
+  await form.getByLabel('Category').selectOption('chat');
+  await form.getByLabel('Name (the API\'s model name)').fill('tiny-chat');
+  await form.getByLabel('model', { exact: true }).fill(model);
+  await form.getByLabel('context').fill('2048');
+  await shot(page, 'profile-form');
+  await form.getByRole('button', { name: 'Create' }).click();
+  const row = page.locator('tr[data-profile="tiny-chat"]');
+  await row.waitFor();
+  t.match(await row.textContent(), /chat1not publishedyes/, 'created: revision 1, not published, can run');
+  await page.getByRole('button', { name: 'Publish tiny-chat' }).click();
+  await row.getByText('published', { exact: true }).waitFor();
+  t.pass('published from the list');
+
+  // Overview: start the listener; its state arrives by the event stream.
+  await goTo(page, 'Overview');
+  await page.getByRole('button', { name: 'Start' }).click();
+  await page.locator('.endpoint.running').waitFor();
+  const address = await page.locator('.facts').first().textContent();
+  t.match(address, /running/, 'the listener runs');
+
+  // The inference API answers the published profile with the bearer token (outside the page).
+  const models = await fetch(`http://127.0.0.1:${apiPort}/v1/models`, { headers: { authorization: `Bearer ${TOKEN}` } });
+  t.same(((await models.json()) as { data: Array<{ id: string }> }).data.map((m) => m.id), ['tiny-chat']);
+
+  // Chat test: tokens appear while the answer streams, then timings and usage.
+  await goTo(page, 'Chat test');
+  await page.getByLabel('Chat profile').selectOption({ label: 'tiny-chat' });
+  await page.getByLabel('Max tokens').fill('1200');
+  await page.getByLabel('Message', { exact: true }).fill('Hello there');
+  const texts = await recordTexts(page, '[data-testid="streaming-answer"]');
+  await page.getByRole('button', { name: 'Send' }).click();
+  await page.locator('.msg.assistant:not(.streaming)').waitFor({ timeout: 120_000 });
+  const seen = (await texts()).filter((text) => !text.endsWith('…'));
+  t.ok(seen.length >= 3, `the answer grew in ${seen.length} steps while it streamed`);
+  t.ok(seen.every((text, i) => i === 0 || text.startsWith(seen[i - 1]!)), 'each step extends the one before');
+  await page.getByText(/tokens in .* tokens\/s/).first().waitFor();
+  const facts = await page.locator('.facts').textContent();
+  t.match(facts, /Generation\d+ tokens in [\d.]+ (ms|s) \([\d.]+ tokens\/s\)/, 'generation timings shown');
+  t.match(facts, /Usage\d+ prompt \+ \d+ completion = \d+ tokens/, 'usage shown');
+  t.equal(await page.locator('.msg.user').count(), 1, 'the question is in the conversation');
+  await shot(page, 'chat-test');
+
+  // Overview: the chat worker, loaded.
+  await goTo(page, 'Overview');
+  const worker = page.locator('tr[data-worker="chat"]');
+  await worker.getByText('loaded', { exact: true }).waitFor();
+  t.match(await worker.textContent(), /tiny-chat/, 'the worker shows its profile');
+  t.match(await worker.textContent(), /\d+ active of 1 slots/);
+  await shot(page, 'overview');
+
+  // The state chart of the chat worker, drawn from its machine, in its loaded state.
+  await goTo(page, 'State charts');
+  await page.getByRole('button', { name: /worker\.chat/ }).click();
+  const active = page.locator('svg [aria-label$="(active)"]');
+  await active.first().waitFor();
+  const activeLabels = await active.evaluateAll((nodes) => nodes.map((n) => n.getAttribute('aria-label')));
+  t.ok(activeLabels.some((label) => /loaded/.test(label ?? '')), `an active state is loaded: ${activeLabels.join(', ')}`);
+  await shot(page, 'state-chart');
+
+  // Unpublish, then log out: the old cookie is no longer a session.
+  await goTo(page, 'Profiles');
+  await page.getByRole('button', { name: 'Unpublish tiny-chat' }).click();
+  await row.getByText('not published', { exact: true }).waitFor();
+  t.pass('unpublished');
+
+  // Image test: progress, a 409 while busy, then the picture.
+  const painterModel = path.join(modelDir, 'painter.gguf');
+  await writeFile(painterModel, 'slow');
+  await page.getByRole('button', { name: 'New profile' }).click();
+  await form.getByLabel('Category').selectOption('image');
+  await form.getByLabel('Name (the API\'s model name)').fill('painter');
+  await form.getByLabel('model', { exact: true }).fill(painterModel);
+  await form.getByLabel('width').fill('64');
+  await form.getByLabel('height').fill('72');
+  await form.getByLabel('steps').fill('10');
+  await form.getByRole('button', { name: 'Create' }).click();
+  await page.locator('tr[data-profile="painter"]').waitFor();
+  await goTo(page, 'Image test');
+  await page.getByLabel('Image profile').selectOption({ label: 'painter' });
+  await page.getByLabel('Prompt').fill('a lighthouse at dusk');
+  await page.getByRole('button', { name: 'Generate' }).click();
+  await page.getByText(/^Step \d+ of 10$/).waitFor({ timeout: 30_000 });
+  t.pass('progress steps shown');
+  await page.getByRole('button', { name: 'Generate' }).click();
+  const refusal = page.getByTestId('image-refusal');
+  await refusal.waitFor();
+  t.match(await refusal.textContent(), /409 image_busy/, 'the busy reservation is a 409 shown at once');
+  const picture = page.locator('img.result');
+  await picture.waitFor({ timeout: 60_000 });
+  const size = await picture.evaluate((img) => `${(img as unknown as { naturalWidth: number }).naturalWidth}x${(img as unknown as { naturalHeight: number }).naturalHeight}`);
+  t.equal(size, '64x72', "the picture in the profile's resolution");
+  t.match(await page.locator('.facts').textContent(), /Metadata removed.*tEXt/, 'the stripped chunks are named');
+  await shot(page, 'image-test');
+
+  await page.getByRole('button', { name: 'Log out' }).click();
+  await page.getByLabel('Operator password').waitFor();
+  const after = await w.context.request.get('/api/v1/endpoint', { headers: { 'X-Service-Deck': '1' } });
+  t.equal(after.status(), 401, 'logged out: the cookie is no longer a session');
+
+  const expected = [/status of 409/];
+  const unexpected = w.problems.filter((p) => !expected.some((e) => e.test(p)));
+  t.same(unexpected, [], 'the browser console shows no error');
+  t.equal(w.problems.length - unexpected.length, 1, 'exactly the one expected 409 was logged by the browser');
+  t.same(w.foreign, [], 'no request left the service origin');
+  t.ok(w.requests.every((r) => r === 'GET /' || r.startsWith('GET /assets/') || r.includes(' /api/v1/')), 'the page used only its assets and the admin API');
+});
+
+t.test('the console on a narrow window, by keyboard', async (t) => {
+  const { origin } = await startServe(t);
+  const browser = await launch(t);
+  const w = await openPage(browser, origin, { width: 390, height: 844 });
+  const { page } = w;
+  await page.goto('/');
+  await page.keyboard.press('Tab');
+  t.equal(await page.evaluate('document.activeElement?.id'), 'password', 'the first Tab lands on the password');
+  await page.keyboard.type(PASSWORD);
+  await page.keyboard.press('Enter');
+  await page.getByRole('navigation', { name: 'Console pages' }).waitFor();
+  await page.locator('.live.live').waitFor();
+  await page.getByRole('heading', { name: 'Needs attention' }).waitFor();
+  const overflow = (await page.evaluate('document.documentElement.scrollWidth - window.innerWidth')) as number;
+  t.ok(overflow <= 1, `no sideways scrolling on a 390 px window (${overflow} px too wide)`);
+  const unlabelled = (await page.evaluate(
+    "[...document.querySelectorAll('input, select, textarea')].filter((el) => !el.labels?.length && !el.getAttribute('aria-label')).map((el) => el.outerHTML.slice(0, 80))",
+  )) as string[];
+  t.same(unlabelled, [], 'every control has a label');
+  t.same(w.problems, [], 'no browser error');
+  t.same(w.foreign, [], 'no request left the origin');
+});
