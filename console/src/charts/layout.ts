@@ -127,25 +127,11 @@ export const METRICS = {
 
 const INITIAL_NODE = '\u0000initial';
 
-interface LocalLabel {
-  text: string;
-  kind: BoxLabel['kind'];
-  event: string;
-  guard: string | null;
-  targets: string[];
-}
+/** A label before it is placed: its whole text, not yet cut. */
+type LocalLabel = Pick<BoxLabel, 'text' | 'kind' | 'event' | 'guard' | 'targets'>;
 
-interface LocalEdge {
-  kind: ChartEdge['kind'];
-  from: string;
-  to: string;
-  lines: string[];
-  transitions: EdgeTransition[];
-  points: Point[];
-  labelAt: Point;
-  labelWidth: number;
-  labelHeight: number;
-}
+/** An edge in its compound node's coordinates; `id` and `label` are added when it is placed. */
+type LocalEdge = Omit<ChartEdge, 'id' | 'label'>;
 
 /** A node laid out in its own coordinates (origin at its box's top-left corner). */
 interface Local {
@@ -406,17 +392,11 @@ function place(local: Local, ox: number, oy: number, depth: number, parent: Stat
   if (local.dot) out.dots.push({ parent: node.id, ...at(local.dot), r: METRICS.dotRadius });
   for (const e of local.edges) {
     out.edges.push({
-      id: e.kind === 'initial' ? `${e.from}\u0000initial` : `${e.from}\u0000${e.to}`,
-      kind: e.kind,
-      from: e.from,
-      to: e.to,
+      ...e,
+      id: e.kind === 'initial' ? `${e.from} (initial)` : `${e.from} → ${e.to}`,
       label: e.lines.join('\n'),
-      lines: e.lines,
-      transitions: e.transitions,
       points: e.points.map(at),
       labelAt: at(e.labelAt),
-      labelWidth: e.labelWidth,
-      labelHeight: e.labelHeight,
     });
   }
   for (const child of local.children) place(child.local, ox + child.x, oy + child.y, depth + 1, node, out);
