@@ -1,6 +1,6 @@
 // The operator console: login, then one page per admin task, chosen by the address's hash
 // (#/overview, #/profiles, …) so the browser's back button and links work without a server route.
-import { render } from 'preact';
+import { render, type FunctionComponent } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, message, onSessionLost } from './api.js';
 import { loggedOut, login, logout, resumeSession } from './live.js';
@@ -14,12 +14,27 @@ import { Profiles } from './views/Profiles.js';
 import { Settings } from './views/Settings.js';
 import './style.css';
 
+/** The state charts carry the graph layout (dagre): loaded only when the page is opened. */
+function LazyCharts() {
+  const [View, setView] = useState<FunctionComponent | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    import('./views/Charts.js').then(
+      (module) => setView(() => module.Charts),
+      (failure: unknown) => setError(message(failure)),
+    );
+  }, []);
+  if (error) return <p class="error">The state-chart view could not be loaded: {error}</p>;
+  return View ? <View /> : <p class="loading">Loading…</p>;
+}
+
 const PAGES = [
   { path: 'overview', title: 'Overview', view: Overview },
   { path: 'profiles', title: 'Profiles', view: Profiles },
   { path: 'chat', title: 'Chat test', view: ChatTest },
   { path: 'image', title: 'Image test', view: ImageTest },
   { path: 'audio', title: 'Audio', view: Audio },
+  { path: 'charts', title: 'State charts', view: LazyCharts },
   { path: 'logs', title: 'Logs', view: Logs },
   { path: 'settings', title: 'Settings', view: Settings },
 ] as const;
