@@ -21,6 +21,7 @@ import { errors } from './errors.js';
 import { installErrorHandling } from './routes/errors.js';
 import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
 import { adminImageTestRoutes } from './routes/admin/imageTests.js';
+import { adminSpeechTestRoutes } from './routes/admin/speechTests.js';
 import { imageRoutes } from './routes/inference/images.js';
 import { adminChatTestRoutes } from './routes/admin/chatTests.js';
 import { adminEndpointRoutes } from './routes/admin/endpoint.js';
@@ -103,6 +104,7 @@ export async function buildAdminApp(service: Service): Promise<App> {
   await app.register(adminChatTestRoutes, { service });
   await app.register(adminAudioPolicyRoutes, { service });
   await app.register(adminImageTestRoutes, { service });
+  await app.register(adminSpeechTestRoutes, { service });
   await app.register(consoleRoutes, { service });
   return app;
 }

@@ -9,7 +9,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Service } from '../../workers/service.js';
-import { onLease } from '../../workers/job.js';
+import { speak } from '../../workers/speechJobs.js';
 import { DEFAULT_VOICE, ESPEAK_LANGUAGES, ESPEAK_VOICES, type SpeechRequest, type TtsProfile } from '../../workers/tts.js';
 
 /** Spec 4.5: `language` defaults to German. */
@@ -65,15 +65,7 @@ export const speechRoutes: FastifyPluginAsync<{ service: Service }> = async (bas
     const speed = body.speed ?? profile.params.speed;
     const job = speechJob(profile, body, speed);
 
-    const lease = await service.scheduler.reserve(
-      { kind: 'tts', source: 'api', profileId: profile.id, revision: profile.revision, slots: 1, device: profile.params.device, whenBusy: 'wait', profile },
-      { signal },
-    );
-    const wav = await onLease(lease, signal, 'text-to-speech worker', async (both) => {
-      service.tts.start(lease, profile);
-      await service.tts.ready(lease.generation, both);
-      return service.tts.synthesize(lease.generation, job, both);
-    });
+    const wav = await speak(service, profile, job, 'api', signal);
     return reply.code(200).type('audio/wav').send(wav);
   });
 };

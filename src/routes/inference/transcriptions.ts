@@ -7,13 +7,13 @@
 // on the CPU, which stays loaded for further recordings. The answer is `{ "text": string }`.
 import type { MultipartFile } from '@fastify/multipart';
 import type { FastifyPluginAsync } from 'fastify';
-import { checkTranscriptionWav, TRANSCRIPTION_WAV, WavError } from '../../adapters/wav.js';
+import { TRANSCRIPTION_WAV } from '../../adapters/wav.js';
 import type { Service } from '../../workers/service.js';
-import { onLease } from '../../workers/job.js';
-import { STT_LANGUAGE_CHOICES, STT_LANGUAGES, type SttLanguage } from '../../store/profile.schema.js';
+import { recordingOf, transcribe, transcriptionLanguage } from '../../workers/speechJobs.js';
+import { STT_LANGUAGE_CHOICES, type SttLanguage } from '../../store/profile.schema.js';
 import type { SttProfile } from '../../workers/stt.js';
 import { clientGone } from '../client.js';
-import { ApiError, errors } from '../../errors.js';
+import { errors } from '../../errors.js';
 
 /** OpenAI fields this endpoint refuses, with the rule that refuses them. */
 const REFUSED: Record<string, string> = {
@@ -25,7 +25,8 @@ const REFUSED: Record<string, string> = {
   'include[]': 'logprobs are not supported',
 };
 
-const readFile = async (part: MultipartFile): Promise<Buffer> => {
+/** The uploaded file's bytes; over 8 MiB is a 413 naming the limit. */
+export const readFile = async (part: MultipartFile): Promise<Buffer> => {
   const chunks: Buffer[] = [];
   for await (const chunk of part.file) chunks.push(chunk as Buffer);
   if (part.file.truncated) {
@@ -64,32 +65,8 @@ export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = asy
 
     const profile = (await service.catalog.resolve('stt', model)) as SttProfile | undefined;
     if (!profile) throw errors.modelNotFound(model);
-    // A request without a language takes the profile's (spec 4.6's default de unless it says otherwise).
-    const language = (fields.language as SttLanguage | undefined) ?? profile.params.defaultLanguage;
-    const supported = STT_LANGUAGES[profile.params.backend];
-    if (!supported.includes(language)) {
-      throw errors.invalidValue('language', `The ${profile.params.backend} backend of ${profile.name} cannot transcribe language ${language}: it takes ${supported.join(', ')}.`);
-    }
-    let pcm: Buffer;
-    try {
-      pcm = checkTranscriptionWav(file).data;
-    } catch (error) {
-      if (error instanceof WavError) throw new ApiError(400, 'invalid_request_error', error.rule, `The file is refused: ${error.message}.`, 'file');
-      throw error;
-    }
-
-    const lease = await service.scheduler.reserve(
-      { kind: 'stt', source: 'api', profileId: profile.id, revision: profile.revision, slots: 1, device: 'cpu', whenBusy: 'wait', profile },
-      { signal },
-    );
-    const text = await onLease(lease, signal, 'speech-to-text worker', async (both) => {
-      service.stt.start(lease, profile);
-      await service.stt.ready(lease.generation, both);
-      // A recording is not dropped halfway: a client that leaves now still lets the engine finish
-      // (a few seconds at most), so the next job never meets a busy engine. Only a revoked
-      // reservation (endpoint stop, a dead worker) ends it early.
-      return service.stt.transcribe(lease.generation, pcm, language, lease.signal);
-    });
+    const language = transcriptionLanguage(profile, fields.language as SttLanguage | undefined);
+    const text = await transcribe(service, profile, recordingOf(file), language, 'api', signal);
     return { text };
   });
 };

@@ -1,0 +1,60 @@
+// The operator's speech and transcription tests (the console plays and records through them):
+// POST /api/v1/speech-tests speaks a text with a TTS profile and answers the WAV;
+// POST /api/v1/transcription-tests transcribes an uploaded WAV (multipart: profile_id, file,
+// language) with an STT profile and answers `{ text, language }`. Both run through the same
+// scheduler and workers as the API (source `test`), need no publication but an executable
+// profile, and keep nothing: neither text, audio nor transcript is stored or logged.
+import type { FastifyPluginAsync } from 'fastify';
+import fastifyMultipart from '@fastify/multipart';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { TRANSCRIPTION_WAV } from '../../adapters/wav.js';
+import { STT_LANGUAGE_CHOICES, type SttLanguage } from '../../store/profile.schema.js';
+import type { Service } from '../../workers/service.js';
+import { recordingOf, speak, transcribe, transcriptionLanguage } from '../../workers/speechJobs.js';
+import { adminAuth } from '../auth.js';
+import { clientGone } from '../client.js';
+import { errors } from '../../errors.js';
+import { speechJob, speechRequestSchema } from '../inference/speech.js';
+import { readFile } from '../inference/transcriptions.js';
+import { testProfile } from './testProfile.js';
+
+const speechTestBody = speechRequestSchema.omit({ model: true, response_format: true }).extend({ profile_id: z.string().min(1).max(100) });
+
+export const adminSpeechTestRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
+  const app = base.withTypeProvider<ZodTypeProvider>();
+  app.addHook('onRequest', adminAuth(service));
+  await app.register(fastifyMultipart, { limits: { fileSize: TRANSCRIPTION_WAV.maxBytes, files: 1, fields: 4, fieldSize: 200, parts: 5 } });
+
+  app.post('/api/v1/speech-tests', { schema: { body: speechTestBody } }, async (request, reply) => {
+    const profile = await testProfile(service, request.body.profile_id, 'tts');
+    const job = speechJob(profile, { ...request.body, model: profile.name }, request.body.speed ?? profile.params.speed);
+    const wav = await speak(service, profile, job, 'test', clientGone(reply));
+    return reply.code(200).type('audio/wav').header('cache-control', 'no-store').send(wav);
+  });
+
+  app.post('/api/v1/transcription-tests', async (request, reply) => {
+    if (!request.isMultipart()) throw errors.mediaType('Send the recording as multipart/form-data (fields profile_id, file, language).');
+    const fields: Record<string, string> = {};
+    let file: Buffer | undefined;
+    for await (const part of request.parts()) {
+      if (part.type === 'file') {
+        if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
+        file = await readFile(part);
+      } else if (part.fieldname === 'profile_id' || part.fieldname === 'language') {
+        fields[part.fieldname] = String(part.value);
+      } else {
+        throw errors.unknownParameter(part.fieldname);
+      }
+    }
+    if (!fields.profile_id) throw errors.invalidValue('profile_id', "The field 'profile_id' is required: an STT profile.");
+    if (fields.language !== undefined && !STT_LANGUAGE_CHOICES.includes(fields.language as SttLanguage)) {
+      throw errors.invalidValue('language', `language must be de, en or auto, not ${JSON.stringify(fields.language)}.`);
+    }
+    if (!file) throw errors.invalidValue('file', "The field 'file' is required: a PCM16 WAV recording, mono, 16 kHz.");
+    const profile = await testProfile(service, fields.profile_id, 'stt');
+    const language = transcriptionLanguage(profile, fields.language as SttLanguage | undefined);
+    const text = await transcribe(service, profile, recordingOf(file), language, 'test', clientGone(reply));
+    return { text, language };
+  });
+};

@@ -1,0 +1,60 @@
+// One speech job and one transcription job on their lease: reserve through the scheduler, start
+// or join the worker, run, give the reservation back. The inference routes run them for API
+// clients (source `api`, published profiles); the admin routes run them as the operator's tests
+// (source `test`, no publication needed), through the same scheduler and workers.
+import type { JobSource } from '../../machines/supervisor/index.js';
+import { checkTranscriptionWav, WavError } from '../adapters/wav.js';
+import { ApiError, errors } from '../errors.js';
+import { STT_LANGUAGES, type SttLanguage } from '../store/profile.schema.js';
+import { onLease } from './job.js';
+import type { Service } from './service.js';
+import type { SttProfile } from './stt.js';
+import type { SpeechRequest, TtsProfile } from './tts.js';
+
+export async function speak(service: Service, profile: TtsProfile, job: SpeechRequest, source: JobSource, signal: AbortSignal): Promise<Buffer> {
+  const lease = await service.scheduler.reserve(
+    { kind: 'tts', source, profileId: profile.id, revision: profile.revision, slots: 1, device: profile.params.device, whenBusy: 'wait', profile },
+    { signal },
+  );
+  return onLease(lease, signal, 'text-to-speech worker', async (both) => {
+    service.tts.start(lease, profile);
+    await service.tts.ready(lease.generation, both);
+    return service.tts.synthesize(lease.generation, job, both);
+  });
+}
+
+/** The language a transcription runs in: the request's, else the profile's; one its backend takes. */
+export function transcriptionLanguage(profile: SttProfile, requested: SttLanguage | undefined): SttLanguage {
+  // A request without a language takes the profile's (spec 4.6's default de unless it says otherwise).
+  const language = requested ?? profile.params.defaultLanguage;
+  const supported = STT_LANGUAGES[profile.params.backend];
+  if (!supported.includes(language)) {
+    throw errors.invalidValue('language', `The ${profile.params.backend} backend of ${profile.name} cannot transcribe language ${language}: it takes ${supported.join(', ')}.`);
+  }
+  return language;
+}
+
+/** The PCM samples of an uploaded recording, or the 400 naming the rule it breaks (spec 4.6). */
+export function recordingOf(file: Buffer): Buffer {
+  try {
+    return checkTranscriptionWav(file).data;
+  } catch (error) {
+    if (error instanceof WavError) throw new ApiError(400, 'invalid_request_error', error.rule, `The file is refused: ${error.message}.`, 'file');
+    throw error;
+  }
+}
+
+export async function transcribe(service: Service, profile: SttProfile, pcm: Buffer, language: SttLanguage, source: JobSource, signal: AbortSignal): Promise<string> {
+  const lease = await service.scheduler.reserve(
+    { kind: 'stt', source, profileId: profile.id, revision: profile.revision, slots: 1, device: 'cpu', whenBusy: 'wait', profile },
+    { signal },
+  );
+  return onLease(lease, signal, 'speech-to-text worker', async (both) => {
+    service.stt.start(lease, profile);
+    await service.stt.ready(lease.generation, both);
+    // A recording is not dropped halfway: a client that leaves now still lets the engine finish
+    // (a few seconds at most), so the next job never meets a busy engine. Only a revoked
+    // reservation (endpoint stop, a dead worker) ends it early.
+    return service.stt.transcribe(lease.generation, pcm, language, lease.signal);
+  });
+}
