@@ -45,14 +45,15 @@ async function errorOf(response: Response): Promise<ApiError> {
   return new ApiError(response.status, `${response.status} ${response.statusText}${text ? `: ${text.slice(0, 200)}` : ''}`);
 }
 
-/** One admin call; resolves with the parsed JSON (undefined for 204), rejects with an ApiError. */
-export async function api<T = unknown>(method: string, path: string, body?: unknown, init: { signal?: AbortSignal; auth?: boolean } = {}): Promise<T> {
+/** One admin call, answered as it came: a JSON body is sent as JSON, a form as multipart. */
+export async function request(method: string, path: string, body?: unknown, init: { signal?: AbortSignal; auth?: boolean } = {}): Promise<Response> {
+  const form = body instanceof FormData;
   let response: Response;
   try {
     response = await fetch(path, {
       method,
-      headers: headers(method, body === undefined ? {} : { 'Content-Type': 'application/json' }),
-      body: body === undefined ? null : JSON.stringify(body),
+      headers: headers(method, body === undefined || form ? {} : { 'Content-Type': 'application/json' }),
+      body: body === undefined ? null : form ? body : JSON.stringify(body),
       credentials: 'same-origin',
       cache: 'no-store',
       ...(init.signal ? { signal: init.signal } : {}),
@@ -66,6 +67,12 @@ export async function api<T = unknown>(method: string, path: string, body?: unkn
     if (response.status === 401 && init.auth !== false) onLoggedOut();
     throw error;
   }
+  return response;
+}
+
+/** One admin call; resolves with the parsed JSON (undefined for 204), rejects with an ApiError. */
+export async function api<T = unknown>(method: string, path: string, body?: unknown, init: { signal?: AbortSignal; auth?: boolean } = {}): Promise<T> {
+  const response = await request(method, path, body, init);
   if (response.status === 204) return undefined as T;
   return (await response.json()) as T;
 }

@@ -1,7 +1,8 @@
 // The audio memory policy (spec 2.4, 3.6) per kind: auto, warm with a chosen profile, or per
-// request; its errors and retry state as the service reports them, live.
-import { useEffect, useState } from 'preact/hooks';
-import { api } from '../api.js';
+// request; its errors and retry state as the service reports them, live. Below, the speech test
+// (the WAV played in the page) and the transcription test (a WAV file uploaded).
+import { useEffect, useMemo, useState } from 'preact/hooks';
+import { ApiError, api, message, request } from '../api.js';
 import { audioPolicy, notify, status } from '../state.js';
 import type { AudioPolicyView } from '../types.js';
 import { Badge, Section, attempt } from '../ui.js';
@@ -77,6 +78,156 @@ function KindPolicy({ kind, view }: { kind: 'tts' | 'stt'; view: AudioPolicyView
   );
 }
 
+const failure = (error: unknown) => (error instanceof ApiError && error.code ? `${message(error)} (${error.status} ${error.code})` : message(error));
+
+function useProfiles(kind: 'tts' | 'stt') {
+  const profiles = (status.value?.profiles ?? []).filter((p) => p.category === kind);
+  const [profileId, setProfileId] = useState('');
+  useEffect(() => {
+    if (!profileId && profiles[0]) setProfileId((profiles.find((p) => p.executable) ?? profiles[0]).id);
+  }, [profiles.length]);
+  return { profiles, profileId, setProfileId };
+}
+
+function ProfileSelect(props: { id: string; label: string; profiles: ReturnType<typeof useProfiles>['profiles']; value: string; onChange: (id: string) => void }) {
+  return (
+    <div class="field">
+      <label for={props.id}>{props.label}</label>
+      <select id={props.id} value={props.value} onChange={(e) => props.onChange(e.currentTarget.value)}>
+        {props.profiles.length === 0 ? <option value="">none</option> : null}
+        {props.profiles.map((p) => (
+          <option key={p.id} value={p.id} disabled={!p.executable}>
+            {p.name}
+            {p.executable ? '' : ' (cannot run)'}
+          </option>
+        ))}
+      </select>
+      <small class="hint">Needs no publication.</small>
+    </div>
+  );
+}
+
+/** Speaks a text with a TTS profile (POST /api/v1/speech-tests) and plays the WAV in the page. */
+function SpeechTest() {
+  const { profiles, profileId, setProfileId } = useProfiles('tts');
+  const [text, setText] = useState('');
+  const [language, setLanguage] = useState('English');
+  const [audio, setAudio] = useState<{ url: string; bytes: number } | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  useEffect(() => () => (audio ? URL.revokeObjectURL(audio.url) : undefined), [audio]);
+  return (
+    <Section title="Speech test">
+      <form
+        onSubmit={async (event) => {
+          event.preventDefault();
+          setBusy(true);
+          setError(null);
+          try {
+            const response = await request('POST', '/api/v1/speech-tests', { profile_id: profileId, input: text, language });
+            const blob = await response.blob();
+            setAudio({ url: URL.createObjectURL(blob), bytes: blob.size });
+          } catch (failed) {
+            setError(failure(failed));
+          } finally {
+            setBusy(false);
+          }
+        }}
+      >
+        <ProfileSelect id="speech-profile" label="TTS profile" profiles={profiles} value={profileId} onChange={setProfileId} />
+        <div class="field">
+          <label for="speech-text">Text</label>
+          <textarea id="speech-text" rows={3} maxLength={1000} required value={text} onInput={(e) => setText(e.currentTarget.value)} />
+        </div>
+        <div class="field">
+          <label for="speech-language">Language</label>
+          <input id="speech-language" value={language} onInput={(e) => setLanguage(e.currentTarget.value)} />
+          <small class="hint">A language name such as English or German (the API's default is German).</small>
+        </div>
+        <button class="btn primary" type="submit" disabled={busy || !profileId || !text.trim()} aria-busy={busy}>
+          Speak
+        </button>
+        {error ? (
+          <p class="error" role="alert">
+            {error}
+          </p>
+        ) : null}
+      </form>
+      {audio ? (
+        <div class="field">
+          <label for="speech-audio">The answer ({Math.round(audio.bytes / 1024)} KiB WAV)</label>
+          <audio id="speech-audio" controls src={audio.url} />
+        </div>
+      ) : null}
+    </Section>
+  );
+}
+
+/** Transcribes an uploaded WAV with an STT profile (POST /api/v1/transcription-tests). */
+function TranscriptionTest() {
+  const { profiles, profileId, setProfileId } = useProfiles('stt');
+  const [file, setFile] = useState<File | null>(null);
+  const [language, setLanguage] = useState('');
+  const [heard, setHeard] = useState<{ text: string; language: string } | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const fileUrl = useMemo(() => (file ? URL.createObjectURL(file) : null), [file]);
+  useEffect(() => () => (fileUrl ? URL.revokeObjectURL(fileUrl) : undefined), [fileUrl]);
+  return (
+    <Section title="Transcription test">
+      <form
+        onSubmit={async (event) => {
+          event.preventDefault();
+          if (!file) return;
+          setBusy(true);
+          setError(null);
+          const form = new FormData();
+          form.append('profile_id', profileId);
+          if (language) form.append('language', language);
+          form.append('file', file);
+          try {
+            setHeard(await api<{ text: string; language: string }>('POST', '/api/v1/transcription-tests', form));
+          } catch (failed) {
+            setError(failure(failed));
+          } finally {
+            setBusy(false);
+          }
+        }}
+      >
+        <ProfileSelect id="transcription-profile" label="STT profile" profiles={profiles} value={profileId} onChange={setProfileId} />
+        <div class="field">
+          <label for="transcription-file">Recording</label>
+          <input id="transcription-file" type="file" accept=".wav,audio/wav" required onChange={(e) => setFile(e.currentTarget.files?.[0] ?? null)} />
+          <small class="hint">PCM16 WAV, mono, 16 kHz, at most 120 s and 8 MiB.</small>
+        </div>
+        <div class="field">
+          <label for="transcription-language">Language</label>
+          <select id="transcription-language" value={language} onChange={(e) => setLanguage(e.currentTarget.value)}>
+            <option value="">the profile's default</option>
+            <option value="de">de</option>
+            <option value="en">en</option>
+            <option value="auto">auto</option>
+          </select>
+        </div>
+        <button class="btn primary" type="submit" disabled={busy || !profileId || !file} aria-busy={busy}>
+          Transcribe
+        </button>
+        {error ? (
+          <p class="error" role="alert">
+            {error}
+          </p>
+        ) : null}
+      </form>
+      {fileUrl ? <audio controls src={fileUrl} aria-label="The recording" /> : null}
+      {heard ? (
+        <p>
+          Heard ({heard.language}): <q data-testid="transcript">{heard.text || '(nothing)'}</q>
+        </p>
+      ) : null}
+    </Section>
+  );
+}
+
 export function Audio() {
   const view = audioPolicy.value;
   if (!view) return <p class="loading">Waiting for the audio policy…</p>;
@@ -84,6 +235,8 @@ export function Audio() {
     <div class="grid two">
       <KindPolicy kind="tts" view={view} />
       <KindPolicy kind="stt" view={view} />
+      <SpeechTest />
+      <TranscriptionTest />
     </div>
   );
 }
