@@ -23,6 +23,7 @@ import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
 import { adminImageTestRoutes } from './routes/admin/imageTests.js';
 import { imageRoutes } from './routes/inference/images.js';
 import { adminChatTestRoutes } from './routes/admin/chatTests.js';
+import { adminConsoleRoutes } from './routes/admin/console.js';
 import { adminEndpointRoutes } from './routes/admin/endpoint.js';
 import { adminProfileRoutes } from './routes/admin/profiles.js';
 import { adminSessionRoutes } from './routes/admin/session.js';
@@ -101,5 +102,6 @@ export async function buildAdminApp(service: Service): Promise<App> {
   await app.register(adminChatTestRoutes, { service });
   await app.register(adminAudioPolicyRoutes, { service });
   await app.register(adminImageTestRoutes, { service });
+  await app.register(adminConsoleRoutes, { service });
   return app;
 }

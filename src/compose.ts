@@ -8,6 +8,14 @@ import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { waitFor } from 'xstate';
 import { TAGS } from '../machines/ids.js';
+import { audioPolicyMachine } from '../machines/audioPolicy/index.js';
+import { chatWorkerMachine } from '../machines/chatWorker/index.js';
+import { imageWorkerMachine } from '../machines/imageWorker/index.js';
+import { listenerMachine } from '../machines/listener/index.js';
+import { expiryTimer, queueMachine } from '../machines/queue/index.js';
+import { sttWorkerMachine } from '../machines/sttWorker/index.js';
+import { supervisorMachine } from '../machines/supervisor/index.js';
+import { ttsWorkerMachine } from '../machines/ttsWorker/index.js';
 import type { RuntimeLookup } from './adapters/runtimes.js';
 import { probeGpus } from './adapters/gpus.js';
 import { buildAdminApp, buildInferenceApp } from './app.js';
@@ -21,7 +29,8 @@ import { AudioPolicies } from './system/audioPolicy.js';
 import { BuildWatcher } from './system/builds.js';
 import { Catalog } from './system/catalog.js';
 import { Counters } from './system/counters.js';
-import { createInspection } from './system/inspect.js';
+import { ChartFeed } from './system/charts.js';
+import { createInspection, inspectBoth } from './system/inspect.js';
 import { boundAddress, InferenceListener, listenerOf, watchListener, type ListenerActor } from './system/listener.js';
 import type { Logger } from './system/log.js';
 import { Scheduler } from './system/scheduler.js';
@@ -110,6 +119,20 @@ export async function startService(config: Config, options: StartOptions): Promi
   const counters = new Counters();
   const sessions = new SessionStore();
   const inspection = await createInspection(config.inspect, { log, port: config.inspectPort, production: config.production });
+  // The console's chart feed sees every actor, whatever the inspector mode; it knows every machine
+  // definition before an actor of it runs.
+  const charts = new ChartFeed([
+    supervisorMachine,
+    listenerMachine,
+    queueMachine,
+    expiryTimer,
+    chatWorkerMachine,
+    imageWorkerMachine,
+    sttWorkerMachine,
+    ttsWorkerMachine,
+    audioPolicyMachine,
+  ]);
+  const inspect = inspectBoth(charts.observe, inspection);
 
   const inference = new InferenceListener({
     build: () => buildInferenceApp(service),
@@ -117,12 +140,12 @@ export async function startService(config: Config, options: StartOptions): Promi
     log,
     unloadTimeoutMs: config.drainLimitMs + 60_000,
   });
-  const { supervisor, since } = createSupervisor({ config, lookup, log, inspection, listener: inference, record, workers: hooks, profiles });
+  const { supervisor, since } = createSupervisor({ config, lookup, log, inspect, listener: inference, record, workers: hooks, profiles });
   const listenerRef = () => listenerOf(supervisor) as ListenerActor;
   const scheduler = new Scheduler(supervisor);
   const builds = new BuildWatcher({ supervisor, lookup, log, pollMs: config.buildPollMs });
   const { chat, stt, tts, image } = createWorkers(
-    { supervisor, workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime'), ...(inspection.inspect ? { inspect: inspection.inspect } : {}) },
+    { supervisor, workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime'), inspect },
     options.imageLimits,
   );
   const audio = new AudioPolicies({
@@ -137,7 +160,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     watchListener: (onChange) => listenerRef().subscribe({ next: onChange }),
     log,
     ...(options.audioRetryMs === undefined ? {} : { retryMs: options.audioRetryMs }),
-    ...(inspection.inspect ? { inspect: inspection.inspect } : {}),
+    inspect,
   });
 
   /** Since when a stop is in progress (the listener's watch tells, once the supervisor has started). */
@@ -177,6 +200,7 @@ export async function startService(config: Config, options: StartOptions): Promi
       return listenerRef();
     },
     inspection,
+    charts,
     accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => boundAddress(admin),
     inferenceAddress: () => inference.address(),

@@ -6,6 +6,7 @@ import type { ProfileStore } from '../store/profiles.js';
 import type { SecretStore } from '../store/secrets.js';
 import type { AudioPolicies } from '../system/audioPolicy.js';
 import type { BuildWatcher } from '../system/builds.js';
+import type { ChartFeed } from '../system/charts.js';
 import type { Catalog } from '../system/catalog.js';
 import type { Counters } from '../system/counters.js';
 import type { Inspection } from '../system/inspect.js';
@@ -59,6 +60,8 @@ export interface Service {
   /** The supervisor's child that owns the inference listener (spec 3.1). */
   readonly listener: ListenerActor;
   inspection: Inspection;
+  /** Every machine definition and every actor of a machine, for the console (always on). */
+  charts: ChartFeed;
   /** Whether the inference listener takes new requests (the listener machine's `accepting` tag). */
   accepting(): boolean;
   /** The address the admin listener is bound to, once it listens. */

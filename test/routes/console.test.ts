@@ -1,0 +1,46 @@
+// The console's routes on the admin listener: machine definitions, actors, the log tail, host
+// facts; each behind the admin session like every other /api/v1 route.
+import t from 'tap';
+import type { ActorView, MachineView } from '../../src/system/console.types.js';
+import { build } from '../helpers/build.js';
+import { until } from '../helpers/until.js';
+
+const errorCode = async (response: Response) => ((await response.json()) as { error: { code: string } }).error.code;
+
+t.test('machines and actors: every definition, every machine actor, with the inspector off', async (t) => {
+  const b = await build(t);
+  t.equal(b.config.inspect, 'off');
+  const machines = (await (await b.admin('GET', '/api/v1/machines')).json()) as { machines: Record<string, MachineView> };
+  t.same(
+    Object.keys(machines.machines).sort(),
+    ['audioPolicy', 'chatWorker', 'expiryTimer', 'imageWorker', 'listener', 'queue', 'sttWorker', 'supervisor', 'ttsWorker'],
+    'all machines, the expiry timer too although none runs',
+  );
+  t.equal(machines.machines.listener?.root.initial, 'restoring');
+  t.equal(machines.machines.supervisor?.id, 'supervisor');
+
+  const actorsOf = async () => ((await (await b.admin('GET', '/api/v1/actors')).json()) as { actors: ActorView[] }).actors;
+  const actors = await actorsOf();
+  t.same(
+    actors.map((a) => a.id).sort(),
+    ['audioPolicy.stt', 'audioPolicy.tts', 'chatWorker', 'imageWorker', 'listener', 'queue', 'sttWorker', 'supervisor', 'ttsWorker'],
+  );
+  const listener = actors.find((a) => a.id === 'listener');
+  t.match(listener, { machine: 'listener', value: 'stopped', status: 'active' });
+  t.same(listener?.active, ['listener', 'listener.stopped']);
+
+  await b.startEndpoint();
+  const running = await until('the listener running', async () => (await actorsOf()).find((a) => a.id === 'listener' && a.value === 'running'));
+  t.ok(running.active.includes('listener.running'));
+  t.ok(running.events.some((e) => e.type === 'endpoint.start'), 'the start event is in its last events');
+  t.same(Object.keys(running.events[0] ?? {}).sort(), ['at', 'source', 'type']);
+
+  for (const url of ['/api/v1/machines', '/api/v1/actors']) {
+    let response = await b.admin('GET', url, undefined, { cookie: '' });
+    t.equal(response.status, 401, `${url} without a session`);
+    t.equal(await errorCode(response), 'session_required');
+    response = await b.admin('GET', url, undefined, { 'x-service-deck': '' });
+    t.equal(response.status, 403, `${url} without X-Service-Deck`);
+    t.equal(await errorCode(response), 'header_required');
+  }
+});
