@@ -33,6 +33,7 @@ import { ChartFeed } from './system/charts.js';
 import { createInspection, inspectBoth } from './system/inspect.js';
 import { boundAddress, InferenceListener, listenerOf, watchListener, type ListenerActor } from './system/listener.js';
 import type { Logger } from './system/log.js';
+import { LogTail } from './system/logTail.js';
 import { Scheduler } from './system/scheduler.js';
 import { SessionStore } from './system/sessions.js';
 import { endpointStatus, statusWord } from './system/status.js';
@@ -54,6 +55,8 @@ export type { Service } from './workers/service.js';
 
 export interface StartOptions {
   log: Logger;
+  /** The log tail the logger writes to beside stdout (the console reads it); an empty one when absent. */
+  tail?: LogTail;
   /** Tests pass 0 to let the system choose the admin port. */
   adminPort?: number;
   /** Tests shorten the chat worker limits (spec 8: 120 s idle, 600 s SSE, 16 MiB buffered). */
@@ -172,6 +175,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   const service: Service = {
     config,
     log,
+    logs: options.tail ?? new LogTail(),
     secrets,
     endpoint,
     profiles,

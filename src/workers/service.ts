@@ -12,6 +12,7 @@ import type { Counters } from '../system/counters.js';
 import type { Inspection } from '../system/inspect.js';
 import type { ListenerActor } from '../system/listener.js';
 import type { Logger } from '../system/log.js';
+import type { LogTail } from '../system/logTail.js';
 import type { Scheduler, SupervisorActor } from '../system/scheduler.js';
 import type { SessionStore } from '../system/sessions.js';
 import type { EndpointStatus } from '../system/status.js';
@@ -29,6 +30,8 @@ export type { EndpointStatus };
 export interface Service {
   config: Config;
   log: Logger;
+  /** The last log lines as the logger wrote them (redacted), for the console. */
+  logs: LogTail;
   secrets: SecretStore;
   endpoint: EndpointStore;
   profiles: ProfileStore;

@@ -1,7 +1,7 @@
 // The console's routes on the admin listener: machine definitions, actors, the log tail, host
 // facts; each behind the admin session like every other /api/v1 route.
 import t from 'tap';
-import type { ActorView, MachineView } from '../../src/system/console.types.js';
+import type { ActorView, LogLineView, MachineView } from '../../src/system/console.types.js';
 import { build } from '../helpers/build.js';
 import { until } from '../helpers/until.js';
 
@@ -43,4 +43,36 @@ t.test('machines and actors: every definition, every machine actor, with the ins
     t.equal(response.status, 403, `${url} without X-Service-Deck`);
     t.equal(await errorCode(response), 'header_required');
   }
+});
+
+t.test('logs: the recent lines, redacted, filtered by level and limit', async (t) => {
+  const b = await build(t);
+  const secret = 'sd-leaked-token-8086';
+  b.service.log.warn({ component: 'test', token: secret, password: secret, prompt: secret }, 'secret logged by mistake');
+  await b.admin('GET', '/api/v1/endpoint');
+  type Lines = { lines: LogLineView[] };
+  let response = await b.admin('GET', '/api/v1/logs');
+  t.equal(response.status, 200);
+  const { lines } = (await response.json()) as Lines;
+  const leaked = lines.find((l) => l.msg === 'secret logged by mistake');
+  t.same(leaked?.fields, { component: 'test', token: '[redacted]', password: '[redacted]', prompt: '[redacted]' });
+  t.notOk(JSON.stringify(lines).includes(secret), 'the secret is not in the tail');
+  t.ok(lines.some((l) => l.msg === 'access' && l.fields.route === '/api/v1/endpoint' && l.fields.status === 200), 'access lines are there');
+  t.ok(lines.every((l) => l.level >= 30), 'level info by default: no debug lines');
+  t.ok(lines.every((l, i) => i === 0 || l.seq > (lines[i - 1]?.seq ?? 0)), 'oldest first');
+
+  const warnings = ((await (await b.admin('GET', '/api/v1/logs?level=warn&limit=500')).json()) as Lines).lines;
+  t.ok(warnings.length >= 1 && warnings.every((l) => l.level >= 40), 'level=warn');
+  const two = ((await (await b.admin('GET', '/api/v1/logs?limit=2')).json()) as Lines).lines;
+  t.equal(two.length, 2, 'limit=2');
+  t.ok((two[0]?.seq ?? 0) < (two[1]?.seq ?? 0) && (two[1]?.seq ?? 0) > (lines.at(-1)?.seq ?? Infinity), 'the newest two, oldest first');
+
+  const invalid: Array<[string, string]> = [['level=loud', 'invalid_value'], ['limit=0', 'invalid_value'], ['limit=501', 'invalid_value'], ['since=3', 'unknown_parameter']];
+  for (const [query, code] of invalid) {
+    response = await b.admin('GET', `/api/v1/logs?${query}`);
+    t.equal(response.status, 400, query);
+    t.equal(await errorCode(response), code, `${query}: ${code}`);
+  }
+  response = await b.admin('GET', '/api/v1/logs', undefined, { cookie: '' });
+  t.equal(response.status, 401);
 });
