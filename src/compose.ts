@@ -30,6 +30,7 @@ import { BuildWatcher } from './system/builds.js';
 import { Catalog } from './system/catalog.js';
 import { Counters } from './system/counters.js';
 import { ChartFeed } from './system/charts.js';
+import { HostFacts } from './system/host.js';
 import { createInspection, inspectBoth } from './system/inspect.js';
 import { boundAddress, InferenceListener, listenerOf, watchListener, type ListenerActor } from './system/listener.js';
 import type { Logger } from './system/log.js';
@@ -205,6 +206,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     },
     inspection,
     charts,
+    host: new HostFacts(config.stateDir),
     accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => boundAddress(admin),
     inferenceAddress: () => inference.address(),

@@ -9,6 +9,7 @@ import type { BuildWatcher } from '../system/builds.js';
 import type { ChartFeed } from '../system/charts.js';
 import type { Catalog } from '../system/catalog.js';
 import type { Counters } from '../system/counters.js';
+import type { HostFacts } from '../system/host.js';
 import type { Inspection } from '../system/inspect.js';
 import type { ListenerActor } from '../system/listener.js';
 import type { Logger } from '../system/log.js';
@@ -65,6 +66,8 @@ export interface Service {
   inspection: Inspection;
   /** Every machine definition and every actor of a machine, for the console (always on). */
   charts: ChartFeed;
+  /** OS, CPU, RAM, graphics and the state directory's disk, for the console (read at most once a minute). */
+  host: HostFacts;
   /** Whether the inference listener takes new requests (the listener machine's `accepting` tag). */
   accepting(): boolean;
   /** The address the admin listener is bound to, once it listens. */

@@ -1,7 +1,8 @@
 // The console's routes on the admin listener: machine definitions, actors, the log tail, host
 // facts; each behind the admin session like every other /api/v1 route.
 import t from 'tap';
-import type { ActorView, LogLineView, MachineView } from '../../src/system/console.types.js';
+import type { ActorView, HostView, LogLineView, MachineView } from '../../src/system/console.types.js';
+import { HostFacts, type HostReader } from '../../src/system/host.js';
 import { build } from '../helpers/build.js';
 import { until } from '../helpers/until.js';
 
@@ -74,5 +75,24 @@ t.test('logs: the recent lines, redacted, filtered by level and limit', async (t
     t.equal(await errorCode(response), code, `${query}: ${code}`);
   }
   response = await b.admin('GET', '/api/v1/logs', undefined, { cookie: '' });
+  t.equal(response.status, 401);
+});
+
+t.test('host: the facts of this machine; parts that fail are empty, not a failed route', async (t) => {
+  const b = await build(t);
+  let response = await b.admin('GET', '/api/v1/host');
+  t.equal(response.status, 200);
+  const view = (await response.json()) as HostView;
+  t.equal(view.node, process.version);
+  t.equal(view.os?.platform, process.platform);
+  t.ok((view.memory?.totalBytes ?? 0) > 0, 'the RAM is known');
+  t.ok(view.disk === null || b.stateDir.startsWith(view.disk.mount) || view.disk.mount === '/', 'the disk is the one holding the state dir');
+
+  const broken = () => Promise.reject(new Error('no access'));
+  b.service.host = new HostFacts(b.stateDir, { osInfo: broken, cpu: broken, mem: broken, graphics: broken, fsSize: broken } as unknown as HostReader);
+  response = await b.admin('GET', '/api/v1/host');
+  t.equal(response.status, 200);
+  t.match(await response.json(), { os: null, cpu: null, memory: null, graphics: [], disk: null, node: process.version, unavailable: ['os', 'cpu', 'memory', 'graphics', 'disk'] });
+  response = await b.admin('GET', '/api/v1/host', undefined, { cookie: '' });
   t.equal(response.status, 401);
 });

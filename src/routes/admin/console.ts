@@ -1,6 +1,6 @@
 // What the operator console reads beyond the spec's admin routes (types in
 // src/system/console.types.ts): the machine definitions and their running actors for the
-// state-chart view, and the recent log lines.
+// state-chart view, the recent log lines and the host facts.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -20,6 +20,8 @@ export const adminConsoleRoutes: FastifyPluginAsync<{ service: Service }> = asyn
   app.get('/api/v1/machines', async () => ({ machines: service.charts.machines() }));
 
   app.get('/api/v1/actors', async () => ({ actors: service.charts.actors() }));
+
+  app.get('/api/v1/host', async () => service.host.read());
 
   app.get('/api/v1/logs', { schema: { querystring: logsQuery } }, async (request) => ({ lines: service.logs.lines(request.query) }));
 };
