@@ -24,6 +24,7 @@ import { adminImageTestRoutes } from './routes/admin/imageTests.js';
 import { adminSpeechTestRoutes } from './routes/admin/speechTests.js';
 import { imageRoutes } from './routes/inference/images.js';
 import { adminChatTestRoutes } from './routes/admin/chatTests.js';
+import { adminConsoleRoutes } from './routes/admin/console.js';
 import { adminEndpointRoutes } from './routes/admin/endpoint.js';
 import { adminProfileRoutes } from './routes/admin/profiles.js';
 import { adminSessionRoutes } from './routes/admin/session.js';
@@ -105,6 +106,7 @@ export async function buildAdminApp(service: Service): Promise<App> {
   await app.register(adminAudioPolicyRoutes, { service });
   await app.register(adminImageTestRoutes, { service });
   await app.register(adminSpeechTestRoutes, { service });
+  await app.register(adminConsoleRoutes, { service });
   await app.register(consoleRoutes, { service });
   return app;
 }

@@ -8,6 +8,14 @@ import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { waitFor } from 'xstate';
 import { TAGS } from '../machines/ids.js';
+import { audioPolicyMachine } from '../machines/audioPolicy/index.js';
+import { chatWorkerMachine } from '../machines/chatWorker/index.js';
+import { imageWorkerMachine } from '../machines/imageWorker/index.js';
+import { listenerMachine } from '../machines/listener/index.js';
+import { expiryTimer, queueMachine } from '../machines/queue/index.js';
+import { sttWorkerMachine } from '../machines/sttWorker/index.js';
+import { supervisorMachine } from '../machines/supervisor/index.js';
+import { ttsWorkerMachine } from '../machines/ttsWorker/index.js';
 import type { RuntimeLookup } from './adapters/runtimes.js';
 import { probeGpus } from './adapters/gpus.js';
 import { buildAdminApp, buildInferenceApp } from './app.js';
@@ -21,9 +29,12 @@ import { AudioPolicies } from './system/audioPolicy.js';
 import { BuildWatcher } from './system/builds.js';
 import { Catalog } from './system/catalog.js';
 import { Counters } from './system/counters.js';
-import { createInspection } from './system/inspect.js';
+import { ChartFeed } from './system/charts.js';
+import { HostFacts } from './system/host.js';
+import { createInspection, inspectBoth } from './system/inspect.js';
 import { boundAddress, InferenceListener, listenerOf, watchListener, type ListenerActor } from './system/listener.js';
 import type { Logger } from './system/log.js';
+import { LogTail } from './system/logTail.js';
 import { Scheduler } from './system/scheduler.js';
 import { SessionStore } from './system/sessions.js';
 import { endpointStatus, statusWord } from './system/status.js';
@@ -45,6 +56,8 @@ export type { Service } from './workers/service.js';
 
 export interface StartOptions {
   log: Logger;
+  /** The log tail the logger writes to beside stdout (the console reads it); an empty one when absent. */
+  tail?: LogTail;
   /** Tests pass 0 to let the system choose the admin port. */
   adminPort?: number;
   /** Tests shorten the chat worker limits (spec 8: 120 s idle, 600 s SSE, 16 MiB buffered). */
@@ -110,6 +123,20 @@ export async function startService(config: Config, options: StartOptions): Promi
   const counters = new Counters();
   const sessions = new SessionStore();
   const inspection = await createInspection(config.inspect, { log, port: config.inspectPort, production: config.production });
+  // The console's chart feed sees every actor, whatever the inspector mode; it knows every machine
+  // definition before an actor of it runs.
+  const charts = new ChartFeed([
+    supervisorMachine,
+    listenerMachine,
+    queueMachine,
+    expiryTimer,
+    chatWorkerMachine,
+    imageWorkerMachine,
+    sttWorkerMachine,
+    ttsWorkerMachine,
+    audioPolicyMachine,
+  ]);
+  const inspect = inspectBoth(charts.observe, inspection);
 
   const inference = new InferenceListener({
     build: () => buildInferenceApp(service),
@@ -117,12 +144,12 @@ export async function startService(config: Config, options: StartOptions): Promi
     log,
     unloadTimeoutMs: config.drainLimitMs + 60_000,
   });
-  const { supervisor, since } = createSupervisor({ config, lookup, log, inspection, listener: inference, record, workers: hooks, profiles });
+  const { supervisor, since } = createSupervisor({ config, lookup, log, inspect, listener: inference, record, workers: hooks, profiles });
   const listenerRef = () => listenerOf(supervisor) as ListenerActor;
   const scheduler = new Scheduler(supervisor);
   const builds = new BuildWatcher({ supervisor, lookup, log, pollMs: config.buildPollMs });
   const { chat, stt, tts, image } = createWorkers(
-    { supervisor, workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime'), ...(inspection.inspect ? { inspect: inspection.inspect } : {}) },
+    { supervisor, workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime'), inspect },
     options.imageLimits,
   );
   const audio = new AudioPolicies({
@@ -137,7 +164,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     watchListener: (onChange) => listenerRef().subscribe({ next: onChange }),
     log,
     ...(options.audioRetryMs === undefined ? {} : { retryMs: options.audioRetryMs }),
-    ...(inspection.inspect ? { inspect: inspection.inspect } : {}),
+    inspect,
   });
 
   /** Since when a stop is in progress (the listener's watch tells, once the supervisor has started). */
@@ -149,6 +176,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   const service: Service = {
     config,
     log,
+    logs: options.tail ?? new LogTail(),
     secrets,
     endpoint,
     profiles,
@@ -177,6 +205,8 @@ export async function startService(config: Config, options: StartOptions): Promi
       return listenerRef();
     },
     inspection,
+    charts,
+    host: new HostFacts(config.stateDir),
     accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => boundAddress(admin),
     inferenceAddress: () => inference.address(),

@@ -3,6 +3,7 @@
 import { waitFor } from 'xstate';
 import type { Config } from './config.js';
 import { createLogger, type Logger } from './system/log.js';
+import { LogTail } from './system/logTail.js';
 import { startService, type Service } from './compose.js';
 
 export interface ServeOptions {
@@ -14,8 +15,10 @@ export interface ServeOptions {
 }
 
 export async function serve(config: Config, options: ServeOptions = {}): Promise<Service> {
-  const log = options.log ?? createLogger({ level: config.logLevel });
-  const { service, generatedToken } = await startService(config, { log });
+  // The console's log tail reads what this logger writes; a logger given from outside has none.
+  const tail = options.log ? undefined : new LogTail();
+  const log = options.log ?? createLogger({ level: config.logLevel, ...(tail ? { tail } : {}) });
+  const { service, generatedToken } = await startService(config, { log, ...(tail ? { tail } : {}) });
   const out: string[] = [];
   const admin = service.adminAddress();
   const adminUrl = `http://${config.uiHost}:${admin?.port ?? config.uiPort}`;

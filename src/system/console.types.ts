@@ -68,16 +68,21 @@ export interface LogLineView {
   fields: Record<string, unknown>;
 }
 
-/** Host facts for the hardware view (systeminformation, cached). */
+/**
+ * Host facts for the hardware view (systeminformation, cached a minute). A part that could not be
+ * read is null (graphics: empty) and named in `unavailable`.
+ */
 export interface HostView {
-  os: { platform: string; distro: string; release: string; kernel: string; arch: string; hostname: string };
-  cpu: { manufacturer: string; brand: string; cores: number; physicalCores: number; speedGHz: number };
-  memory: { totalBytes: number; availableBytes: number };
+  os: { platform: string; distro: string; release: string; kernel: string; arch: string; hostname: string } | null;
+  cpu: { manufacturer: string; brand: string; cores: number; physicalCores: number; speedGHz: number } | null;
+  memory: { totalBytes: number; availableBytes: number } | null;
   graphics: { vendor: string; model: string; driverVersion: string | null; vramMiB: number | null }[];
   /** Free space where the state directory lives (enhancer downloads go there too). */
   disk: { mount: string; sizeBytes: number; availableBytes: number } | null;
   node: string;
   read_at: string;
+  /** The parts that could not be read this time: `os`, `cpu`, `memory`, `graphics`, `disk`. */
+  unavailable: string[];
 }
 
 /**

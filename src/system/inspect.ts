@@ -72,6 +72,20 @@ async function startRelay(port: number): Promise<WebSocketServer> {
   return server;
 }
 
+/**
+ * The one inspect callback every actor of the service gets: the console's chart feed always, and
+ * the chosen inspector as well when SERVICE_DECK_INSPECT is log or stately.
+ */
+export function inspectBoth(feed: (event: InspectionEvent) => void, inspection: Inspection): (event: InspectionEvent) => void {
+  const chosen = inspection.inspect;
+  if (!chosen) return feed;
+  const forward = typeof chosen === 'function' ? chosen : (event: InspectionEvent) => chosen.next?.(event);
+  return (event) => {
+    feed(event);
+    forward(event);
+  };
+}
+
 export async function createInspection(mode: InspectMode, options: { log: Logger; port: number; production: boolean }): Promise<Inspection> {
   if (mode === 'off') return { inspect: undefined, close: async () => {} };
   if (mode === 'log') return { inspect: logInspector(options.log), close: async () => {} };

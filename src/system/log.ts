@@ -1,5 +1,6 @@
-// The one pino logger. Access lines carry method, route, status, duration and request id; nothing
-// logs a header, a body, a query string, a token, a cookie, a password, a prompt or an answer.
+// The one pino logger, writing to stdout and to the console's log tail (src/system/logTail.ts).
+// Access lines carry method, route, status, duration and request id; nothing logs a header, a
+// body, a query string, a token, a cookie, a password, a prompt or an answer.
 // The redaction below is a second line of defence for anything that is logged by mistake.
 import pino, { type DestinationStream, type Logger } from 'pino';
 
@@ -37,15 +38,31 @@ const REDACT_PATHS = [...SENSITIVE_KEYS].flatMap((key) =>
   /^[a-z_]+$/.test(key) ? [key, `*.${key}`, `req.headers.${key}`] : [`headers["${key}"]`, `req.headers["${key}"]`],
 );
 
-export function createLogger(options: { level: string; destination?: DestinationStream }): Logger {
+/**
+ * The logger: stdout (or `destination`), and the console's log tail when one is given. Each line
+ * is serialized and redacted once, then written to both.
+ */
+export function createLogger(options: { level: string; destination?: DestinationStream; tail?: DestinationStream }): Logger {
+  const destination = options.destination ?? pino.destination({ fd: 1, sync: false });
   return pino(
     {
       level: options.level,
       base: { service: 'service-deck' },
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     },
-    options.destination ?? pino.destination({ fd: 1, sync: false }),
+    options.tail ? both(destination, options.tail) : destination,
   );
+}
+
+type Flushable = DestinationStream & { flush?: (cb: (error?: Error | null) => void) => void };
+
+/** Both streams take every line the logger writes (its level decides); `log.flush()` still flushes stdout. */
+function both(destination: Flushable, tail: DestinationStream): DestinationStream {
+  const streams = pino.multistream([
+    { stream: destination, level: 'trace' },
+    { stream: tail, level: 'trace' },
+  ]);
+  return Object.assign(streams, { flush: (cb: (error?: Error | null) => void) => (destination.flush ? destination.flush(cb) : cb()) });
 }
 
 export type { Logger };

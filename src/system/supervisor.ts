@@ -21,7 +21,8 @@ export interface SupervisorDeps {
   config: Config;
   lookup: RuntimeLookup;
   log: Logger;
-  inspection: Inspection;
+  /** The inspect callback of the whole actor system (the chart feed, and the chosen inspector). */
+  inspect: Inspection['inspect'];
   listener: InferenceListener;
   /** What `endpoint.json` remembered from before this start. */
   record: EndpointRecord;
@@ -46,7 +47,7 @@ export function createSupervisor(deps: SupervisorDeps): { supervisor: Supervisor
           drainLimitMs: config.drainLimitMs,
         },
       },
-      inspect: deps.inspection.inspect,
+      inspect: deps.inspect,
     },
   );
 

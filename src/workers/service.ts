@@ -6,11 +6,14 @@ import type { ProfileStore } from '../store/profiles.js';
 import type { SecretStore } from '../store/secrets.js';
 import type { AudioPolicies } from '../system/audioPolicy.js';
 import type { BuildWatcher } from '../system/builds.js';
+import type { ChartFeed } from '../system/charts.js';
 import type { Catalog } from '../system/catalog.js';
 import type { Counters } from '../system/counters.js';
+import type { HostFacts } from '../system/host.js';
 import type { Inspection } from '../system/inspect.js';
 import type { ListenerActor } from '../system/listener.js';
 import type { Logger } from '../system/log.js';
+import type { LogTail } from '../system/logTail.js';
 import type { Scheduler, SupervisorActor } from '../system/scheduler.js';
 import type { SessionStore } from '../system/sessions.js';
 import type { EndpointStatus } from '../system/status.js';
@@ -28,6 +31,8 @@ export type { EndpointStatus };
 export interface Service {
   config: Config;
   log: Logger;
+  /** The last log lines as the logger wrote them (redacted), for the console. */
+  logs: LogTail;
   secrets: SecretStore;
   endpoint: EndpointStore;
   profiles: ProfileStore;
@@ -59,6 +64,10 @@ export interface Service {
   /** The supervisor's child that owns the inference listener (spec 3.1). */
   readonly listener: ListenerActor;
   inspection: Inspection;
+  /** Every machine definition and every actor of a machine, for the console (always on). */
+  charts: ChartFeed;
+  /** OS, CPU, RAM, graphics and the state directory's disk, for the console (read at most once a minute). */
+  host: HostFacts;
   /** Whether the inference listener takes new requests (the listener machine's `accepting` tag). */
   accepting(): boolean;
   /** The address the admin listener is bound to, once it listens. */

@@ -7,6 +7,7 @@ import path from 'node:path';
 import type { Test } from 'tap';
 import { loadConfig, type Config } from '../../src/config.js';
 import { createLogger } from '../../src/system/log.js';
+import { LogTail } from '../../src/system/logTail.js';
 import { startService, type Service } from '../../src/compose.js';
 import type { ChatLimits } from '../../src/workers/chatRequest.js';
 
@@ -78,7 +79,8 @@ export interface BuildOptions {
 export async function build(t: Test, options: BuildOptions = {}): Promise<Built> {
   const stateDir = options.stateDir ?? (await tempDir(t));
   const logLines: string[] = [];
-  const log = createLogger({ level: 'debug', destination: { write: (line: string) => void logLines.push(line) } });
+  const tail = new LogTail();
+  const log = createLogger({ level: 'debug', destination: { write: (line: string) => void logLines.push(line) }, tail });
   const apiPort = await freePort();
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
@@ -91,6 +93,7 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
   const config = loadConfig({ stateDir }, env);
   const { service } = await startService(config, {
     log,
+    tail,
     adminPort: 0,
     ...(options.chatLimits ? { chatLimits: options.chatLimits } : {}),
     ...(options.audioRetryMs === undefined ? {} : { audioRetryMs: options.audioRetryMs }),

@@ -115,15 +115,16 @@ function Host() {
         <>
           <Facts
             items={[
-              ['System', `${host.os.distro} ${host.os.release} (${host.os.platform} ${host.os.arch}, kernel ${host.os.kernel})`],
-              ['Host', host.os.hostname],
-              ['CPU', `${host.cpu.manufacturer} ${host.cpu.brand}: ${host.cpu.physicalCores} cores, ${host.cpu.cores} threads${host.cpu.speedGHz ? `, ${host.cpu.speedGHz} GHz` : ''}`],
-              ['RAM', `${bytes(host.memory.availableBytes)} available of ${bytes(host.memory.totalBytes)}`],
-              ['Disk (state directory)', host.disk ? `${bytes(host.disk.availableBytes)} free of ${bytes(host.disk.sizeBytes)} on ${host.disk.mount}` : '—'],
+              ['System', host.os ? `${host.os.distro} ${host.os.release} (${host.os.platform} ${host.os.arch}, kernel ${host.os.kernel})` : null],
+              ['Host', host.os?.hostname],
+              ['CPU', host.cpu ? `${host.cpu.manufacturer} ${host.cpu.brand}: ${host.cpu.physicalCores} cores, ${host.cpu.cores} threads${host.cpu.speedGHz ? `, ${host.cpu.speedGHz} GHz` : ''}` : null],
+              ['RAM', host.memory ? `${bytes(host.memory.availableBytes)} available of ${bytes(host.memory.totalBytes)}` : null],
+              ['Disk (state directory)', host.disk ? `${bytes(host.disk.availableBytes)} free of ${bytes(host.disk.sizeBytes)} on ${host.disk.mount}` : null],
               ['Node.js', host.node],
               ['Read at', clock(host.read_at)],
             ]}
           />
+          {host.unavailable.length > 0 ? <p class="hint">Could not be read this time: {host.unavailable.join(', ')}.</p> : null}
           {host.graphics.length === 0 ? (
             <p class="empty">No graphics controller reported.</p>
           ) : (

@@ -1,9 +1,10 @@
-// CONTRACT section 3: login, logout and token rotation on the admin listener.
-import type { FastifyPluginAsync } from 'fastify';
+// CONTRACT section 3: login, logout, token rotation and the password change on the admin listener.
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Service } from '../../workers/service.js';
 import { SESSION_COOKIE, SESSION_TTL_MS } from '../../system/sessions.js';
+import { MIN_PASSWORD_LENGTH } from '../../store/secrets.js';
 import { adminAuth, requireAdminHeader, sessionFromCookie } from '../auth.js';
 import { errors } from '../../errors.js';
 
@@ -11,31 +12,41 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
   const app = base.withTypeProvider<ZodTypeProvider>();
   const { sessions, secrets } = service;
 
+  /** A wrong password counts against the client's address; too many make it wait (429). */
+  const checkPassword = async (request: FastifyRequest, password: string) => {
+    const blockedFor = sessions.loginBlockedFor(request.ip);
+    if (blockedFor > 0) throw errors.tooManyRequests('too_many_attempts', 'Too many wrong passwords: wait and try again.', blockedFor);
+    await secrets.refresh();
+    if (!secrets.hasPassword) {
+      throw errors.passwordNotSet();
+    }
+    if (!(await secrets.passwordMatches(password))) {
+      sessions.loginFailed(request.ip);
+      throw errors.wrongPassword();
+    }
+    sessions.loginSucceeded(request.ip);
+  };
+
+  /** A new session under the current password in place of the request's own: its cookie and CSRF token. */
+  const openSession = (request: FastifyRequest, reply: FastifyReply) => {
+    sessions.delete(sessionFromCookie(request, sessions)?.id);
+    const session = sessions.create(secrets.passwordStamp);
+    reply.setCookie(SESSION_COOKIE, session.id, {
+      httpOnly: true,
+      sameSite: 'strict',
+      path: '/',
+      signed: true,
+      maxAge: SESSION_TTL_MS / 1000,
+    });
+    return { csrfToken: session.csrfToken };
+  };
+
   app.post(
     '/api/v1/session',
     { schema: { body: z.strictObject({ password: z.string().max(1024) }) }, onRequest: async (request) => requireAdminHeader(request) },
     async (request, reply) => {
-      const blockedFor = sessions.loginBlockedFor(request.ip);
-      if (blockedFor > 0) throw errors.tooManyRequests('too_many_attempts', 'Too many wrong passwords: wait and try again.', blockedFor);
-      await secrets.refresh();
-      if (!secrets.hasPassword) {
-        throw errors.passwordNotSet();
-      }
-      if (!(await secrets.passwordMatches(request.body.password))) {
-        sessions.loginFailed(request.ip);
-        throw errors.wrongPassword();
-      }
-      sessions.loginSucceeded(request.ip);
-      sessions.delete(sessionFromCookie(request, sessions)?.id);
-      const session = sessions.create(secrets.passwordStamp);
-      reply.setCookie(SESSION_COOKIE, session.id, {
-        httpOnly: true,
-        sameSite: 'strict',
-        path: '/',
-        signed: true,
-        maxAge: SESSION_TTL_MS / 1000,
-      });
-      return { csrfToken: session.csrfToken };
+      await checkPassword(request, request.body.password);
+      return openSession(request, reply);
     },
   );
 
@@ -63,4 +74,25 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
     service.log.info('API token rotated');
     return { token };
   });
+
+  // Every session opened under the old password ends (its stamp no longer matches); the caller
+  // gets a new one so that the page stays logged in.
+  app.post(
+    '/api/v1/password',
+    {
+      ...guarded,
+      schema: {
+        body: z.strictObject({
+          current: z.string().max(1024),
+          password: z.string().min(MIN_PASSWORD_LENGTH, `at least ${MIN_PASSWORD_LENGTH} characters`).max(1024),
+        }),
+      },
+    },
+    async (request, reply) => {
+      await checkPassword(request, request.body.current);
+      await secrets.setPassword(request.body.password);
+      service.log.info('operator password changed: older sessions ended');
+      return openSession(request, reply);
+    },
+  );
 };

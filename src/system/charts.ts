@@ -1,0 +1,163 @@
+// What the operator console's state-chart view reads: the machine definitions walked into plain
+// data (`describeMachine`), and the running actors of those machines as an inspection observer
+// sees them (`ChartFeed`). The feed is always on, whatever SERVICE_DECK_INSPECT says; it keeps
+// only what is safe to show: state ids, values, statuses and the type and sender of the last
+// events, never an event's payload or an actor's context (prompts, audio, images, secrets).
+import { EventEmitter } from 'eventemitter3';
+import { StateMachine, type AnyStateMachine, type InspectionEvent } from 'xstate';
+import type { ActorEventView, ActorView, MachineView, StateNodeView, TransitionView } from './console.types.js';
+
+/** The parts of an XState v5 state node the view reads. */
+interface NodeLike {
+  id: string;
+  key: string;
+  type: StateNodeView['type'];
+  tags: string[];
+  states: Record<string, NodeLike>;
+  initial?: { target?: readonly NodeLike[] };
+  transitions: Map<string, TransitionLike[]>;
+  always?: TransitionLike[];
+}
+
+interface TransitionLike {
+  eventType: string;
+  target?: readonly NodeLike[] | undefined;
+  guard?: unknown;
+  reenter?: boolean;
+}
+
+export const ACTOR_EVENT_LIMIT = 25;
+
+/** `xstate.done.actor.<id>` → done, `xstate.after.<delay>.<state>` → `after 30000ms`, … */
+export function eventLabel(eventType: string): string {
+  if (eventType.startsWith('xstate.done.')) return 'done';
+  if (eventType.startsWith('xstate.error.')) return 'error';
+  const after = /^xstate\.after\.([^.]+)\./.exec(eventType);
+  if (after?.[1] !== undefined) return /^\d+$/.test(after[1]) ? `after ${after[1]}ms` : `after ${after[1]}`;
+  return eventType;
+}
+
+function guardName(guard: unknown): string | null {
+  if (guard === undefined || guard === null) return null;
+  if (typeof guard === 'string') return guard;
+  if (typeof guard === 'function') return guard.name || 'inline';
+  if (typeof guard === 'object' && typeof (guard as { type?: unknown }).type === 'string') return (guard as { type: string }).type;
+  return 'inline';
+}
+
+function transitionView(event: string, transition: TransitionLike): TransitionView {
+  return {
+    event,
+    targets: (transition.target ?? []).map((node) => node.id),
+    guard: guardName(transition.guard),
+    reenter: transition.reenter ?? false,
+  };
+}
+
+function nodeView(node: NodeLike): StateNodeView {
+  const transitions: TransitionView[] = [];
+  for (const [eventType, list] of node.transitions) for (const t of list) transitions.push(transitionView(eventLabel(eventType), t));
+  for (const t of node.always ?? []) transitions.push(transitionView('always', t));
+  const states = Object.values(node.states);
+  return {
+    id: node.id,
+    key: node.key,
+    type: node.type,
+    initial: states.length > 0 && node.type === 'compound' ? (node.initial?.target?.[0]?.key ?? null) : null,
+    tags: [...node.tags],
+    states: states.map(nodeView),
+    transitions,
+  };
+}
+
+/** A machine definition (the same logic the actors run) as plain data for the console. */
+export function describeMachine(logic: AnyStateMachine): MachineView {
+  return { id: logic.id, root: nodeView(logic.root as unknown as NodeLike) };
+}
+
+const isMachine = (logic: unknown): logic is AnyStateMachine => logic instanceof StateMachine;
+
+/** What the feed reads of an actor (an inspection event's actorRef or sourceRef). */
+interface RefLike {
+  id: string;
+  systemId?: string;
+  logic?: unknown;
+}
+
+const actorName = (ref: unknown): string | null => (ref ? ((ref as RefLike).systemId ?? (ref as RefLike).id) : null);
+
+interface SnapshotLike {
+  value?: unknown;
+  status?: ActorView['status'];
+  _nodes?: Array<{ id: string }>;
+}
+
+/**
+ * The inspection observer behind `GET /api/v1/actors` and the `actor` events: one view per actor
+ * of a state machine (promise and callback actors are left out), changed on each event it
+ * receives and each snapshot it takes. Emits `actor` with the new view.
+ */
+export class ChartFeed extends EventEmitter<{ actor: [view: ActorView] }> {
+  readonly #machines = new Map<string, MachineView>();
+  readonly #described = new WeakMap<AnyStateMachine, MachineView>();
+  readonly #actors = new Map<RefLike, ActorView>();
+
+  /** Definitions known before an actor of theirs runs (compose.ts lists every machine). */
+  constructor(definitions: AnyStateMachine[] = []) {
+    super();
+    for (const logic of definitions) this.#describe(logic);
+  }
+
+  #describe(logic: AnyStateMachine): MachineView {
+    let view = this.#described.get(logic);
+    if (!view) {
+      view = describeMachine(logic);
+      this.#described.set(logic, view);
+    }
+    this.#machines.set(view.id, view);
+    return view;
+  }
+
+  /** The inspect callback: give it to every actor (it sees the actor's whole system). */
+  readonly observe = (event: InspectionEvent): void => {
+    const ref = event.actorRef as unknown as RefLike;
+    if (!isMachine(ref.logic)) return;
+    let view = this.#actors.get(ref);
+    if (!view) {
+      view = { id: ref.id, machine: this.#describe(ref.logic).id, active: [], value: null, status: 'active', events: [], updated_at: new Date().toISOString() };
+      this.#actors.set(ref, view);
+    }
+    // XState announces an actor before it registers its systemId.
+    view.id = ref.systemId ?? ref.id;
+    switch (event.type) {
+      case '@xstate.event': {
+        const entry: ActorEventView = { type: event.event.type, source: actorName(event.sourceRef), at: new Date().toISOString() };
+        view.events = [...view.events, entry].slice(-ACTOR_EVENT_LIMIT);
+        break;
+      }
+      case '@xstate.snapshot': {
+        const snapshot = event.snapshot as SnapshotLike;
+        view.value = snapshot.value ?? null;
+        view.status = snapshot.status ?? 'active';
+        view.active = (snapshot._nodes ?? []).map((node) => node.id);
+        break;
+      }
+      default:
+        return;
+    }
+    view.updated_at = new Date().toISOString();
+    // An ended actor without a systemId (a queue's expiry timer) is shown ending, then forgotten.
+    if (view.status !== 'active' && ref.systemId === undefined) this.#actors.delete(ref);
+    this.emit('actor', structuredClone(view));
+  };
+
+  /** Every actor of a machine it has seen, the long-lived (with a systemId) and those still running. */
+  actors(): ActorView[] {
+    return [...this.#actors.values()].map((view) => structuredClone(view));
+  }
+
+  /** Every machine definition it knows, by machine id. */
+  machines(): Record<string, MachineView> {
+    return Object.fromEntries(this.#machines);
+  }
+}
