@@ -40,7 +40,8 @@ export function eventLabel(eventType: string): string {
 function guardName(guard: unknown): string | null {
   if (guard === undefined || guard === null) return null;
   if (typeof guard === 'string') return guard;
-  if (typeof guard === 'function') return guard.name || 'inline';
+  // An arrow function written as `guard: (…) => …` takes the name `guard`: it has no name of its own.
+  if (typeof guard === 'function') return guard.name && guard.name !== 'guard' ? guard.name : 'inline';
   if (typeof guard === 'object' && typeof (guard as { type?: unknown }).type === 'string') return (guard as { type: string }).type;
   return 'inline';
 }

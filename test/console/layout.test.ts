@@ -1,5 +1,5 @@
 // The state-chart view's layout (console/src/charts/layout.ts) on the machines the service runs,
-// walked into MachineView by a test helper: one box per state node, children inside their parent,
+// walked into MachineView by the server's own describeMachine (src/system/charts.ts): one box per state node, children inside their parent,
 // siblings apart, an edge for every transition between siblings, and labels for the rest; then a
 // tiny hand-written machine whose edges and labels are known line by line.
 import t from 'tap';
@@ -14,7 +14,7 @@ import { supervisorMachine } from '../../machines/supervisor/index.js';
 import { ttsWorkerMachine } from '../../machines/ttsWorker/index.js';
 import { eventMatches, layoutMachine, type ChartBox, type ChartLayout } from '../../console/src/charts/layout.js';
 import type { MachineView, StateNodeView } from '../../src/system/console.types.js';
-import { machineView } from './machineView.js';
+import { describeMachine } from '../../src/system/charts.js';
 
 const MACHINES: AnyStateMachine[] = [
   listenerMachine,
@@ -50,7 +50,7 @@ const overlap = (a: Rect, b: Rect) => a.x < b.x + b.width && b.x < a.x + a.width
 
 for (const machine of MACHINES) {
   t.test(`the ${machine.id} machine`, async (t) => {
-    const chart: ChartLayout = layoutMachine(machineView(machine));
+    const chart: ChartLayout = layoutMachine(describeMachine(machine));
     const boxes = new Map(chart.boxes.map((b) => [b.id, b]));
     const nodes = stateNodes(machine.root);
 
@@ -116,7 +116,7 @@ for (const machine of MACHINES) {
 }
 
 t.test('the listener: cross-level transitions are labels in their source box', async (t) => {
-  const chart = layoutMachine(machineView(listenerMachine));
+  const chart = layoutMachine(describeMachine(listenerMachine));
   const box = (id: string) => chart.boxes.find((b) => b.id === id)!;
   t.same(
     box('listener.stopping.draining.bounded').labels.map((l) => [l.kind, l.text]),
@@ -140,7 +140,7 @@ t.test('the listener: cross-level transitions are labels in their source box', a
 });
 
 t.test('the supervisor: parallel regions side by side, an invoke result to a sibling of the parallel node', async (t) => {
-  const chart = layoutMachine(machineView(supervisorMachine));
+  const chart = layoutMachine(describeMachine(supervisorMachine));
   const box = (id: string) => chart.boxes.find((b) => b.id === id)!;
   const checks = box('supervisor.active.checks');
   const gpuWatch = box('supervisor.active.gpuWatch');
