@@ -16,6 +16,7 @@ import Fastify, {
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from './system/log.js';
 import type { Service } from './workers/service.js';
+import { logAccess } from './routes/access.js';
 import { bearerAuth } from './routes/auth.js';
 import { errors } from './errors.js';
 import { installErrorHandling } from './routes/errors.js';
@@ -61,14 +62,7 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, onAc
       throw errors.chunked();
     }
   });
-  app.addHook('onResponse', async (request, reply) => {
-    const route = request.routeOptions.url ?? '(unmatched)';
-    request.log.info(
-      { method: request.method, route, status: reply.statusCode, duration_ms: Math.round(reply.elapsedTime * 10) / 10 },
-      'access',
-    );
-    onAccess?.(route, reply.statusCode);
-  });
+  app.addHook('onResponse', async (request, reply) => logAccess(request, reply, onAccess));
   return app;
 }
 

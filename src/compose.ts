@@ -18,7 +18,7 @@ import { supervisorMachine } from '../machines/supervisor/index.js';
 import { ttsWorkerMachine } from '../machines/ttsWorker/index.js';
 import type { RuntimeLookup } from './adapters/runtimes.js';
 import { probeGpus } from './adapters/gpus.js';
-import { buildAdminApp, buildInferenceApp } from './app.js';
+import { buildAdminApp, buildInferenceApp, type App } from './app.js';
 import type { Config } from './config.js';
 import { AudioPolicyStore } from './store/audioPolicy.js';
 import { EndpointStore } from './store/endpoint.js';
@@ -43,6 +43,7 @@ import { WorkerHooks } from './system/workers.js';
 import { ChatWorker } from './workers/chat.js';
 import { CHAT_LIMITS, type ChatLimits } from './workers/chatRequest.js';
 import { ChatTests } from './workers/chatTests.js';
+import { CONSOLE_FEED_TIMING, ConsoleFeed, type ConsoleFeedTiming } from './workers/consoleFeed.js';
 import { ImageWorker } from './workers/image.js';
 import { ImageTests } from './workers/imageTests.js';
 import { sweepWorkerProcesses } from './workers/leftovers.js';
@@ -64,6 +65,8 @@ export interface StartOptions {
   chatLimits?: ChatLimits;
   /** Tests shorten the wait before a failed warm preload is tried again (spec 3.6: "retried later"). */
   audioRetryMs?: number;
+  /** Tests shorten the console feed's coalescing and keep-alive (default 500 ms, 5 s, 50 ms, 15 s). */
+  consoleTiming?: Partial<ConsoleFeedTiming>;
   /** Tests shorten how long one image may take (default 60 min) and the grace before SIGKILL. */
   imageLimits?: { loadTimeLimitMs?: number; terminationGraceMs?: number };
 }
@@ -106,6 +109,20 @@ function createWorkers(deps: WorkerDeps & { runtimeDir: string }, imageLimits: S
   const stt = new SttWorker(deps);
   const chat = new ChatWorker(deps);
   return { chat, stt, tts, image };
+}
+
+/**
+ * Closes the admin listener: open event streams end (its preClose hook), idle connections close,
+ * and a second later whatever is still open is ended too (a connection that never sent a request,
+ * as browsers and fetch open ahead, is not idle to Node and would hold the close for a minute).
+ */
+async function closeAdmin(admin: App, graceMs = 1_000): Promise<void> {
+  const force = setTimeout(() => admin.server.closeAllConnections(), graceMs);
+  try {
+    await admin.close();
+  } finally {
+    clearTimeout(force);
+  }
 }
 
 export async function startService(config: Config, options: StartOptions): Promise<Started> {
@@ -171,6 +188,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   let stopSince = (): string | null => null;
   let chatTests: ChatTests | undefined;
   let imageTests: ImageTests | undefined;
+  let consoleFeed: ConsoleFeed | undefined;
   let shuttingDown: Promise<void> | undefined;
 
   const service: Service = {
@@ -200,6 +218,10 @@ export async function startService(config: Config, options: StartOptions): Promi
     get chatTests() {
       chatTests ??= new ChatTests(service, service.chatLimits);
       return chatTests;
+    },
+    get consoleFeed() {
+      consoleFeed ??= new ConsoleFeed(service, { ...CONSOLE_FEED_TIMING, ...options.consoleTiming });
+      return consoleFeed;
     },
     get listener() {
       return listenerRef();
@@ -241,7 +263,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         supervisor.stop();
         for (const worker of [chat, stt, tts, image]) worker.stop();
         await endpoint.flushed();
-        await admin.close();
+        await closeAdmin(admin);
         await inspection.close();
       })();
       return shuttingDown;

@@ -1,6 +1,8 @@
 // Request counters of the inference listener (CONTRACT section 6: requests, errors, rejected,
 // by_route). `rejected` counts refusals (4xx: bad request, auth, queue full, profile changed),
-// `errors` counts failures (5xx).
+// `errors` counts failures (5xx). Each recorded request emits `change` (the console's status feed).
+import { EventEmitter } from 'eventemitter3';
+
 export interface CounterSnapshot {
   requests: number;
   errors: number;
@@ -8,7 +10,7 @@ export interface CounterSnapshot {
   by_route: Record<string, number>;
 }
 
-export class Counters {
+export class Counters extends EventEmitter<{ change: [] }> {
   #requests = 0;
   #errors = 0;
   #rejected = 0;
@@ -34,6 +36,7 @@ export class Counters {
     if (status >= 500) this.#errors += 1;
     else if (status >= 400) this.#rejected += 1;
     this.#byRoute.set(route, (this.#byRoute.get(route) ?? 0) + 1);
+    this.emit('change');
   }
 
   snapshot(): CounterSnapshot {

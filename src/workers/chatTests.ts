@@ -9,8 +9,10 @@
 // - job.usage: the final stream reply's usage (the whole input, reused context included).
 // - Cancel closes only this test's connection; during its own model start it aborts that start;
 //   while it waits in the queue it leaves the queue. Measurements stay empty after a cancel.
+// - Every change of the job (phase, position, each streamed piece of the answer) emits `change`.
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
+import { EventEmitter } from 'eventemitter3';
 import { errors } from '../errors.js';
 import type { Service } from './service.js';
 import type { ChatProfile } from './chat.js';
@@ -96,7 +98,7 @@ interface StreamChunk {
   error?: { message?: string; code?: string | null };
 }
 
-export class ChatTests {
+export class ChatTests extends EventEmitter<{ change: [] }> {
   #job: ChatTestJob | null = null;
   #abort: AbortController | null = null;
   #done: Promise<void> | null = null;
@@ -104,7 +106,9 @@ export class ChatTests {
   constructor(
     readonly service: Service,
     readonly limits: ChatLimits = CHAT_LIMITS,
-  ) {}
+  ) {
+    super();
+  }
 
   current(): ChatTestJob | null {
     return this.#job ? structuredClone(this.#job) : null;
@@ -140,6 +144,7 @@ export class ChatTests {
     this.#job = job;
     this.#abort = abort;
     this.#done = this.#run(job, profile, messages, abort.signal);
+    this.emit('change');
     return structuredClone(job);
   }
 
@@ -161,6 +166,7 @@ export class ChatTests {
       job.timings = { prefill: null, generation: null };
       job.usage = null;
     }
+    this.emit('change');
   }
 
   async #run(job: ChatTestJob, profile: ChatProfile, messages: TestMessage[], signal: AbortSignal): Promise<void> {
@@ -174,10 +180,12 @@ export class ChatTests {
         limits: this.limits,
         onQueued: (position) => {
           job.position = position;
+          this.emit('change');
         },
         onGranted: () => {
           job.phase = 'starting';
           job.position = null;
+          this.emit('change');
         },
       });
       try {
@@ -188,6 +196,7 @@ export class ChatTests {
           return;
         }
         job.phase = 'running';
+        this.emit('change');
         let failed: { code: string | null; message: string } | undefined;
         const reader = new SseReader((data) => {
           if (data === '[DONE]') return;
@@ -217,6 +226,7 @@ export class ChatTests {
               generation: throughput(t.predicted_n, t.predicted_ms, t.predicted_per_second),
             };
           }
+          this.emit('change');
         });
         const sink = new Writable({ write: (_chunk, _encoding, next) => next() });
         await relayStream(opened, sink, {

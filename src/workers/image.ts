@@ -67,10 +67,12 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
   /** The job of each start, by generation: the prompt lives only here while its process runs. */
   readonly #jobs: Map<number, ImageJob & { gpus: string[] }>;
   readonly #progress: Map<number, ImageProgress>;
+  readonly #progressListeners: Set<(generation: number) => void>;
 
   constructor(deps: WorkerDeps) {
     const jobs = new Map<number, ImageJob & { gpus: string[] }>();
     const progress = new Map<number, ImageProgress>();
+    const progressListeners = new Set<(generation: number) => void>();
     const engine = fromCallback<EngineCommand, EngineInput, ImageWorkerEvent>(({ input, sendBack, receive }) => {
       const { launch } = input;
       const { generation } = launch;
@@ -109,7 +111,10 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
           // A progress mark may be split across chunks: the last few hundred bytes are read together.
           recent = `${recent}${chunk.toString('latin1')}`.slice(-512);
           const mark = lastProgress(recent);
-          if (mark) progress.set(generation, mark);
+          const before = progress.get(generation);
+          if (!mark || (before?.step === mark.step && before.steps === mark.steps)) return;
+          progress.set(generation, mark);
+          for (const listener of progressListeners) listener(generation);
         };
         child.stdout?.on('data', watch);
         child.stderr?.on('data', watch);
@@ -147,6 +152,7 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
     super(actor, 'image', { name: 'image worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new ImageFailure(reason));
     this.#jobs = jobs;
     this.#progress = progress;
+    this.#progressListeners = progressListeners;
   }
 
   protected launchOf(lease: { generation: number }, profile: ImageProfile): ImageLaunch {
@@ -182,6 +188,12 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
   /** Steps done by the image process of the start `generation`, as sd-cli printed them. */
   progress(generation: number): ImageProgress | null {
     return this.#progress.get(generation) ?? null;
+  }
+
+  /** Calls `listener` with the generation whenever an image process reports a further step; returns the unsubscribe. */
+  onProgress(listener: (generation: number) => void): () => void {
+    this.#progressListeners.add(listener);
+    return () => this.#progressListeners.delete(listener);
   }
 
   /**

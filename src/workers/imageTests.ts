@@ -1,8 +1,10 @@
 // The operator's image test (spec 3.3, 4.7): one image through the same reservation and image
 // worker as the API (source `test`: no publication needed), except that a busy reservation is
 // reported as a conflict at once instead of waited for. The job lives in RAM only: the prompt is
-// never kept in it, and its image (PNG without metadata, base64) only until the next test.
+// never kept in it, and its image (PNG without metadata, base64) only until the next test. Every
+// change of the job (phase, each step of its image process) emits `change`.
 import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'eventemitter3';
 import { errors, type ApiError } from '../errors.js';
 import type { Lease } from '../system/scheduler.js';
 import type { Service } from './service.js';
@@ -31,13 +33,15 @@ export interface ImageTestJob {
 /** How the start of a test ended: it runs, or its reservation was refused at once. */
 export type ImageTestStart = { ok: true; job: ImageTestJob } | { ok: false; error: ApiError };
 
-export class ImageTests {
+export class ImageTests extends EventEmitter<{ change: [] }> {
   #job: ImageTestJob | null = null;
   #controller: AbortController | null = null;
   #lease: Lease | null = null;
   #settled: Promise<void> = Promise.resolve();
 
-  constructor(private readonly service: Service) {}
+  constructor(private readonly service: Service) {
+    super();
+  }
 
   current(): ImageTestJob | null {
     if (!this.#job) return null;
@@ -73,11 +77,15 @@ export class ImageTests {
     this.#lease = null;
     let granted: (start: ImageTestStart) => void = () => {};
     const started = new Promise<ImageTestStart>((resolve) => (granted = resolve));
+    let unwatch = () => {};
     const finish = (phase: ImageTestPhase, error: ImageTestJob['error']) => {
+      unwatch();
       job.phase = phase;
       job.error = error;
       job.finished_at = new Date().toISOString();
+      this.emit('change');
     };
+    this.emit('change');
     this.#settled = runImageJob(this.service, profile, { prompt, references: [] }, {
       source: 'test',
       whenBusy: 'refuse',
@@ -85,6 +93,10 @@ export class ImageTests {
       onGranted: (lease) => {
         this.#lease = lease;
         job.phase = 'running';
+        unwatch = this.service.image.onProgress((generation) => {
+          if (generation === lease.generation) this.emit('change');
+        });
+        this.emit('change');
         granted({ ok: true, job: { ...job } });
       },
     }).then(
@@ -106,6 +118,7 @@ export class ImageTests {
         if (!this.#lease && this.#job === job) {
           this.#job = previous.job;
           this.#lease = previous.lease;
+          this.emit('change');
           granted({ ok: false, error: apiError });
           return;
         }

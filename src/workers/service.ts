@@ -21,6 +21,7 @@ import type { WorkerHooks } from '../system/workers.js';
 import type { ChatWorker } from './chat.js';
 import type { ChatLimits } from './chatRequest.js';
 import type { ChatTests } from './chatTests.js';
+import type { ConsoleFeed } from './consoleFeed.js';
 import type { ImageWorker } from './image.js';
 import type { ImageTests } from './imageTests.js';
 import type { SttWorker } from './stt.js';
@@ -61,6 +62,8 @@ export interface Service {
   chatLimits: ChatLimits;
   /** The operator's chat test (spec 2.5, 4.7): one job, in RAM only. */
   readonly chatTests: ChatTests;
+  /** What `GET /api/v1/events` streams to the console: a snapshot, then the changes. */
+  readonly consoleFeed: ConsoleFeed;
   /** The supervisor's child that owns the inference listener (spec 3.1). */
   readonly listener: ListenerActor;
   inspection: Inspection;

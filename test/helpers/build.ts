@@ -8,7 +8,7 @@ import type { Test } from 'tap';
 import { loadConfig, type Config } from '../../src/config.js';
 import { createLogger } from '../../src/system/log.js';
 import { LogTail } from '../../src/system/logTail.js';
-import { startService, type Service } from '../../src/compose.js';
+import { startService, type Service, type StartOptions } from '../../src/compose.js';
 import type { ChatLimits } from '../../src/workers/chatRequest.js';
 
 export const PASSWORD = 'correct horse battery';
@@ -74,6 +74,8 @@ export interface BuildOptions {
   audioRetryMs?: number;
   /** How long one image may take, and the grace before SIGKILL. */
   imageLimits?: { loadTimeLimitMs?: number; terminationGraceMs?: number };
+  /** Shorter coalescing and keep-alive for the console's events stream. */
+  consoleTiming?: StartOptions['consoleTiming'];
 }
 
 export async function build(t: Test, options: BuildOptions = {}): Promise<Built> {
@@ -98,6 +100,7 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
     ...(options.chatLimits ? { chatLimits: options.chatLimits } : {}),
     ...(options.audioRetryMs === undefined ? {} : { audioRetryMs: options.audioRetryMs }),
     ...(options.imageLimits ? { imageLimits: options.imageLimits } : {}),
+    ...(options.consoleTiming ? { consoleTiming: options.consoleTiming } : {}),
   });
   t.teardown(() => service.shutdown());
   const adminUrl = `http://127.0.0.1:${service.adminAddress()?.port}`;

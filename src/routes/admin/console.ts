@@ -1,11 +1,14 @@
 // What the operator console reads beyond the spec's admin routes (types in
 // src/system/console.types.ts): the machine definitions and their running actors for the
-// state-chart view, the recent log lines and the host facts.
+// state-chart view, the recent log lines, the host facts, and the events stream (server-sent
+// events, src/workers/consoleFeed.ts) that keeps the page current.
+import { PassThrough } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { LOG_LEVELS, LOG_TAIL_LINES, type LogLevelName } from '../../system/logTail.js';
 import type { Service } from '../../workers/service.js';
+import { logAccess } from '../access.js';
 import { adminAuth } from '../auth.js';
 
 const logsQuery = z.strictObject({
@@ -16,6 +19,36 @@ const logsQuery = z.strictObject({
 export const adminConsoleRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
   app.addHook('onRequest', adminAuth(service));
+
+  // Open streams end when the admin listener closes: a shutdown never waits for a page.
+  app.addHook('preClose', async () => service.consoleFeed.close());
+
+  app.get('/api/v1/events', async (request, reply) => {
+    const feed = service.consoleFeed;
+    const body = new PassThrough();
+    const keepAlive = setInterval(() => body.write(': keep-alive\n\n'), feed.timing.keepAliveMs);
+    let remove = () => {};
+    body.once('close', () => {
+      clearInterval(keepAlive);
+      remove();
+      if (reply.raw.writableFinished) return;
+      // The client went away: its connection may stay half open, so it is ended here, and since
+      // Fastify runs onResponse only for an answer sent whole, the access line is written here.
+      reply.raw.destroy();
+      logAccess(request, reply);
+    });
+    remove = await feed.open({
+      send: (name, data) => void body.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`),
+      end: () => body.end(),
+    });
+    // The client went away while the snapshot was read.
+    if (body.destroyed) remove();
+    return reply
+      .type('text/event-stream; charset=utf-8')
+      .header('cache-control', 'no-cache')
+      .header('x-accel-buffering', 'no')
+      .send(body);
+  });
 
   app.get('/api/v1/machines', async () => ({ machines: service.charts.machines() }));
 

@@ -1,0 +1,211 @@
+// What `GET /api/v1/events` streams to the operator console (ConsoleEvents in
+// src/system/console.types.ts): on connect one of each as a snapshot, then each change. The
+// sources are watched only while at least one stream is open, and what is costly (the status
+// with its GPU and RAM probe) is computed once per change and sent to every stream:
+//
+// - `status`: at most one every 500 ms after an actor, a profile, a publication or the counters
+//   changed, and one every 5 s (RAM and GPUs change on their own); `audio-policy` with it when the
+//   view differs from the last one sent.
+// - `actor`: each change of an actor of a machine (the chart feed).
+// - `log`: each log line (the log tail).
+// - `chat-test`, `image-test`: the current test job, at most one every 50 ms while it changes; the
+//   image test without its image (`has_image` says whether there is one).
+import type { ConsoleEvents } from '../system/console.types.js';
+import type { ImageTestJob } from './imageTests.js';
+import type { Service } from './service.js';
+
+export type ConsoleEventName = keyof ConsoleEvents;
+
+/** One open stream: how an event reaches it, and how it is ended (the admin listener closes). */
+export interface ConsoleStream {
+  send<K extends ConsoleEventName>(name: K, data: ConsoleEvents[K]): void;
+  end(): void;
+}
+
+export interface ConsoleFeedTiming {
+  /** At most one status per this many ms after a change. */
+  statusMs: number;
+  /** A status this often whatever changed (RAM, GPUs). */
+  statusTickMs: number;
+  /** At most one chat-test or image-test event per this many ms. */
+  testMs: number;
+  /** A `: keep-alive` comment this often on every stream. */
+  keepAliveMs: number;
+}
+
+export const CONSOLE_FEED_TIMING: ConsoleFeedTiming = { statusMs: 500, statusTickMs: 5_000, testMs: 50, keepAliveMs: 15_000 };
+/** How many recent log lines a new stream gets. */
+export const CONSOLE_LOG_LINES = 200;
+
+/** The image test job as the stream shows it: its image left out. */
+export function imageTestView(job: ImageTestJob | null): (Omit<ImageTestJob, 'b64_png'> & { b64_png: null; has_image: boolean }) | null {
+  return job ? { ...job, b64_png: null, has_image: job.b64_png !== null } : null;
+}
+
+/**
+ * Runs `run` after `poke()`, at most once every `ms`: pokes while one is pending or running are
+ * folded into it (one more run follows a poke that came while it ran).
+ */
+class Coalesced {
+  #timer: NodeJS.Timeout | undefined;
+  #last = -Infinity;
+  #running = false;
+  #again = false;
+  #on = false;
+
+  constructor(
+    readonly ms: number,
+    readonly run: () => void | Promise<void>,
+  ) {}
+
+  start(): void {
+    this.#on = true;
+  }
+
+  poke(): void {
+    if (!this.#on) return;
+    if (this.#running) {
+      this.#again = true;
+      return;
+    }
+    if (this.#timer) return;
+    this.#timer = setTimeout(() => void this.#fire(), Math.max(0, this.#last + this.ms - Date.now()));
+  }
+
+  async #fire(): Promise<void> {
+    this.#timer = undefined;
+    this.#running = true;
+    this.#last = Date.now();
+    try {
+      await this.run();
+    } finally {
+      this.#running = false;
+      if (this.#again) {
+        this.#again = false;
+        this.poke();
+      }
+    }
+  }
+
+  stop(): void {
+    this.#on = false;
+    this.#again = false;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+}
+
+export class ConsoleFeed {
+  readonly #streams = new Set<ConsoleStream>();
+  readonly #detach: Array<() => void> = [];
+  readonly #status: Coalesced;
+  readonly #chatTest: Coalesced;
+  readonly #imageTest: Coalesced;
+  #lastAudio = '';
+  #closed = false;
+
+  constructor(
+    private readonly service: Service,
+    readonly timing: ConsoleFeedTiming = CONSOLE_FEED_TIMING,
+  ) {
+    this.#status = new Coalesced(timing.statusMs, () => this.#sendStatus());
+    this.#chatTest = new Coalesced(timing.testMs, () => this.#broadcast('chat-test', { job: service.chatTests.current() }));
+    this.#imageTest = new Coalesced(timing.testMs, () => this.#broadcast('image-test', { job: imageTestView(service.imageTests.current()) }));
+  }
+
+  /** Open streams (tests look at it). */
+  get size(): number {
+    return this.#streams.size;
+  }
+
+  /**
+   * Sends the snapshot to a new stream, then adds it; resolves with its removal. Nothing can come
+   * between the snapshot and the first change: after the awaited parts, all is synchronous.
+   */
+  async open(stream: ConsoleStream): Promise<() => void> {
+    const { service } = this;
+    const [status, audio] = await Promise.all([service.status(), service.audio.view()]);
+    if (this.#closed) {
+      stream.end();
+      return () => {};
+    }
+    stream.send('status', status);
+    stream.send('audio-policy', audio);
+    this.#lastAudio = JSON.stringify(audio);
+    for (const actor of service.charts.actors()) stream.send('actor', actor);
+    for (const line of service.logs.lines({ limit: CONSOLE_LOG_LINES })) stream.send('log', line);
+    stream.send('chat-test', { job: service.chatTests.current() });
+    stream.send('image-test', { job: imageTestView(service.imageTests.current()) });
+    this.#streams.add(stream);
+    if (this.#streams.size === 1) this.#attach();
+    return () => this.#remove(stream);
+  }
+
+  /** Ends every open stream (the admin listener is closing); later streams end at once. */
+  close(): void {
+    this.#closed = true;
+    for (const stream of [...this.#streams]) {
+      this.#remove(stream);
+      stream.end();
+    }
+  }
+
+  #remove(stream: ConsoleStream): void {
+    if (!this.#streams.delete(stream)) return;
+    if (this.#streams.size === 0) this.#detachAll();
+  }
+
+  #broadcast<K extends ConsoleEventName>(name: K, data: ConsoleEvents[K]): void {
+    for (const stream of this.#streams) stream.send(name, data);
+  }
+
+  async #sendStatus(): Promise<void> {
+    try {
+      const [status, audio] = await Promise.all([this.service.status(), this.service.audio.view()]);
+      this.#broadcast('status', status);
+      const text = JSON.stringify(audio);
+      if (text !== this.#lastAudio) this.#broadcast('audio-policy', audio);
+      this.#lastAudio = text;
+    } catch (error) {
+      this.service.log.warn({ err: error }, 'console feed: the status could not be read');
+    }
+  }
+
+  #attach(): void {
+    const { service } = this;
+    const status = () => this.#status.poke();
+    const chatTest = () => this.#chatTest.poke();
+    const imageTest = () => this.#imageTest.poke();
+    const actor = (view: ConsoleEvents['actor']) => {
+      this.#broadcast('actor', view);
+      status();
+    };
+    const log = (line: ConsoleEvents['log']) => this.#broadcast('log', line);
+    for (const c of [this.#status, this.#chatTest, this.#imageTest]) c.start();
+    service.charts.on('actor', actor);
+    service.logs.on('line', log);
+    service.counters.on('change', status);
+    service.profiles.on('profile.changed', status);
+    service.profiles.on('publication.changed', status);
+    service.chatTests.on('change', chatTest);
+    service.imageTests.on('change', imageTest);
+    const tick = setInterval(status, this.timing.statusTickMs);
+    this.#detach.push(
+      () => service.charts.off('actor', actor),
+      () => service.logs.off('line', log),
+      () => service.counters.off('change', status),
+      () => service.profiles.off('profile.changed', status),
+      () => service.profiles.off('publication.changed', status),
+      () => service.chatTests.off('change', chatTest),
+      () => service.imageTests.off('change', imageTest),
+      () => clearInterval(tick),
+      () => {
+        for (const c of [this.#status, this.#chatTest, this.#imageTest]) c.stop();
+      },
+    );
+  }
+
+  #detachAll(): void {
+    for (const undo of this.#detach.splice(0)) undo();
+  }
+}
