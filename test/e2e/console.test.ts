@@ -99,7 +99,6 @@ t.test('the console in chromium: every admin task of a chat profile, live overvi
   const { page } = w;
   await login(page);
   t.pass('logged in with the operator password');
-  await shot(page, 'overview-empty');
 
   // Profiles: a chat profile from the schema form, then published.
   await goTo(page, 'Profiles');
@@ -157,7 +156,7 @@ t.test('the console in chromium: every admin task of a chat profile, live overvi
 
   // The state chart of the chat worker, drawn from its machine, in its loaded state.
   await goTo(page, 'State charts');
-  await page.getByRole('button', { name: /worker\.chat/ }).click();
+  await page.getByRole('button', { name: /chatWorker/ }).click();
   const active = page.locator('svg [aria-label$="(active)"]');
   await active.first().waitFor();
   const activeLabels = await active.evaluateAll((nodes) => nodes.map((n) => n.getAttribute('aria-label')));
@@ -184,7 +183,7 @@ t.test('the console in chromium: every admin task of a chat profile, live overvi
   await page.locator('tr[data-profile="painter"]').waitFor();
   await goTo(page, 'Image test');
   await page.getByLabel('Image profile').selectOption({ label: 'painter' });
-  await page.getByLabel('Prompt').fill('a lighthouse at dusk');
+  await page.getByRole('textbox', { name: 'Prompt' }).fill('a lighthouse at dusk');
   await page.getByRole('button', { name: 'Generate' }).click();
   await page.getByText(/^Step \d+ of 10$/).waitFor({ timeout: 30_000 });
   t.pass('progress steps shown');
@@ -218,6 +217,7 @@ t.test('the console on a narrow window, by keyboard', async (t) => {
   const w = await openPage(browser, origin, { width: 390, height: 844 });
   const { page } = w;
   await page.goto('/');
+  await page.getByLabel('Operator password').waitFor();
   await page.keyboard.press('Tab');
   t.equal(await page.evaluate('document.activeElement?.id'), 'password', 'the first Tab lands on the password');
   await page.keyboard.type(PASSWORD);

@@ -39,6 +39,9 @@ export function attentionOf(s: EndpointStatus, audio: typeof audioPolicy.value):
   return out;
 }
 
+/** A profile by its name (the API's model name), its id when it is gone. */
+const profileName = (s: EndpointStatus, id: string | null) => (id === null ? '—' : (s.profiles.find((p) => p.id === id)?.name ?? id));
+
 function Listener({ s }: { s: EndpointStatus }) {
   const [port, setPort] = useState('');
   const running = s.status === 'running';
@@ -89,7 +92,7 @@ function Listener({ s }: { s: EndpointStatus }) {
 
 function Workers({ s }: { s: EndpointStatus }) {
   return (
-    <Section title="Workers">
+    <Section title="Workers" id="workers">
       {s.workers.length === 0 ? (
         <p class="empty">No worker has started since the service started.</p>
       ) : (
@@ -104,7 +107,7 @@ function Workers({ s }: { s: EndpointStatus }) {
                     <td>
                       <Badge tone={w.state === 'loaded' || w.state === 'ready' ? 'ok' : w.state.startsWith('fail') ? 'bad' : 'idle'}>{w.state}</Badge>
                     </td>
-                    <td>{w.profile_id ?? '—'}</td>
+                    <td>{profileName(s, w.profile_id)}</td>
                     <td>{w.pid ?? '—'}</td>
                     <td>{w.gpus.length > 0 ? w.gpus.join(', ') : 'CPU'}</td>
                     <td>{since(w.since)}</td>
@@ -142,7 +145,7 @@ function Workers({ s }: { s: EndpointStatus }) {
 function Queue({ s }: { s: EndpointStatus }) {
   const jobs = [...s.queue.running, ...s.queue.waiting];
   return (
-    <Section title="Queue">
+    <Section title="Queue" id="queue">
       {jobs.length === 0 ? (
         <p class="empty">No job is running or waiting.</p>
       ) : (
@@ -153,7 +156,7 @@ function Queue({ s }: { s: EndpointStatus }) {
                     <code>{j.job_id.slice(0, 8)}</code> <span class="hint">{j.source}</span>
                   </td>
                   <td>{j.kind}</td>
-                  <td>{j.profile_id}</td>
+                  <td>{profileName(s, j.profile_id)}</td>
                   <td>
                     {j.phase}
                     {j.progress ? ` (step ${j.progress.step}/${j.progress.steps})` : ''}

@@ -7,6 +7,7 @@ import { ApiError, api, message } from '../api.js';
 import { notify, status } from '../state.js';
 import type { Category, ProfileView } from '../types.js';
 import { ActionButton, Badge, Section, Table, attempt } from '../ui.js';
+import { htmlPattern } from '../pattern.js';
 import { SchemaFields, type JsonSchema, type Values } from './schemaForm.js';
 
 interface Schemas {
@@ -87,7 +88,7 @@ function ProfileForm(props: { schemas: Schemas; draft: Draft; onDone: (saved: Pr
       </div>
       <div class="field">
         <label for="profile-name">Name (the API's model name)</label>
-        <input id="profile-name" required value={draft.name} pattern={props.schemas.name.pattern} onInput={(e) => setDraft({ ...draft, name: e.currentTarget.value })} />
+        <input id="profile-name" required value={draft.name} pattern={htmlPattern(props.schemas.name.pattern)} onInput={(e) => setDraft({ ...draft, name: e.currentTarget.value })} />
         <small class="hint">Letters, digits and . _ : / -; not “{props.schemas.image_alias}”.</small>
         {errors.name ? (
           <small class="error" role="alert">

@@ -2,6 +2,7 @@
 // /api/v1/profile-schemas), so a field, its limits and its default are the API's own. Empty
 // fields are left out of the body: the service fills in the default.
 import type { JSX } from 'preact';
+import { htmlPattern } from '../pattern.js';
 
 export interface JsonSchema {
   type?: string;
@@ -35,7 +36,12 @@ function unwrap(schema: JsonSchema): { schema: JsonSchema; nullable: boolean; ch
   return { schema: { ...base, default: schema.default ?? base.default }, nullable, choices };
 }
 
-const label = (key: string) => key.replace(/([a-z])([A-Z])/g, '$1 $2').replace(/_/g, ' ');
+/** `gpuSplit` → `gpu split`, `memoryMiB` → `memory MiB`, `top_p` → `top p`. */
+const label = (key: string) =>
+  key
+    .replace(/([a-z])([A-Z])([a-z])/g, (_, a: string, b: string, c: string) => `${a} ${b.toLowerCase()}${c}`)
+    .replace(/([a-z])([A-Z])/g, '$1 $2')
+    .replace(/_/g, ' ');
 
 function limits(s: JsonSchema): string {
   const parts: string[] = [];
@@ -64,7 +70,7 @@ function Field({ name, path, schema: raw, value, required, errors, onChange }: F
   const { schema, nullable, choices } = unwrap(raw);
   const id = `field-${path.replace(/\./g, '-')}`;
   const error = fieldError(errors, path);
-  const hintParts = [limits(schema), schema.default !== undefined ? `default ${JSON.stringify(schema.default)}` : '', nullable ? 'empty: none' : '', schema.description ?? ''];
+  const hintParts = [required ? 'required' : '', limits(schema), schema.default !== undefined ? `default ${JSON.stringify(schema.default)}` : '', nullable ? 'empty: none' : '', schema.description ?? ''];
   const hint = hintParts.filter(Boolean).join('; ');
   const describedBy = [hint ? `${id}-hint` : '', error ? `${id}-error` : ''].filter(Boolean).join(' ') || undefined;
   const empty = nullable ? null : undefined;
@@ -173,7 +179,7 @@ function Field({ name, path, schema: raw, value, required, errors, onChange }: F
         type="text"
         required={required}
         maxLength={schema.maxLength}
-        pattern={schema.pattern}
+        pattern={htmlPattern(schema.pattern)}
         aria-describedby={describedBy}
         aria-invalid={error ? true : undefined}
         value={value == null ? '' : String(value)}
@@ -183,10 +189,7 @@ function Field({ name, path, schema: raw, value, required, errors, onChange }: F
   }
   return (
     <div class="field">
-      <label for={id}>
-        {label(name)}
-        {required ? <span aria-hidden="true"> *</span> : null}
-      </label>
+      <label for={id}>{label(name)}</label>
       {control}
       {hint ? (
         <small id={`${id}-hint`} class="hint">
