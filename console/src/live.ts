@@ -19,7 +19,9 @@ function apply(event: string, data: string): void {
     case 'actor': {
       const actor = value as ActorView;
       const next = new Map(actors.value);
-      next.set(actor.id, actor);
+      // An actor the service forgot (a queue's expiry timer that ended) leaves the list.
+      if (actor.gone) next.delete(actor.id);
+      else next.set(actor.id, actor);
       actors.value = next;
       break;
     }
@@ -47,7 +49,11 @@ async function follow(signal: AbortSignal): Promise<void> {
   while (!signal.aborted) {
     connection.value = 'connecting';
     try {
+      let first = true;
       for await (const { event, data } of sse('/api/v1/events', signal)) {
+        // Each connection starts with a whole snapshot: actors that ended meanwhile are not in it.
+        if (first) actors.value = new Map();
+        first = false;
         connection.value = 'live';
         pause = 1000;
         apply(event, data);

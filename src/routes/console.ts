@@ -32,9 +32,13 @@ const SECURITY_HEADERS: Record<string, string> = {
   'cross-origin-resource-policy': 'same-origin',
 };
 
-/** An onSend hook for the whole admin listener: the page's documents and the API's answers alike. */
-export async function securityHeaders(_request: FastifyRequest, reply: FastifyReply, payload: unknown): Promise<unknown> {
+/**
+ * An onSend hook for the whole admin listener: the page's documents and the API's answers alike.
+ * No API answer is kept by a cache (CSRF tokens, a rotated API token, the status).
+ */
+export async function securityHeaders(request: FastifyRequest, reply: FastifyReply, payload: unknown): Promise<unknown> {
   for (const [name, value] of Object.entries(SECURITY_HEADERS)) reply.header(name, value);
+  if (request.url.startsWith('/api/') && !reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
   return payload;
 }
 

@@ -147,9 +147,12 @@ export class ChartFeed extends EventEmitter<{ actor: [view: ActorView] }> {
         return;
     }
     view.updated_at = new Date().toISOString();
-    // An ended actor without a systemId (a queue's expiry timer) is shown ending, then forgotten.
-    if (view.status !== 'active' && ref.systemId === undefined) this.#actors.delete(ref);
-    this.emit('actor', structuredClone(view));
+    // An ended actor without a systemId (a queue's expiry timer) is shown ending, marked gone so
+    // that a page forgets it too, then forgotten.
+    const gone = view.status !== 'active' && ref.systemId === undefined;
+    if (gone) this.#actors.delete(ref);
+    // A copy for the listeners (the open event streams), only when there is one.
+    if (this.listenerCount('actor') > 0) this.emit('actor', gone ? { ...structuredClone(view), gone: true } : structuredClone(view));
   };
 
   /** Every actor of a machine it has seen, the long-lived (with a systemId) and those still running. */

@@ -55,6 +55,8 @@ export interface ActorView {
   /** The last events, oldest first (at most 25). */
   events: ActorEventView[];
   updated_at: string;
+  /** True on the last event of an actor the service forgets (it ended and has no system id). */
+  gone?: boolean;
 }
 
 /** One log line as pino wrote it (already redacted), parsed. */

@@ -36,6 +36,11 @@ export class SessionStore {
     return id ? this.#sessions.get(id) : undefined;
   }
 
+  /** The session without counting this as use (an open events stream must not keep it alive). */
+  peek(id: string | undefined): Session | undefined {
+    return id ? this.#sessions.peek(id) : undefined;
+  }
+
   delete(id: string | undefined): void {
     if (id) this.#sessions.delete(id);
   }

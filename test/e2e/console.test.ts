@@ -8,58 +8,19 @@
 // SERVICE_DECK_SCREENSHOTS=docs/screenshots writes the README's screenshots.
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import type { Page } from 'playwright-core';
-import { PASSWORD, TOKEN, freePort, tempDir } from '../helpers/build.js';
+import { PASSWORD, TOKEN, tempDir } from '../helpers/build.js';
 import { launch, openPage } from '../helpers/browser.js';
-import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
-import { spawnCli } from '../helpers/spawn.js';
+import { goTo, login, startServe, unlabelledControls } from '../helpers/consoleServe.js';
+import { tinyModelIn } from '../helpers/llama.js';
 
-const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
 const SHOTS = process.env.SERVICE_DECK_SCREENSHOTS;
 
 async function shot(page: Page, name: string): Promise<void> {
   if (!SHOTS) return;
   await mkdir(SHOTS, { recursive: true });
   await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: false });
-}
-
-async function startServe(t: Test) {
-  const stateDir = await tempDir(t);
-  const uiPort = await freePort();
-  const apiPort = await freePort();
-  await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: false, port: apiPort, published: [] }), { mode: 0o600 });
-  const served = spawnCli(t, ['serve', '--ui-port', String(uiPort)], {
-    SERVICE_DECK_STATE_DIR: stateDir,
-    SERVICE_DECK_ADMIN_PASSWORD: PASSWORD,
-    SERVICE_DECK_API_TOKEN: TOKEN,
-    SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(),
-    SERVICE_DECK_SD_CLI: SD_CLI,
-    SERVICE_DECK_GPUS: 'none',
-    SERVICE_DECK_DRAIN_LIMIT_MS: '1000',
-  });
-  const [, origin] = await served.waitFor(/operator console on (http:\/\/[^/\s]+)\//, 60_000);
-  t.teardown(async () => {
-    if (served.child.exitCode === null) {
-      served.child.kill('SIGTERM');
-      await served.exited;
-    }
-  });
-  return { stateDir, origin: origin!, apiPort, served };
-}
-
-async function login(page: Page): Promise<void> {
-  await page.goto('/');
-  await page.getByLabel('Operator password').fill(PASSWORD);
-  await page.getByRole('button', { name: 'Log in' }).click();
-  await page.getByRole('navigation', { name: 'Console pages' }).waitFor();
-  await page.locator('.live.live').waitFor();
-}
-
-async function goTo(page: Page, title: string): Promise<void> {
-  await page.getByRole('navigation', { name: 'Console pages' }).getByRole('link', { name: title, exact: true }).click();
-  await page.getByRole('heading', { level: 1, name: title }).waitFor();
 }
 
 /** Every text the element showed, recorded in the page as it changed (a MutationObserver). */
@@ -227,10 +188,7 @@ t.test('the console on a narrow window, by keyboard', async (t) => {
   await page.getByRole('heading', { name: 'Needs attention' }).waitFor();
   const overflow = (await page.evaluate('document.documentElement.scrollWidth - window.innerWidth')) as number;
   t.ok(overflow <= 1, `no sideways scrolling on a 390 px window (${overflow} px too wide)`);
-  const unlabelled = (await page.evaluate(
-    "[...document.querySelectorAll('input, select, textarea')].filter((el) => !el.labels?.length && !el.getAttribute('aria-label')).map((el) => el.outerHTML.slice(0, 80))",
-  )) as string[];
-  t.same(unlabelled, [], 'every control has a label');
+  t.same(await unlabelledControls(page), [], 'every control has a label');
   t.same(w.problems, [], 'no browser error');
   t.same(w.foreign, [], 'no request left the origin');
 });

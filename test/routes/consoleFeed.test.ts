@@ -86,7 +86,9 @@ t.test('host: the facts of this machine; parts that fail are empty, not a failed
   t.equal(view.node, process.version);
   t.equal(view.os?.platform, process.platform);
   t.ok((view.memory?.totalBytes ?? 0) > 0, 'the RAM is known');
-  t.ok(view.disk === null || b.stateDir.startsWith(view.disk.mount) || view.disk.mount === '/', 'the disk is the one holding the state dir');
+  t.ok(view.disk !== null && b.stateDir.startsWith(view.disk.mount), `the disk is the one holding the state dir (${view.disk?.mount})`);
+  t.ok((view.disk?.availableBytes ?? 0) > 0 && (view.disk?.sizeBytes ?? 0) >= (view.disk?.availableBytes ?? 0), 'with its free space');
+  t.same(view.unavailable, [], 'every part read on this machine');
 
   const broken = () => Promise.reject(new Error('no access'));
   b.service.host = new HostFacts(b.stateDir, { osInfo: broken, cpu: broken, mem: broken, graphics: broken, fsSize: broken } as unknown as HostReader);

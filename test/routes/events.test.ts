@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import type { ActorView, LogLineView } from '../../src/system/console.types.js';
-import { build, tempDir, type Built } from '../helpers/build.js';
+import { PASSWORD, build, tempDir, type Built } from '../helpers/build.js';
 import { tinyModelIn } from '../helpers/llama.js';
 import { until } from '../helpers/until.js';
 
@@ -211,6 +211,36 @@ t.test('the stream needs the session and the header', async (t) => {
 });
 
 const FAKE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/fake-llama-server.mjs');
+
+t.test("a stream ends with its session: the page's logout elsewhere, or a password change", async (t) => {
+  const b = await build(t);
+  const first = await connect(b);
+  await first.next('the snapshot', (f) => f.event === 'status');
+  t.equal((await b.admin('DELETE', '/api/v1/session')).status, 204);
+  t.equal(await first.ended, 'end', 'the logged-out session\'s stream ends');
+
+  await b.login();
+  const second = await connect(b);
+  await second.next('the snapshot', (f) => f.event === 'status');
+  const other = await connect(b);
+  await other.next('the snapshot', (f) => f.event === 'status');
+  const changed = await b.admin('POST', '/api/v1/password', { current: PASSWORD, password: 'another long password' });
+  t.equal(changed.status, 200);
+  t.equal(await second.ended, 'end', 'a password change ends the streams of the older sessions');
+  t.equal(await other.ended, 'end');
+  await until('no stream left', async () => (b.service.consoleFeed.size === 0 ? true : undefined));
+});
+
+t.test('admin API answers are never cached; the stream says no-cache', async (t) => {
+  const b = await build(t);
+  for (const route of ['/api/v1/endpoint', '/api/v1/session', '/api/v1/profiles']) {
+    t.equal((await b.admin('GET', route)).headers.get('cache-control'), 'no-store', route);
+  }
+  t.equal((await b.admin('POST', '/api/v1/token/rotate', {})).headers.get('cache-control'), 'no-store', 'the rotated token');
+  const stream = await connect(b);
+  t.equal(stream.response.headers.get('cache-control'), 'no-cache');
+  stream.close();
+});
 
 t.test('a chat test streams its answer as chat-test events, at most one per 50 ms', async (t) => {
   const dir = await tempDir(t);

@@ -136,7 +136,7 @@ t.test('unknown routes are 404 unknown_route on both listeners, after the token 
   await b.startEndpoint();
   for (const [method, url] of [
     ['GET', '/api/v1/nothing-here'],
-    ['GET', '/'],
+    ['GET', '/nothing-here'],
     ['POST', '/api/v1/endpoint'],
     ['DELETE', '/api/v1/profiles'],
   ] as const) {

@@ -123,6 +123,8 @@ t.test('the chart feed keeps one view per machine actor, without payloads', asyn
   t.equal(kid?.id, 'kid', 'an actor without systemId goes by its id');
   actor.send({ type: 'job.finish' });
   t.equal(seen.filter((v) => v.id === 'kid').at(-1)?.status, 'done', 'its end is emitted');
+  t.equal(seen.filter((v) => v.id === 'kid').at(-1)?.gone, true, 'marked gone, so that a page forgets it too');
+  t.notOk(seen.some((v) => v.id === 'boss' && v.gone), 'an actor with a systemId is never gone');
   t.same(feed.actors().map((v) => v.id), ['boss'], 'then an ended actor without systemId is forgotten');
   actor.stop();
   t.equal(feed.actors()[0]?.status, 'stopped', 'an actor with a systemId stays, stopped');

@@ -15,11 +15,14 @@ interface Message {
 }
 
 const history = signal<Message[]>([]);
-const pendingJob = signal<string | null>(null);
+/** The last test this page started (its failure stays shown until the next one). */
+const lastJob = signal<string | null>(null);
+/** The test this page started and the question it asked: it joins the history once answered. */
+const pending = signal<{ jobId: string; question: Message } | null>(null);
 session.subscribe((state) => {
   if (state !== 'in') {
     history.value = [];
-    pendingJob.value = null;
+    pending.value = null;
   }
 });
 
@@ -47,7 +50,7 @@ export function ChatTest() {
   const [system, setSystem] = useState('');
   const [maxTokens, setMaxTokens] = useState(256);
   const job = chatTest.value;
-  const ours = job && job.id === pendingJob.value ? job : null;
+  const ours = job && job.id === pending.value?.jobId ? job : null;
   const running = job !== null && !ENDED.has(job.phase);
   const answerRef = useRef<HTMLDivElement>(null);
 
@@ -55,11 +58,18 @@ export function ChatTest() {
     if (!profileId && profiles[0]) setProfileId((profiles.find((p) => p.executable) ?? profiles[0]).id);
   }, [profiles.length]);
 
-  // The finished answer joins the conversation once.
+  // A test that ended joins the conversation once: the question with its answer (a cancelled
+  // answer as far as it came). A failed test, or one cancelled before any token, leaves the
+  // conversation as it was and gives the question back to the input, so no two questions follow
+  // each other.
   useEffect(() => {
-    if (ours && ours.phase === 'done') {
-      history.value = [...history.value, { role: 'assistant', content: ours.answer }];
-      pendingJob.value = null;
+    const asked = pending.value;
+    if (!ours || !asked || !ENDED.has(ours.phase)) return;
+    pending.value = null;
+    if (ours.phase === 'done' || (ours.phase === 'cancelled' && ours.answer)) {
+      history.value = [...history.value, asked.question, { role: 'assistant', content: ours.answer }];
+    } else {
+      setText((current) => current || asked.question.content);
     }
   }, [ours?.phase]);
 
@@ -73,9 +83,10 @@ export function ChatTest() {
     const messages: Message[] = [...(system.trim() ? [{ role: 'system' as const, content: system.trim() }] : []), ...history.value, { role: 'user', content }];
     const started = await attempt('Chat test', () => api<{ job: ChatTestJob }>('POST', '/api/v1/chat-tests/start', { profile_id: profileId, messages, max_tokens: maxTokens }));
     if (!started) return;
-    history.value = [...history.value, { role: 'user', content }];
-    pendingJob.value = started.job.id;
-    chatTest.value = started.job;
+    pending.value = { jobId: started.job.id, question: { role: 'user', content } };
+    lastJob.value = started.job.id;
+    // The event stream may already have brought a later state of this job.
+    if (chatTest.value?.id !== started.job.id) chatTest.value = started.job;
     setText('');
   }
 
@@ -97,6 +108,12 @@ export function ChatTest() {
               <div class="content">{m.content}</div>
             </li>
           ))}
+          {ours && pending.value ? (
+            <li class="msg user pending">
+              <span class="role">user</span>
+              <div class="content">{pending.value.question.content}</div>
+            </li>
+          ) : null}
           {ours && !ENDED.has(ours.phase) ? (
             <li class="msg assistant streaming">
               <span class="role">assistant</span>
@@ -105,10 +122,9 @@ export function ChatTest() {
               </div>
             </li>
           ) : null}
-          {ours && (ours.phase === 'failed' || ours.phase === 'cancelled') ? (
+          {job && job.id === lastJob.value && (job.phase === 'failed' || (job.phase === 'cancelled' && !job.answer)) ? (
             <li class="msg error" role="alert">
-              {ours.phase === 'cancelled' ? 'Cancelled.' : `Failed: ${ours.error?.message ?? 'unknown'} (${ours.error?.code ?? 'no code'})`}
-              {ours.answer ? <div class="content">{ours.answer}</div> : null}
+              {job.phase === 'cancelled' ? 'Cancelled before the first token.' : `Failed: ${job.error?.message ?? 'unknown'} (${job.error?.code ?? 'no code'})`}
             </li>
           ) : null}
         </ol>

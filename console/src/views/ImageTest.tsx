@@ -37,7 +37,8 @@ export function ImageTest() {
     setRefusal(null);
     try {
       const { job: started } = await api<{ job: ImageTestJob }>('POST', '/api/v1/image-tests', { profile_id: profileId, prompt });
-      imageTest.value = started;
+      // The event stream may already have brought a later state of this job.
+      if (imageTest.value?.id !== started.id) imageTest.value = started;
     } catch (error) {
       setRefusal(error instanceof ApiError && error.code ? `${message(error)} (${error.status} ${error.code})` : message(error));
     }

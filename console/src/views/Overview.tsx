@@ -2,42 +2,10 @@
 // attention first; the workers with their memory plans; the queue; the counters; GPUs and RAM.
 import { useState } from 'preact/hooks';
 import { api } from '../api.js';
+import { attentionOf } from '../attention.js';
 import { audioPolicy, notify, status } from '../state.js';
 import type { EndpointStatus, SupervisedWorker, WorkerView } from '../types.js';
 import { ActionButton, Badge, Facts, Section, Table, attempt, duration, mib, since } from '../ui.js';
-
-interface Attention {
-  key: string;
-  tone: 'bad' | 'warn';
-  text: string;
-  link?: string;
-}
-
-/** What the operator should look at first, most serious first. */
-export function attentionOf(s: EndpointStatus, audio: typeof audioPolicy.value): Attention[] {
-  const out: Attention[] = [];
-  if (s.error) out.push({ key: 'listener', tone: 'bad', text: `Listener: ${s.error.message} (${s.error.code})` });
-  if (s.secrets_problem) out.push({ key: 'secrets', tone: 'bad', text: `Secrets: ${s.secrets_problem}` });
-  if (s.gpu_probe.problem) out.push({ key: 'gpus', tone: 'warn', text: `GPU probe: ${s.gpu_probe.problem}` });
-  const ramProblem = s.memory.ram.problem;
-  if (typeof ramProblem === 'string') out.push({ key: 'ram', tone: 'warn', text: `RAM probe: ${ramProblem}` });
-  for (const view of s.workers) {
-    const w = view as WorkerView & Partial<SupervisedWorker>;
-    // A worker that died on its own is unloaded with `<cause>: <diagnosis>` as its last word.
-    const died = w.state === 'unloaded' && w.last ? /^(model_error|runtime_missing|unclear|crashed|timeout|load_failed): /.exec(w.last) : null;
-    if (died) out.push({ key: `worker-${w.kind}`, tone: 'bad', text: `The ${w.kind} worker ended: ${w.last}` });
-  }
-  for (const e of audio?.errors ?? []) {
-    out.push({ key: `audio-${e.kind}`, tone: 'bad', text: `Audio policy ${e.kind} (${e.profile_id ?? 'no profile'}): ${e.message}${e.attempts > 0 ? `, ${e.attempts} attempts` : ''}`, link: '#/audio' });
-  }
-  for (const p of s.profiles) {
-    if (p.published && p.blockers.length > 0) out.push({ key: `profile-${p.id}`, tone: 'bad', text: `Published profile ${p.name} cannot run: ${p.blockers.join('; ')}`, link: '#/profiles' });
-  }
-  for (const p of s.profiles) {
-    if (!p.published && p.blockers.length > 0) out.push({ key: `profile-${p.id}`, tone: 'warn', text: `Profile ${p.name}: ${p.blockers.join('; ')}`, link: '#/profiles' });
-  }
-  return out;
-}
 
 /** A profile by its name (the API's model name), its id when it is gone. */
 const profileName = (s: EndpointStatus, id: string | null) => (id === null ? '—' : (s.profiles.find((p) => p.id === id)?.name ?? id));

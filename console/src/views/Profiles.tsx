@@ -24,6 +24,8 @@ interface Draft {
   name: string;
   category: Category;
   params: Values;
+  /** Kept as it was read and sent back unchanged: the prompt enhancers are chosen elsewhere. */
+  prompt_enhancer?: unknown;
 }
 
 interface Conflict {
@@ -31,7 +33,15 @@ interface Conflict {
 }
 
 function draftOf(profile: ProfileView): Draft {
-  return { id: profile.id, revision: profile.revision, name: profile.name, category: profile.category, params: structuredClone(profile.params) as Values };
+  const enhancer = (profile as { prompt_enhancer?: unknown }).prompt_enhancer;
+  return {
+    id: profile.id,
+    revision: profile.revision,
+    name: profile.name,
+    category: profile.category,
+    params: structuredClone(profile.params) as Values,
+    ...(enhancer === undefined ? {} : { prompt_enhancer: structuredClone(enhancer) }),
+  };
 }
 
 function ProfileForm(props: { schemas: Schemas; draft: Draft; onDone: (saved: ProfileView | null) => void }) {
@@ -46,7 +56,7 @@ function ProfileForm(props: { schemas: Schemas; draft: Draft; onDone: (saved: Pr
     setBusy(true);
     setErrors({});
     try {
-      const body = { name: draft.name, category: draft.category, params: draft.params };
+      const body = { name: draft.name, category: draft.category, params: draft.params, ...(draft.prompt_enhancer === undefined ? {} : { prompt_enhancer: draft.prompt_enhancer }) };
       const saved = editing
         ? await api<ProfileView>('PUT', `/api/v1/profiles/${encodeURIComponent(draft.id!)}`, { ...body, revision })
         : await api<ProfileView>('POST', '/api/v1/profiles', body);

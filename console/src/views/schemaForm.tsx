@@ -116,7 +116,14 @@ function Field({ name, path, schema: raw, value, required, errors, onChange }: F
     if (raw.anyOf?.some((b) => b.const === undefined && b.type === 'string' && !b.enum)) {
       // A choice or free text (a device: cpu or a GPU UUID).
       control = (
-        <input id={id} type="text" list={`${id}-choices`} aria-describedby={describedBy} aria-invalid={error ? true : undefined} value={value == null ? '' : String(value)} placeholder={choices.map(String).join(' or …')} onInput={(e) => onChange(e.currentTarget.value === '' ? empty : e.currentTarget.value)} />
+        <>
+          <input id={id} type="text" list={`${id}-choices`} aria-describedby={describedBy} aria-invalid={error ? true : undefined} value={value == null ? '' : String(value)} placeholder={choices.map(String).join(' or …')} onInput={(e) => onChange(e.currentTarget.value === '' ? empty : e.currentTarget.value)} />
+          <datalist id={`${id}-choices`}>
+            {choices.map((c) => (
+              <option key={String(c)} value={String(c)} />
+            ))}
+          </datalist>
+        </>
       );
     }
   } else if (schema.type === 'integer' || schema.type === 'number') {
@@ -154,8 +161,9 @@ function Field({ name, path, schema: raw, value, required, errors, onChange }: F
         aria-invalid={error ? true : undefined}
         value={items.join(', ')}
         onChange={(e) => {
-          const text = e.currentTarget.value.trim();
-          onChange(text === '' ? empty : text.split(/[\s,]+/).map(Number));
+          const pieces = e.currentTarget.value.split(/[\s,]+/).filter(Boolean);
+          // Something that is not a number goes to the service as typed: its 400 names the field.
+          onChange(pieces.length === 0 ? empty : pieces.every((p) => Number.isFinite(Number(p))) ? pieces.map(Number) : e.currentTarget.value);
         }}
       />
     ) : (

@@ -1,0 +1,143 @@
+// The rest of the operator's tasks in the console, in chromium against the real serve: every page
+// and form labelled; a profile edited while someone else saved it (the conflict with the newer
+// values, then taking them), its prompt-enhancer choice kept, then deleted; a port change refused
+// with 409 while running; the log page with its level filter; the token rotated (shown once, the
+// new one works, the old one not); the password changed (this page stays in, other sessions end).
+import t from 'tap';
+import { PASSWORD, TOKEN } from '../helpers/build.js';
+import { launch, openPage } from '../helpers/browser.js';
+import { goTo, login, startServe, unlabelledControls } from '../helpers/consoleServe.js';
+import { tinyModelIn } from '../helpers/llama.js';
+import { tempDir } from '../helpers/build.js';
+
+const NEW_PASSWORD = 'a brand new passphrase';
+
+/** A second operator session, outside the browser (what "someone else" does meanwhile). */
+async function otherSession(origin: string) {
+  const response = await fetch(`${origin}/api/v1/session`, { method: 'POST', headers: { 'x-service-deck': '1', 'content-type': 'application/json' }, body: JSON.stringify({ password: PASSWORD }) });
+  const cookie = (response.headers.get('set-cookie') ?? '').split(';')[0]!;
+  const { csrfToken } = (await response.json()) as { csrfToken: string };
+  return (method: string, path: string, body?: unknown) =>
+    fetch(`${origin}${path}`, {
+      method,
+      headers: { 'x-service-deck': '1', cookie, 'x-csrf-token': csrfToken, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+}
+
+t.test('the other admin tasks in chromium', async (t) => {
+  const { origin, apiPort } = await startServe(t);
+  const model = await tinyModelIn(await tempDir(t));
+  const browser = await launch(t);
+  const w = await openPage(browser, origin);
+  const { page } = w;
+  page.on('dialog', (dialog) => void dialog.accept());
+  await login(page);
+  const other = await otherSession(origin);
+
+  // Every page, and the profile form of every category, has a label on every control.
+  for (const title of ['Overview', 'Profiles', 'Chat test', 'Image test', 'Audio', 'State charts', 'Logs', 'Settings']) {
+    await goTo(page, title);
+    t.same(await unlabelledControls(page), [], `${title}: every control is labelled`);
+  }
+  await goTo(page, 'Profiles');
+  await page.getByRole('button', { name: 'New profile' }).click();
+  const form = page.getByRole('form', { name: 'New profile' });
+  for (const category of ['chat', 'image', 'tts', 'stt']) {
+    await form.getByLabel('Category').selectOption(category);
+    t.same(await unlabelledControls(page), [], `the ${category} form: every control is labelled`);
+  }
+
+  // Create, then edit while someone else saves: the conflict shows their values; take them.
+  await form.getByLabel('Category').selectOption('chat');
+  await form.getByLabel("Name (the API's model name)").fill('edited');
+  await form.getByLabel('model', { exact: true }).fill(model);
+  await form.getByRole('button', { name: 'Create' }).click();
+  const row = page.locator('tr[data-profile="edited"]');
+  await row.waitFor();
+  const id = (await (await other('GET', '/api/v1/profiles')).json()) as { profiles: Array<{ id: string; name: string }> };
+  const profileId = id.profiles.find((p) => p.name === 'edited')!.id;
+  await page.getByRole('button', { name: 'Edit edited' }).click();
+  const edit = page.getByRole('form', { name: 'Edit profile edited' });
+  await edit.getByLabel('context').fill('3072');
+  const saved = await other('PUT', `/api/v1/profiles/${profileId}`, {
+    revision: 1,
+    name: 'edited',
+    category: 'chat',
+    params: { model, context: 4096 },
+    prompt_enhancer: { t2i: null, i2i: null, device: 'auto' },
+  });
+  t.equal(saved.status, 200, 'someone else saved revision 2');
+  await edit.getByRole('button', { name: 'Save' }).click();
+  const conflict = edit.locator('.conflict');
+  await conflict.waitFor();
+  t.match(await conflict.textContent(), /Someone saved revision 2 while you edited revision 1/);
+  t.match(await conflict.textContent(), /"context": 4096/, 'their values are shown');
+  await conflict.getByRole('button', { name: 'Take theirs' }).click();
+  t.equal(await edit.getByLabel('context').inputValue(), '4096', 'the form now holds their values');
+  await edit.getByLabel('slots').fill('2');
+  await edit.getByRole('button', { name: 'Save' }).click();
+  await row.getByText('3', { exact: true }).waitFor();
+  const after = (await (await other('GET', `/api/v1/profiles/${profileId}`)).json()) as { revision: number; params: { context: number; slots: number }; prompt_enhancer?: unknown };
+  t.same([after.revision, after.params.context, after.params.slots], [3, 4096, 2], 'revision 3 with their context and my slots');
+  t.same(after.prompt_enhancer, { t2i: null, i2i: null, device: 'auto' }, 'the prompt-enhancer choice the form does not show is kept');
+  await page.getByRole('button', { name: 'Delete edited' }).click();
+  await row.waitFor({ state: 'detached' });
+  t.equal((await other('GET', `/api/v1/profiles/${profileId}`)).status, 404, 'deleted');
+
+  // A port change while running is refused with the service's 409, shown to the operator.
+  await goTo(page, 'Overview');
+  await page.getByRole('button', { name: 'Start' }).click();
+  await page.locator('.endpoint.running').waitFor();
+  await page.getByLabel('Port').fill('18999');
+  await page.getByRole('button', { name: 'Change port' }).click();
+  const notice = page.locator('.notice.error');
+  await notice.waitFor();
+  t.match(await notice.textContent(), /Port change: .*\(409 endpoint_running\)/, 'the 409 is shown with its code');
+
+  // The log page: lines as they come, and the level filter.
+  await goTo(page, 'Logs');
+  await page.locator('ol.log li').first().waitFor();
+  const infoLines = await page.locator('ol.log li').count();
+  t.ok(infoLines > 3, `${infoLines} lines at info and above`);
+  t.ok((await page.locator('ol.log li[data-level="info"]').count()) > 0, 'info lines among them');
+  await page.getByLabel('Level').selectOption({ label: 'error and above' });
+  t.equal(await page.locator('ol.log li[data-level="info"]').count(), 0, 'no info line once the filter says error');
+
+  // The token: rotated, shown once, the new one works on /v1 and the old one no longer does.
+  await goTo(page, 'Settings');
+  await page.getByRole('button', { name: 'Rotate token' }).click();
+  const tokenField = page.getByLabel('New API token (shown once: copy it now)');
+  await tokenField.waitFor();
+  const token = await tokenField.inputValue();
+  t.ok(token.length >= 32, 'a new token is shown');
+  const models = (bearer: string) => fetch(`http://127.0.0.1:${apiPort}/v1/models`, { headers: { authorization: `Bearer ${bearer}` } }).then((r) => r.status);
+  t.equal(await models(token), 200, 'the new token works');
+  t.equal(await models(TOKEN), 401, 'the old one no longer does');
+  await goTo(page, 'Overview');
+  await goTo(page, 'Settings');
+  t.equal(await page.getByLabel('New API token (shown once: copy it now)').count(), 0, 'shown once: gone after leaving the page');
+
+  // The password: this page stays logged in, the other session ends, the new password logs in.
+  await page.getByLabel('Current password').fill(PASSWORD);
+  await page.getByLabel('New password', { exact: true }).fill(NEW_PASSWORD);
+  await page.getByLabel('New password again').fill(NEW_PASSWORD);
+  await page.getByRole('button', { name: 'Change password' }).click();
+  await page.locator('.notice.info', { hasText: 'Password changed' }).waitFor();
+  t.equal((await other('GET', '/api/v1/endpoint')).status, 401, 'the other session ended');
+  await goTo(page, 'Overview');
+  await page.getByRole('button', { name: 'Stop' }).click();
+  await page.locator('.endpoint.stopped').waitFor();
+  t.pass('this page still acts: it stopped the endpoint with its fresh session');
+  await page.getByRole('button', { name: 'Log out' }).click();
+  await login(page, NEW_PASSWORD);
+  t.pass('the new password logs in');
+
+  const expected = [/status of 409/];
+  t.same(
+    w.problems.filter((p) => !expected.some((e) => e.test(p))),
+    [],
+    'the browser console shows no error but the 409 the test provoked',
+  );
+  t.same(w.foreign, [], 'no request left the origin');
+});
