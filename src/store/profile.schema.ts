@@ -22,27 +22,28 @@ export const samplingSchema = z
   .default({});
 
 export const chatParamsSchema = z.strictObject({
-  model: filePath,
-  context: z.number().int().min(256).max(1_048_576).default(8192),
-  slots: z.number().int().min(1).max(64).default(1),
-  gpuSplit: z.array(z.number().min(0)).min(1).max(16).nullable().default(null),
-  gpuLayers: z.number().int().min(0).max(100_000).nullable().default(null),
-  sampling: samplingSchema,
+  model: filePath.describe('the GGUF model file on this host'),
+  context: z.number().int().min(256).max(1_048_576).default(8192).describe('the context window in tokens, shared by the slots'),
+  slots: z.number().int().min(1).max(64).default(1).describe('how many requests the worker answers at once'),
+  gpuSplit: z.array(z.number().min(0)).min(1).max(16).nullable().default(null).describe('the share of the model per GPU, in GPU UUID order; empty: the fit decides'),
+  gpuLayers: z.number().int().min(0).max(100_000).nullable().default(null).describe('layers on the GPUs; empty: llama-fit-params decides (none without a GPU)'),
+  sampling: samplingSchema.describe('the defaults of requests that do not set them'),
 });
 
 export const imageParamsSchema = z.strictObject({
   backend: z.literal('sd-cli').default('sd-cli'),
-  model: filePath,
+  model: filePath.describe("the diffusion model file (sd-cli's --model or --diffusion-model)"),
   files: z
     .strictObject({ vae: filePath.optional(), llm: filePath.optional(), clip_l: filePath.optional(), t5xxl: filePath.optional() })
-    .default({}),
-  width: z.number().int().min(64).max(4096).multipleOf(8).default(1024),
-  height: z.number().int().min(64).max(4096).multipleOf(8).default(1024),
-  steps: z.number().int().min(1).max(200).default(20),
+    .default({})
+    .describe('the other model files the family needs, each a path'),
+  width: z.number().int().min(64).max(4096).multipleOf(8).default(1024).describe("pixels; a request's size is only a wish"),
+  height: z.number().int().min(64).max(4096).multipleOf(8).default(1024).describe('pixels'),
+  steps: z.number().int().min(1).max(200).default(20).describe('sampling steps per image'),
   guidance: z.number().min(0).max(50).default(3.5),
   cfgScale: z.number().min(0).max(50).default(1.0),
-  seed: z.number().int().min(-1).max(2 ** 32 - 1).default(42),
-  referenceImages: z.number().int().min(0).max(4).default(0),
+  seed: z.number().int().min(-1).max(2 ** 32 - 1).default(42).describe('-1: a new seed for every image'),
+  referenceImages: z.number().int().min(0).max(4).default(0).describe('how many reference images an edit may send (0: no edits)'),
 });
 
 const gpuDevice = z.union([z.literal('cpu'), z.string().regex(/^GPU-[A-Za-z0-9-]+$/, 'a GPU UUID such as GPU-1234…')]);
@@ -50,10 +51,10 @@ const gpuDevice = z.union([z.literal('cpu'), z.string().regex(/^GPU-[A-Za-z0-9-]
 export const ttsParamsSchema = z
   .strictObject({
     backend: z.enum(['espeak-ng', 'openai-server']).default('espeak-ng'),
-    voice: z.string().min(1).max(100).optional(),
+    voice: z.string().min(1).max(100).optional().describe("the voice of requests that name none (default: OpenAI's preset alloy)"),
     speed: z.number().min(0.25).max(4).default(1.0),
-    device: gpuDevice.default('cpu'),
-    memoryMiB: z.number().int().min(0).max(1_048_576).optional(),
+    device: gpuDevice.default('cpu').describe('cpu, or the UUID of the GPU the speech server runs on'),
+    memoryMiB: z.number().int().min(0).max(1_048_576).optional().describe('GPU memory the worker reserves (default 7168 on a GPU, 0 on the CPU)'),
     /**
      * openai-server: the command line that starts an OpenAI-compatible speech server; `{port}` is
      * replaced by the loopback port the service chose, `{host}` by 127.0.0.1.
@@ -90,10 +91,10 @@ export const STT_LANGUAGES: Record<'pocketsphinx' | 'whisper.cpp', readonly SttL
 export const sttParamsSchema = z
   .strictObject({
     backend: z.enum(['pocketsphinx', 'whisper.cpp']).default('pocketsphinx'),
-    model: filePath.optional(),
+    model: filePath.optional().describe('the whisper.cpp model file (ggml); pocketsphinx uses its en-us model'),
     threads: z.number().int().min(1).max(256).default(2),
     /** The language of a request that names none (spec 4.6: de by default). */
-    defaultLanguage: z.enum(STT_LANGUAGE_CHOICES).default('de'),
+    defaultLanguage: z.enum(STT_LANGUAGE_CHOICES).default('de').describe('the language of a request that names none (pocketsphinx: en or auto)'),
   })
   .superRefine((p, ctx) => {
     if (p.backend === 'whisper.cpp' && p.model === undefined) {

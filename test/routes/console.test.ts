@@ -100,7 +100,7 @@ t.test('GET /api/v1/profile-schemas: the schemas the profile routes validate wit
   t.equal(body.image_alias, 'service-image');
   const chat = body.categories.chat!;
   t.same(chat.required, ['model'], 'only the model is required: the rest has defaults');
-  t.same(chat.properties.context, { default: 8192, type: 'integer', minimum: 256, maximum: 1048576 });
+  t.same(chat.properties.context, { default: 8192, type: 'integer', minimum: 256, maximum: 1048576, description: 'the context window in tokens, shared by the slots' });
   t.same(body.categories.stt!.properties.defaultLanguage!.enum, ['de', 'en', 'auto']);
   t.equal(body.categories.image!.properties.width!.default, 1024);
   t.ok(new RegExp(body.name.pattern).test('tiny-chat'), 'the name pattern accepts a usual name');

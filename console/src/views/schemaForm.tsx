@@ -33,7 +33,7 @@ function unwrap(schema: JsonSchema): { schema: JsonSchema; nullable: boolean; ch
   const open = nonNull.find((b) => b.const === undefined);
   const base = open ?? nonNull[0] ?? {};
   const choices = base.enum ?? (open === undefined && consts.length > 0 ? consts : null);
-  return { schema: { ...base, default: schema.default ?? base.default }, nullable, choices };
+  return { schema: { ...base, default: schema.default ?? base.default, description: schema.description ?? base.description }, nullable, choices };
 }
 
 /** `gpuSplit` → `gpu split`, `memoryMiB` → `memory MiB`, `top_p` → `top p`. */
@@ -70,7 +70,7 @@ function Field({ name, path, schema: raw, value, required, errors, onChange }: F
   const { schema, nullable, choices } = unwrap(raw);
   const id = `field-${path.replace(/\./g, '-')}`;
   const error = fieldError(errors, path);
-  const hintParts = [required ? 'required' : '', limits(schema), schema.default !== undefined ? `default ${JSON.stringify(schema.default)}` : '', nullable ? 'empty: none' : '', schema.description ?? ''];
+  const hintParts = [required ? 'required' : '', limits(schema), schema.default !== undefined ? `default ${JSON.stringify(schema.default)}` : '', nullable && !schema.description?.includes('empty') ? 'empty: none' : '', schema.description ?? ''];
   const hint = hintParts.filter(Boolean).join('; ');
   const describedBy = [hint ? `${id}-hint` : '', error ? `${id}-error` : ''].filter(Boolean).join(' ') || undefined;
   const empty = nullable ? null : undefined;
