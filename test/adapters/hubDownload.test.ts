@@ -1,0 +1,241 @@
+// Hub downloads (CONTRACT section 8) against a local hub that answers like huggingface.co: the
+// linked size and sha256 of the resolve redirect are checked, a partial file resumes with Range,
+// every failure is a HubError with its code, and only a checked file ever reaches its final name.
+import { createHash, randomBytes } from 'node:crypto';
+import { readFile, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import t, { type Test } from 'tap';
+import { downloadHubFile, etagSha256, HubError, probeHubFile, type DownloadOptions } from '../../src/adapters/hubDownload.js';
+import { freePort, tempDir } from '../helpers/build.js';
+import { startHub, type Hub, type HubFileEntry } from '../helpers/hub.js';
+
+const REPO = 'owner/enhancer-GGUF';
+const SIZE = 300_000;
+
+async function exists(file: string): Promise<boolean> {
+  return stat(file).then(
+    () => true,
+    () => false,
+  );
+}
+
+async function sizeOf(file: string): Promise<number> {
+  return (await stat(file)).size;
+}
+
+/** A hub with one random file, and a folder to download into. */
+async function setUp(t: Test, size = SIZE) {
+  const hub = await startHub(t);
+  const bytes = randomBytes(size);
+  const file = hub.put(REPO, 'main', 'model-Q4_K_M.gguf', bytes);
+  const dir = await tempDir(t);
+  const dest = path.join(dir, 'model.gguf');
+  return { hub, bytes, file, dest, part: `${dest}.part` };
+}
+
+/** Downloads `file` to `dest`, recording every progress call. */
+function download(file: HubFileEntry | string, dest: string, more: Partial<DownloadOptions> = {}) {
+  const progress: [number, number | null][] = [];
+  const result = downloadHubFile({
+    url: typeof file === 'string' ? file : file.url,
+    dest,
+    signal: new AbortController().signal,
+    onProgress: (done, total) => void progress.push([done, total]),
+    ...more,
+  });
+  return { result, progress };
+}
+
+async function hubError(promise: Promise<unknown>): Promise<HubError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof HubError) return error;
+    throw error;
+  }
+  throw new Error('expected a HubError, got success');
+}
+
+function byteRequests(hub: Hub) {
+  return hub.requests.filter((r) => r.url.startsWith('/cdn/'));
+}
+
+t.test('a whole download: the bytes, the sha256, progress up to the size, 0600, no partial left', async (t) => {
+  const { hub, bytes, file, dest, part } = await setUp(t);
+  hub.options.chunkBytes = 8 * 1024;
+  hub.options.chunkDelayMs = 15;
+  const { result, progress } = download(file, dest);
+  t.same(await result, { size: SIZE, sha256: file.sha256, bytes: SIZE });
+  t.ok((await readFile(dest)).equals(bytes), 'the same bytes');
+  t.equal((await stat(dest)).mode & 0o777, 0o600);
+  t.notOk(await exists(part), 'the partial was renamed');
+  t.ok(progress.length >= 3, `progress was reported along the way (${progress.length} calls)`);
+  t.same(progress.at(-1), [SIZE, SIZE], 'the last call says done');
+  t.ok(
+    progress.every(([done, total], i) => total === SIZE && (i === 0 || done >= (progress[i - 1]?.[0] ?? 0))),
+    'monotonic, with the total',
+  );
+  t.same(
+    hub.requests.map((r) => [r.method, r.url, r.range]),
+    [
+      ['GET', `/${REPO}/resolve/main/model-Q4_K_M.gguf`, undefined],
+      ['GET', `/cdn/${file.sha256}`, undefined],
+    ],
+    'the resolve redirect, then the CDN',
+  );
+});
+
+t.test('probing reads the linked headers of the redirect, else Content-Length', async (t) => {
+  const { hub, file } = await setUp(t, 1000);
+  t.same(await probeHubFile(file.url), { size: 1000, sha256: file.sha256 });
+  hub.options.etag = `W/"${file.sha256.toUpperCase()}"`;
+  t.same(await probeHubFile(file.url), { size: 1000, sha256: file.sha256 }, 'a weak, quoted, upper-case etag');
+  hub.options.linkedHeaders = false;
+  hub.options.absoluteLocation = true;
+  t.same(await probeHubFile(file.url), { size: 1000, sha256: null }, 'no linked headers: the CDN’s Content-Length');
+  t.ok(
+    hub.requests.every((r) => r.method === 'HEAD'),
+    'no bytes are fetched',
+  );
+  hub.options.status = 404;
+  t.match(await hubError(probeHubFile(file.url)), { code: 'http_status', message: /answered 404/ });
+  t.equal(etagSha256('"abc"'), null, 'a git etag (not a sha256) is no sha256');
+  t.equal(etagSha256(null), null);
+});
+
+t.test('a cut connection leaves a partial that the next call resumes with Range', async (t) => {
+  const { hub, bytes, file, dest, part } = await setUp(t);
+  hub.options.cutAfter = 100_000;
+  const first = await hubError(download(file, dest).result);
+  t.equal(first.code, 'network');
+  t.match(first.message, /127\.0\.0\.1:\d+/, 'the message names the host');
+  const kept = await sizeOf(part);
+  // fetch's body stream drops what it had queued but not yet handed out when the connection fails.
+  t.ok(kept > 0 && kept <= 100_000, `the bytes received before the cut are kept (${kept})`);
+  t.ok((await readFile(part)).equals(bytes.subarray(0, kept)), 'and they are the file’s first bytes');
+  t.notOk(await exists(dest));
+
+  const { result, progress } = download(file, dest);
+  t.same(await result, { size: SIZE, sha256: file.sha256, bytes: SIZE });
+  t.ok((await readFile(dest)).equals(bytes));
+  t.same(byteRequests(hub).at(-1)?.range, `bytes=${kept}-`, 'the hub received the Range');
+  t.same(progress[0], [kept, SIZE], 'progress starts at the bytes already there');
+  t.notOk(await exists(part));
+});
+
+t.test('a 200 answer to a Range request starts over', async (t) => {
+  const { hub, bytes, file, dest, part } = await setUp(t);
+  hub.options.ranges = false;
+  await writeFile(part, Buffer.alloc(5000, 0x55), { mode: 0o600 });
+  const { result } = download(file, dest);
+  t.same(await result, { size: SIZE, sha256: file.sha256, bytes: SIZE }, 'the stale prefix is not part of the file');
+  t.ok((await readFile(dest)).equals(bytes));
+  t.equal(byteRequests(hub)[0]?.range, 'bytes=5000-');
+});
+
+t.test('a complete partial answered 416 is the file: checked and renamed, nothing fetched', async (t) => {
+  const { hub, bytes, file, dest, part } = await setUp(t);
+  hub.options.redirect = false;
+  await writeFile(part, bytes, { mode: 0o644 });
+  const { result, progress } = download(file, dest);
+  t.same(await result, { size: SIZE, sha256: file.sha256, bytes: SIZE });
+  t.same(progress, [[SIZE, SIZE]]);
+  t.equal((await stat(dest)).mode & 0o777, 0o600, 'tightened to 0600');
+  t.same(
+    hub.requests.map((r) => r.range),
+    [`bytes=${SIZE}-`],
+  );
+});
+
+t.test('a partial longer than the file (416 at another size) is started over', async (t) => {
+  const { bytes, file, dest } = await setUp(t, 1000);
+  await writeFile(`${dest}.part`, randomBytes(2000));
+  t.same(await download(file, dest).result, { size: 1000, sha256: file.sha256, bytes: 1000 });
+  t.ok((await readFile(dest)).equals(bytes));
+});
+
+t.test('a wrong sha256 or size deletes the partial and names expected and actual', async (t) => {
+  const { hub, file, dest, part } = await setUp(t, 10_000);
+  const wrong = 'f'.repeat(64);
+  hub.options.etag = `W/"${wrong}"`;
+  const sha = await hubError(download(file, dest).result);
+  t.equal(sha.code, 'sha256_mismatch');
+  t.match(sha.message, new RegExp(`expected sha256 ${wrong}, got ${file.sha256}`));
+  t.notOk(await exists(part), 'no partial');
+  t.notOk(await exists(dest), 'no file');
+
+  hub.options.etag = null;
+  hub.options.linkedSize = 10_001;
+  const size = await hubError(download(file, dest).result);
+  t.equal(size.code, 'size_mismatch');
+  t.match(size.message, /expected 10001 bytes, got 10000/);
+  t.notOk(await exists(part));
+  t.notOk(await exists(dest));
+});
+
+t.test('HTTP errors name the status and the URL without its query; a closed port is a network error', async (t) => {
+  const { hub, file, dest } = await setUp(t, 100);
+  const missing = await hubError(download(`${hub.url}/${REPO}/resolve/main/nope.gguf?download=true`, dest).result);
+  t.equal(missing.code, 'http_status');
+  t.match(missing.message, `${hub.url}/${REPO}/resolve/main/nope.gguf answered 404`);
+  t.notMatch(missing.message, /download=true/);
+  hub.options.status = 500;
+  t.match(await hubError(download(file, dest).result), { code: 'http_status', message: /answered 500/ });
+
+  const port = await freePort();
+  const refused = await hubError(download(`http://127.0.0.1:${port}/${REPO}/resolve/main/x.gguf`, dest).result);
+  t.equal(refused.code, 'network');
+  t.match(refused.message, new RegExp(`127\\.0\\.0\\.1:${port}.*ECONNREFUSED`));
+  t.notOk(await exists(dest));
+});
+
+t.test('a cancel stops the download and keeps the partial', async (t) => {
+  const { hub, file, dest, part } = await setUp(t, 64 * 1024);
+  hub.options.chunkBytes = 1024;
+  hub.options.chunkDelayMs = 20;
+  const controller = new AbortController();
+  const { result } = download(file, dest, {
+    signal: controller.signal,
+    onProgress: (done) => {
+      if (done > 0) controller.abort();
+    },
+  });
+  t.equal((await hubError(result)).code, 'cancelled');
+  const kept = await sizeOf(part);
+  t.ok(kept > 0 && kept < 64 * 1024, `the partial stays with part of the file (${kept} bytes)`);
+  t.notOk(await exists(dest));
+  const before = new AbortController();
+  before.abort();
+  t.equal((await hubError(download(file, dest, { signal: before.signal }).result)).code, 'cancelled', 'aborted before it began');
+});
+
+t.test('no linked headers: the size from Content-Length, the sha256 computed and returned', async (t) => {
+  const { hub, bytes, file, dest } = await setUp(t);
+  hub.options.linkedHeaders = false;
+  hub.options.redirect = false;
+  t.same(await download(file, dest).result, { size: SIZE, sha256: createHash('sha256').update(bytes).digest('hex'), bytes: SIZE });
+});
+
+t.test('an absolute Location is followed as well', async (t) => {
+  const { hub, file, dest } = await setUp(t, 1000);
+  hub.options.absoluteLocation = true;
+  t.same(await download(file, dest).result, { size: 1000, sha256: file.sha256, bytes: 1000 });
+});
+
+t.test('a full disk while writing is disk_full', async (t) => {
+  const { file, dest } = await setUp(t);
+  let written = 0;
+  const openWrite = () =>
+    new Writable({
+      write(chunk: Buffer, _encoding, callback) {
+        written += chunk.length;
+        if (written > 50_000) callback(Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' }));
+        else callback();
+      },
+    });
+  const error = await hubError(download(file, dest, { openWrite }).result);
+  t.equal(error.code, 'disk_full');
+  t.match(error.message, /no space left/);
+  t.notOk(await exists(dest));
+});

@@ -1,0 +1,179 @@
+// A local model hub on loopback that answers like huggingface.co: files at
+// `/<repo>/resolve/<revision>/<path>` answer 302 with `X-Linked-Size`, `X-Linked-Etag: "<sha256>"`
+// and `Location: /cdn/<sha256>`, and `/cdn/<sha256>` serves the bytes with Range support (206 with
+// Content-Range, 416 past the end). `options` bends it for one test at a time: a connection cut
+// after K bytes, a wrong etag or size, slow chunks, no linked headers, an error status. It closes
+// when the test ends.
+import { createHash } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Test } from 'tap';
+
+export interface HubOptions {
+  /** Cut the connection after this many body bytes of the next byte answer, then forget it (once). */
+  cutAfter: number | null;
+  /** `X-Linked-Etag` to send instead of `"<sha256>"` (a wrong one, a `W/` one). */
+  etag: string | null;
+  /** `X-Linked-Size` to send instead of the real size. */
+  linkedSize: number | null;
+  /** Leave out `X-Linked-Size` and `X-Linked-Etag` (a plain web server; Content-Length only). */
+  linkedHeaders: boolean;
+  /** Answer resolve requests with this status (404, 500, …) instead of the file. */
+  status: number | null;
+  /** Resolve answers 200 with the bytes itself instead of redirecting to the CDN. */
+  redirect: boolean;
+  /** The redirect's Location is absolute (`http://127.0.0.1:<port>/cdn/…`) instead of a path. */
+  absoluteLocation: boolean;
+  /** Honour Range; false answers 200 with the whole file to every request, as some mirrors do. */
+  ranges: boolean;
+  /** Bytes per written chunk, and the pause after each (slow serving, for cancel tests). */
+  chunkBytes: number;
+  chunkDelayMs: number;
+}
+
+export interface HubRequest {
+  method: string;
+  /** Path and query, as received. */
+  url: string;
+  /** The Range header, if any. */
+  range: string | undefined;
+}
+
+export interface HubFileEntry {
+  /** The resolve URL of the file on this hub. */
+  url: string;
+  size: number;
+  sha256: string;
+}
+
+export interface Hub {
+  /** `http://127.0.0.1:<port>`, the hub's root (SERVICE_DECK_ENHANCER_HUB). */
+  url: string;
+  /** Publishes `bytes` at `/<repo>/resolve/<revision>/<path>`. */
+  put(repo: string, revision: string, path: string, bytes: Uint8Array): HubFileEntry;
+  /** Mutable: tests change it between and during downloads. */
+  options: HubOptions;
+  /** Every request received, in order. */
+  requests: HubRequest[];
+}
+
+export const DEFAULT_HUB_OPTIONS: Readonly<HubOptions> = {
+  cutAfter: null,
+  etag: null,
+  linkedSize: null,
+  linkedHeaders: true,
+  status: null,
+  redirect: true,
+  absoluteLocation: false,
+  ranges: true,
+  chunkBytes: 64 * 1024,
+  chunkDelayMs: 0,
+};
+
+function waitDrain(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done).off('close', done);
+      resolve();
+    };
+    res.on('drain', done).on('close', done);
+  });
+}
+
+/** Writes `bytes` in chunks with backpressure, cutting the connection after `options.cutAfter`. */
+async function sendBody(res: ServerResponse, bytes: Buffer, options: HubOptions): Promise<void> {
+  const cut = options.cutAfter;
+  options.cutAfter = null;
+  let sent = 0;
+  while (sent < bytes.length && !res.destroyed) {
+    const end = Math.min(bytes.length, sent + options.chunkBytes, cut ?? Infinity);
+    const ok = res.write(bytes.subarray(sent, end));
+    sent = end;
+    if (cut !== null && sent >= cut) {
+      res.write('', () => res.socket?.destroy());
+      return;
+    }
+    if (!ok) await waitDrain(res);
+    if (options.chunkDelayMs > 0) await sleep(options.chunkDelayMs);
+  }
+  res.end();
+}
+
+/** The bytes answer: whole (200), a range (206) or 416 past the end; HEAD gets the headers only. */
+async function serveBytes(req: IncomingMessage, res: ServerResponse, bytes: Buffer, options: HubOptions): Promise<void> {
+  const match = options.ranges ? req.headers.range?.match(/^bytes=(\d+)-(\d*)$/) : undefined;
+  let start = 0;
+  let end = bytes.length - 1;
+  if (match) {
+    start = Number(match[1]);
+    if (match[2]) end = Math.min(end, Number(match[2]));
+    if (start >= bytes.length || start > end) {
+      res.writeHead(416, { 'content-range': `bytes */${bytes.length}` }).end();
+      return;
+    }
+    res.writeHead(206, { 'content-range': `bytes ${start}-${end}/${bytes.length}`, 'content-length': end - start + 1, 'accept-ranges': 'bytes' });
+  } else {
+    res.writeHead(200, { 'content-length': bytes.length, 'accept-ranges': 'bytes', 'content-type': 'application/octet-stream' });
+  }
+  if (req.method === 'HEAD') res.end();
+  else await sendBody(res, bytes.subarray(start, end + 1), options);
+}
+
+/** Starts a hub on 127.0.0.1 with a free port; it is closed at the end of the test. */
+export async function startHub(t: Test): Promise<Hub> {
+  const files = new Map<string, { bytes: Buffer; sha256: string }>();
+  const blobs = new Map<string, Buffer>();
+  const options: HubOptions = { ...DEFAULT_HUB_OPTIONS };
+  const requests: HubRequest[] = [];
+  let root = '';
+
+  const server = createServer((req, res) => {
+    requests.push({ method: req.method ?? '', url: req.url ?? '', range: req.headers.range });
+    const pathname = decodeURIComponent(new URL(req.url ?? '/', 'http://hub').pathname);
+    const blob = pathname.match(/^\/cdn\/([0-9a-f]{64})$/);
+    if (blob) {
+      const bytes = blobs.get(blob[1] ?? '');
+      if (!bytes) return void res.writeHead(404).end('no such blob');
+      return void serveBytes(req, res, bytes, options);
+    }
+    const file = files.get(pathname);
+    if (!file || options.status !== null) {
+      const status = options.status ?? 404;
+      return void res.writeHead(status, { 'x-error-code': status === 404 ? 'EntryNotFound' : 'ServerError' }).end(`status ${status}`);
+    }
+    const headers: Record<string, string | number> = {};
+    if (options.linkedHeaders) {
+      headers['x-linked-size'] = options.linkedSize ?? file.bytes.length;
+      headers['x-linked-etag'] = options.etag ?? `"${file.sha256}"`;
+    }
+    if (!options.redirect) {
+      for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
+      return void serveBytes(req, res, file.bytes, options);
+    }
+    headers.location = `${options.absoluteLocation ? root : ''}/cdn/${file.sha256}`;
+    res.writeHead(302, headers).end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  root = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  );
+
+  return {
+    url: root,
+    options,
+    requests,
+    put(repo, revision, path, bytes) {
+      const buffer = Buffer.from(bytes);
+      const sha256 = createHash('sha256').update(buffer).digest('hex');
+      files.set(`/${repo}/resolve/${revision}/${path}`, { bytes: buffer, sha256 });
+      blobs.set(sha256, buffer);
+      return { url: `${root}/${repo}/resolve/${revision}/${path}`, size: buffer.length, sha256 };
+    },
+  };
+}
