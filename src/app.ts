@@ -26,6 +26,7 @@ import { adminSpeechTestRoutes } from './routes/admin/speechTests.js';
 import { imageRoutes } from './routes/inference/images.js';
 import { adminChatTestRoutes } from './routes/admin/chatTests.js';
 import { adminConsoleRoutes } from './routes/admin/console.js';
+import { adminEnhancerRoutes } from './routes/admin/enhancers.js';
 import { adminEndpointRoutes } from './routes/admin/endpoint.js';
 import { adminProfileRoutes } from './routes/admin/profiles.js';
 import { adminSessionRoutes } from './routes/admin/session.js';
@@ -101,6 +102,7 @@ export async function buildAdminApp(service: Service): Promise<App> {
   await app.register(adminImageTestRoutes, { service });
   await app.register(adminSpeechTestRoutes, { service });
   await app.register(adminConsoleRoutes, { service });
+  await app.register(adminEnhancerRoutes, { service });
   await app.register(consoleRoutes, { service });
   return app;
 }

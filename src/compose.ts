@@ -24,6 +24,8 @@ import { AudioPolicyStore } from './store/audioPolicy.js';
 import { EndpointStore } from './store/endpoint.js';
 import { ensurePrivateDir } from './store/files.js';
 import { ProfileStore } from './store/profiles.js';
+import { loadRecipes } from './store/enhancers.js';
+import { EnhancerInstalls } from './system/enhancerInstalls.js';
 import { SecretStore } from './store/secrets.js';
 import { AudioPolicies } from './system/audioPolicy.js';
 import { BuildWatcher } from './system/builds.js';
@@ -133,7 +135,16 @@ export async function startService(config: Config, options: StartOptions): Promi
   /** What `endpoint.json` remembered from before this start. */
   const record = endpoint.record;
 
-  const lookup: RuntimeLookup = { env: config.env, cacheDir: config.cacheDir };
+  const host = new HostFacts(config.stateDir);
+  const enhancers = await EnhancerInstalls.open({
+    dir: path.join(config.stateDir, 'enhancers'),
+    recipes: await loadRecipes(config.enhancerRecipes),
+    hub: config.enhancerHub,
+    // Through the service, so that a test can put another host reader in.
+    freeSpace: (dir) => service.host.freeBytes(dir),
+    log,
+  });
+  const lookup: RuntimeLookup = { env: config.env, cacheDir: config.cacheDir, enhancersDir: path.join(config.stateDir, 'enhancers') };
   // The profile view notes a missing fit tool only where GPUs are present (real or simulated).
   const catalog = new Catalog(profiles, lookup, () => probeGpus(config.env, new Set()).then((inventory) => inventory.gpus.length > 0, () => false));
   const hooks = new WorkerHooks();
@@ -228,7 +239,8 @@ export async function startService(config: Config, options: StartOptions): Promi
     },
     inspection,
     charts,
-    host: new HostFacts(config.stateDir),
+    host,
+    enhancers,
     accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => boundAddress(admin),
     inferenceAddress: () => inference.address(),
@@ -259,6 +271,7 @@ export async function startService(config: Config, options: StartOptions): Promi
           log.error({ err: error }, 'the listener did not stop in time');
         });
         audio.stop();
+        await enhancers.stop();
         builds.stop();
         supervisor.stop();
         for (const worker of [chat, stt, tts, image]) worker.stop();

@@ -34,6 +34,9 @@ export interface Config {
   firstPassword: string | undefined;
   firstToken: string | undefined;
   logLevel: string;
+  /** Where prompt enhancer files come from (CONTRACT section 8), and the recipes file replacing the official ones. */
+  enhancerHub: string;
+  enhancerRecipes: string | undefined;
   /** The built operator console (Vite's output) that the admin listener serves at `/`. */
   consoleDir: string;
   production: boolean;
@@ -121,6 +124,8 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     firstPassword: env.SERVICE_DECK_ADMIN_PASSWORD,
     firstToken: env.SERVICE_DECK_API_TOKEN,
     logLevel: env.SERVICE_DECK_LOG_LEVEL ?? 'info',
+    enhancerHub: env.SERVICE_DECK_ENHANCER_HUB ?? 'https://huggingface.co',
+    enhancerRecipes: env.SERVICE_DECK_ENHANCER_RECIPES,
     consoleDir: path.resolve(env.SERVICE_DECK_CONSOLE_DIR ?? path.join(packageRoot(), 'dist', 'console')),
     production: env.NODE_ENV === 'production',
     env,

@@ -48,6 +48,8 @@ export interface RuntimeLookup {
   env: NodeJS.ProcessEnv;
   /** The project's own built copies live in `<cacheDir>/bin/`. */
   cacheDir: string;
+  /** Where installed prompt enhancers live (`<state>/enhancers`); unset: none is installed. */
+  enhancersDir?: string;
 }
 
 /** The path of a runtime, or undefined when it is not installed. An env variable that names a missing file is not silently passed over. */

@@ -3,6 +3,7 @@
 // (spec 2.1 rule 4). Later issues add their own blockers here.
 import { open, stat } from 'node:fs/promises';
 import { STT_LANGUAGES, type StoredProfile } from '../store/profile.schema.js';
+import { ENHANCER_TASKS, readInstalled, type EnhancerTask } from '../store/enhancers.js';
 import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
 import { findCommand, resolveRuntime, whisperProgram } from '../adapters/runtimes.js';
 
@@ -81,6 +82,12 @@ async function runtimeBlocker(profile: StoredProfile, lookup: RuntimeLookup): Pr
   return program.path === undefined ? `runtime missing: ${program.runtime}` : undefined;
 }
 
+/** An active enhancer task whose recipe is not installed (or another repository is). */
+async function enhancerBlocker(enhancersDir: string | undefined, task: EnhancerTask, repo: string): Promise<string | undefined> {
+  const installed = enhancersDir ? await readInstalled(enhancersDir, task) : null;
+  return installed?.repo === repo ? undefined : `prompt enhancer not installed: ${repo} (${task})`;
+}
+
 export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLookup): Promise<string[]> {
   const checks: Array<Promise<string | undefined>> = [runtimeBlocker(profile, lookup)];
   switch (profile.category) {
@@ -91,9 +98,9 @@ export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLoo
       checks.push(fileBlocker(profile.params.model));
       for (const [kind, file] of Object.entries(profile.params.files)) if (file) checks.push(fileBlocker(file, `${kind} file`));
       const enhancer = profile.prompt_enhancer;
-      for (const task of ['t2i', 'i2i'] as const) {
+      for (const task of ENHANCER_TASKS) {
         const repo = enhancer?.[task];
-        if (repo) checks.push(Promise.resolve(`prompt enhancer not installed: ${repo} (${task})`));
+        if (repo) checks.push(enhancerBlocker(lookup.enhancersDir, task, repo));
       }
       break;
     }

@@ -37,6 +37,13 @@ export class HostFacts {
     readonly now: () => number = Date.now,
   ) {}
 
+  /** Free bytes on the filesystem holding `dir`, read now (before a large download); null when unknown. */
+  async freeBytes(dir: string): Promise<number | null> {
+    const mounts = await attempt(() => this.reader.fsSize());
+    const mount = mounts ? mountOf(mounts, dir) : undefined;
+    return mount && Number.isFinite(mount.available) ? mount.available : null;
+  }
+
   /** The host facts, read at most once a minute. */
   read(): Promise<HostView> {
     if (!this.#cached || this.now() - this.#cached.at >= HOST_CACHE_MS) this.#cached = { at: this.now(), view: this.#read() };

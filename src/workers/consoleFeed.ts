@@ -189,6 +189,8 @@ export class ConsoleFeed {
     service.profiles.on('publication.changed', status);
     service.chatTests.on('change', chatTest);
     service.imageTests.on('change', imageTest);
+    // An install's progress, and its end (a blocker cleared), show in the status.
+    service.enhancers.on('change', status);
     const tick = setInterval(status, this.timing.statusTickMs);
     this.#detach.push(
       () => service.charts.off('actor', actor),
@@ -198,6 +200,7 @@ export class ConsoleFeed {
       () => service.profiles.off('publication.changed', status),
       () => service.chatTests.off('change', chatTest),
       () => service.imageTests.off('change', imageTest),
+      () => service.enhancers.off('change', status),
       () => clearInterval(tick),
       () => {
         for (const c of [this.#status, this.#chatTest, this.#imageTest]) c.stop();

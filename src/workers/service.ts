@@ -9,6 +9,7 @@ import type { BuildWatcher } from '../system/builds.js';
 import type { ChartFeed } from '../system/charts.js';
 import type { Catalog } from '../system/catalog.js';
 import type { Counters } from '../system/counters.js';
+import type { EnhancerInstalls } from '../system/enhancerInstalls.js';
 import type { HostFacts } from '../system/host.js';
 import type { Inspection } from '../system/inspect.js';
 import type { ListenerActor } from '../system/listener.js';
@@ -71,6 +72,8 @@ export interface Service {
   charts: ChartFeed;
   /** OS, CPU, RAM, graphics and the state directory's disk, for the console (read at most once a minute). */
   host: HostFacts;
+  /** The prompt enhancers' installs (CONTRACT section 8). */
+  enhancers: EnhancerInstalls;
   /** Whether the inference listener takes new requests (the listener machine's `accepting` tag). */
   accepting(): boolean;
   /** The address the admin listener is bound to, once it listens. */

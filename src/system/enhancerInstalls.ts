@@ -1,0 +1,229 @@
+// Installing the prompt enhancers (CONTRACT section 8): one install at a time, file by file from
+// the hub with progress (bytes done and total, for the status and the console), resumed from a
+// partial file, checked against the hub's size and sha256, after a check of the free disk space
+// (systeminformation's view of the filesystem holding the state directory). Cancel stops the
+// download and removes the partial files. Where an install stands is kept in `install.json`: a
+// restart in the middle leaves `failed` with "interrupted by a restart", and installing again
+// resumes from the partial file. Only `installed.json`, written last, makes a task installed.
+import { rm, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { EventEmitter } from 'eventemitter3';
+import { downloadHubFile, HubError, probeHubFile, type HubFile } from '../adapters/hubDownload.js';
+import {
+  ENHANCER_TASKS,
+  installFile,
+  installedFile,
+  localName,
+  readInstalled,
+  taskDir,
+  type EnhancerTask,
+  type Recipe,
+  type Recipes,
+} from '../store/enhancers.js';
+import { ensurePrivateDir, readJsonFile, writeJsonAtomic } from '../store/files.js';
+import type { Logger } from './log.js';
+
+export type InstallState = 'not_installed' | 'installing' | 'installed' | 'failed' | 'cancelled';
+
+/** CONTRACT section 8's Install, plus the file being fetched. */
+export interface InstallView {
+  repo: string;
+  state: InstallState;
+  bytes_done: number;
+  bytes_total: number | null;
+  error: string | null;
+  /** The file being downloaded now (installing only). */
+  file: string | null;
+}
+
+/** Free bytes on the filesystem holding `dir`, or null when it cannot be read. */
+export type FreeSpace = (dir: string) => Promise<number | null>;
+
+/** Room kept free beyond the download itself (the state directory still has to be written). */
+export const DISK_MARGIN_BYTES = 512 * 1024 * 1024;
+
+export type InstallStart = { ok: true } | { ok: false; code: 'install_running'; message: string };
+
+function urlOf(hub: string, recipe: Recipe, file: string): string {
+  const encoded = file.split('/').map(encodeURIComponent).join('/');
+  return `${hub.replace(/\/+$/, '')}/${recipe.repo}/resolve/${encodeURIComponent(recipe.revision)}/${encoded}`;
+}
+
+const sizeOf = async (file: string) => (await stat(file).catch(() => null))?.size ?? 0;
+const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(1)} GiB`;
+
+export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
+  readonly #views = new Map<EnhancerTask, InstallView>();
+  #running: { task: EnhancerTask; controller: AbortController; done: Promise<void> } | null = null;
+  /** The writes of `install.json`, one after the other. */
+  #persisted: Promise<void> = Promise.resolve();
+
+  private constructor(
+    readonly dir: string,
+    readonly recipes: Recipes,
+    readonly hub: string,
+    private readonly freeSpace: FreeSpace,
+    private readonly log: Logger,
+  ) {
+    super();
+  }
+
+  /** Reads where each task stands; an install a restart cut off becomes `failed`, resumable. */
+  static async open(options: { dir: string; recipes: Recipes; hub: string; freeSpace: FreeSpace; log: Logger }): Promise<EnhancerInstalls> {
+    const installs = new EnhancerInstalls(options.dir, options.recipes, options.hub, options.freeSpace, options.log);
+    await ensurePrivateDir(options.dir);
+    for (const task of ENHANCER_TASKS) {
+      const recipe = options.recipes[task];
+      const view: InstallView = { repo: recipe.repo, state: 'not_installed', bytes_done: 0, bytes_total: null, error: null, file: null };
+      const installed = await readInstalled(options.dir, task);
+      if (installed && installed.repo === recipe.repo && installed.revision === recipe.revision) {
+        const total = installed.files.reduce((sum, f) => sum + f.size, 0);
+        Object.assign(view, { state: 'installed', bytes_done: total, bytes_total: total });
+      } else {
+        const saved = (await readJsonFile(installFile(options.dir, task)).catch(() => undefined)) as Partial<InstallView> | undefined;
+        if (saved?.repo === recipe.repo && (saved.state === 'installing' || saved.state === 'failed')) {
+          const done = await installs.#bytesOnDisk(task, recipe);
+          const interrupted = saved.state === 'installing';
+          Object.assign(view, {
+            state: 'failed',
+            bytes_done: done,
+            bytes_total: saved.bytes_total ?? null,
+            error: interrupted ? `interrupted by a restart at ${gib(done)}: install again to resume from there` : (saved.error ?? 'failed'),
+          });
+        } else if (saved?.repo === recipe.repo && saved.state === 'cancelled') {
+          view.state = 'cancelled';
+        }
+      }
+      installs.#views.set(task, view);
+    }
+    return installs;
+  }
+
+  view(): Record<EnhancerTask, InstallView> {
+    return { t2i: { ...this.#views.get('t2i')! }, i2i: { ...this.#views.get('i2i')! } };
+  }
+
+  /** The installed files of a task (absolute paths), or null. */
+  async files(task: EnhancerTask): Promise<{ model: string; mmproj: string | null } | null> {
+    const installed = await readInstalled(this.dir, task);
+    if (!installed) return null;
+    const at = (role: 'model' | 'mmproj') => {
+      const file = installed.files.find((f) => f.role === role);
+      return file ? path.join(taskDir(this.dir, task), localName(file.path)) : null;
+    };
+    const model = at('model');
+    return model ? { model, mmproj: at('mmproj') } : null;
+  }
+
+  /** Starts an install; it runs on its own (follow it in `view()` and the `change` event). */
+  install(task: EnhancerTask): InstallStart {
+    if (this.#running) return { ok: false, code: 'install_running', message: `The ${this.#running.task} enhancer is being installed: wait for it or cancel it.` };
+    const controller = new AbortController();
+    const done = this.#run(task, controller.signal).finally(() => {
+      this.#running = null;
+    });
+    this.#running = { task, controller, done };
+    return { ok: true };
+  }
+
+  /** Cancels the running install and removes its partial files; false when none runs. */
+  async cancel(): Promise<boolean> {
+    const running = this.#running;
+    if (!running) return false;
+    running.controller.abort(new HubError('cancelled', 'the install was cancelled'));
+    await running.done;
+    return true;
+  }
+
+  /** Stops a running install at shutdown: its partial file stays, to be resumed. */
+  async stop(): Promise<void> {
+    const running = this.#running;
+    if (!running) return;
+    running.controller.abort(new Error('the service is stopping'));
+    await running.done;
+  }
+
+  /** Settles when the running install (if any) has ended (tests). */
+  settled(): Promise<void> {
+    return this.#running?.done ?? Promise.resolve();
+  }
+
+  #set(task: EnhancerTask, change: Partial<InstallView>, persist = true): void {
+    const view = { ...this.#views.get(task)!, ...change };
+    this.#views.set(task, view);
+    this.emit('change');
+    if (!persist) return;
+    this.#persisted = this.#persisted
+      .then(() => writeJsonAtomic(installFile(this.dir, task), view))
+      .catch((error: unknown) => this.log.warn({ err: error, task }, 'enhancer install state not saved'));
+  }
+
+  async #bytesOnDisk(task: EnhancerTask, recipe: Recipe): Promise<number> {
+    let done = 0;
+    for (const file of recipe.files) {
+      const local = path.join(taskDir(this.dir, task), localName(file.path));
+      done += (await sizeOf(local)) || (await sizeOf(`${local}.part`));
+    }
+    return done;
+  }
+
+  async #run(task: EnhancerTask, signal: AbortSignal): Promise<void> {
+    const recipe = this.recipes[task];
+    const folder = taskDir(this.dir, task);
+    this.#set(task, { repo: recipe.repo, state: 'installing', error: null, file: null, bytes_total: null });
+    this.log.info({ task, repo: recipe.repo, revision: recipe.revision }, 'prompt enhancer install started');
+    const started = Date.now();
+    try {
+      await ensurePrivateDir(folder);
+      await rm(installedFile(this.dir, task), { force: true });
+      // What the hub says of each file: the total, and the sizes the download is checked against.
+      const probes: HubFile[] = [];
+      for (const file of recipe.files) probes.push(await probeHubFile(urlOf(this.hub, recipe, file.path), signal));
+      const total = probes.every((p) => p.size !== null) ? probes.reduce((sum, p) => sum + (p.size ?? 0), 0) : null;
+      const already = await this.#bytesOnDisk(task, recipe);
+      this.#set(task, { bytes_total: total, bytes_done: already });
+      if (total !== null) {
+        const free = await this.freeSpace(folder);
+        const needed = total - already + DISK_MARGIN_BYTES;
+        if (free !== null && free < needed) {
+          throw new HubError('disk_full', `not enough free disk space in ${folder}: ${gib(needed)} needed (${gib(total - already)} to download and ${gib(DISK_MARGIN_BYTES)} to spare), ${gib(free)} free`);
+        }
+      }
+      const record: Array<{ path: string; role: 'model' | 'mmproj'; size: number; sha256: string }> = [];
+      let before = 0;
+      for (const file of recipe.files) {
+        const dest = path.join(folder, localName(file.path));
+        this.#set(task, { file: file.path }, false);
+        const got = await downloadHubFile({
+          url: urlOf(this.hub, recipe, file.path),
+          dest,
+          signal,
+          onProgress: (done) => this.#set(task, { bytes_done: before + done }, false),
+        });
+        before += got.bytes;
+        record.push({ path: file.path, role: file.role, size: got.bytes, sha256: got.sha256 ?? '' });
+      }
+      await writeJsonAtomic(installedFile(this.dir, task), { repo: recipe.repo, revision: recipe.revision, files: record, installed_at: new Date().toISOString() });
+      this.#set(task, { state: 'installed', bytes_done: before, bytes_total: before, file: null, error: null });
+      const seconds = (Date.now() - started) / 1000;
+      this.log.info({ task, repo: recipe.repo, bytes: before, seconds, mib_per_s: Math.round((before / 2 ** 20 / Math.max(seconds, 0.001)) * 10) / 10 }, 'prompt enhancer installed');
+    } catch (error) {
+      // Only cancel() aborts with a HubError; a stop aborts with a plain Error and keeps the partial files.
+      const cancelled = signal.aborted && signal.reason instanceof HubError && signal.reason.code === 'cancelled';
+      if (cancelled) {
+        // Cancel: nothing of this install stays (partial files, records).
+        await this.#persisted;
+        await rm(folder, { recursive: true, force: true });
+        await ensurePrivateDir(folder);
+        this.#set(task, { state: 'cancelled', bytes_done: 0, file: null, error: null });
+        this.log.info({ task }, 'prompt enhancer install cancelled');
+        return;
+      }
+      const message = signal.aborted && !(signal.reason instanceof HubError) ? 'interrupted: the service stopped; install again to resume' : (error as Error).message;
+      this.#set(task, { state: 'failed', file: null, error: message, bytes_done: await this.#bytesOnDisk(task, recipe) });
+      this.log.warn({ task, repo: recipe.repo, code: error instanceof HubError ? error.code : undefined, error: message }, 'prompt enhancer install failed');
+    } finally {
+      await this.#persisted;
+    }
+  }
+}
