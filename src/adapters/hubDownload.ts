@@ -206,8 +206,16 @@ async function stream(
   let writeError: unknown;
   writer.on('error', (error) => (writeError ??= error));
   try {
-    for await (const chunk of body) {
-      if (writeError !== undefined) break;
+    // A reader loop, not `for await`: the same code type-checks against the DOM's ReadableStream
+    // (the console's type check reads the server's types too).
+    const reader = body.getReader();
+    for (;;) {
+      const { value: chunk, done } = await reader.read();
+      if (done) break;
+      if (writeError !== undefined) {
+        await reader.cancel().catch(() => undefined);
+        break;
+      }
       hash.update(chunk);
       if (!writer.write(chunk)) await drained(writer).catch((error: unknown) => (writeError ??= error));
       count(chunk.byteLength);
