@@ -3,7 +3,7 @@
 // change; the page never polls. A dropped stream is reopened after a growing pause (1 s to 15 s).
 import type { ActorView, LogLineView } from '../../src/system/console.types.js';
 import { ApiError, api, setCsrfToken, sse } from './api.js';
-import { LOG_KEEP, actors, passwordSet, audioPolicy, chatTest, connection, imageTest, logs, resetLive, session, status } from './state.js';
+import { LOG_KEEP, actors, enhancers, passwordSet, audioPolicy, chatTest, connection, imageTest, logs, resetLive, session, status } from './state.js';
 
 let controller: AbortController | null = null;
 
@@ -38,6 +38,9 @@ function apply(event: string, data: string): void {
       break;
     case 'image-test':
       imageTest.value = (value as { job: typeof imageTest.value }).job;
+      break;
+    case 'enhancers':
+      enhancers.value = value as typeof enhancers.value;
       break;
     default:
       break;

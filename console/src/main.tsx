@@ -7,6 +7,7 @@ import { loggedOut, login, logout, resumeSession } from './live.js';
 import { connection, dismiss, notices, passwordSet, session, status } from './state.js';
 import { Audio } from './views/Audio.js';
 import { ChatTest } from './views/ChatTest.js';
+import { Enhancers } from './views/Enhancers.js';
 import { ImageTest } from './views/ImageTest.js';
 import { Logs } from './views/Logs.js';
 import { Overview } from './views/Overview.js';
@@ -33,6 +34,7 @@ const PAGES = [
   { path: 'profiles', title: 'Profiles', view: Profiles },
   { path: 'chat', title: 'Chat test', view: ChatTest },
   { path: 'image', title: 'Image test', view: ImageTest },
+  { path: 'enhancers', title: 'Enhancers', view: Enhancers },
   { path: 'audio', title: 'Audio', view: Audio },
   { path: 'charts', title: 'State charts', view: LazyCharts },
   { path: 'logs', title: 'Logs', view: Logs },

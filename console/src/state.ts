@@ -4,7 +4,7 @@
 // the chat test's history lives only in this page's memory (spec 4.7).
 import { signal } from '@preact/signals';
 import type { ActorView, LogLineView } from '../../src/system/console.types.js';
-import type { AudioPolicyView, ChatTestJob, EndpointStatus, ImageTestJob } from './types.js';
+import type { AudioPolicyView, ChatTestJob, EndpointStatus, EnhancersView, ImageTestJob } from './types.js';
 
 export type SessionState = 'checking' | 'out' | 'in';
 export const session = signal<SessionState>('checking');
@@ -20,6 +20,7 @@ export const actors = signal<ReadonlyMap<string, ActorView>>(new Map());
 export const logs = signal<readonly LogLineView[]>([]);
 export const chatTest = signal<ChatTestJob | null>(null);
 export const imageTest = signal<(ImageTestJob & { has_image?: boolean }) | null>(null);
+export const enhancers = signal<EnhancersView | null>(null);
 
 /** The last lines the page keeps (the service keeps 500). */
 export const LOG_KEEP = 1000;
@@ -48,4 +49,5 @@ export function resetLive(): void {
   logs.value = [];
   chatTest.value = null;
   imageTest.value = null;
+  enhancers.value = null;
 }

@@ -5,8 +5,16 @@ import type { AudioPolicyView } from '../../src/system/audioPolicy.js';
 import type { ChatTestJob } from '../../src/workers/chatTests.js';
 import type { ImageTestJob } from '../../src/workers/imageTests.js';
 import type { SupervisedWorker } from '../../src/system/diagnostics.js';
+import type { InstallView } from '../../src/system/enhancerInstalls.js';
 
 export type { SupervisedWorker, EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob };
 export type ProfileView = EndpointStatus['profiles'][number];
 export type WorkerView = EndpointStatus['workers'][number];
 export type Category = ProfileView['category'];
+export type { InstallView };
+/** GET /api/v1/prompt-enhancers. */
+export interface EnhancersView {
+  t2i: InstallView;
+  i2i: InstallView;
+  preview: unknown;
+}

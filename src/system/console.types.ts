@@ -100,4 +100,6 @@ export interface ConsoleEvents {
   'chat-test': { job: unknown };
   /** The image test job without its image (`b64_png` null, `has_image` true once done). */
   'image-test': { job: unknown };
+  /** The prompt enhancers' installs, as `GET /api/v1/prompt-enhancers` (progress included). */
+  enhancers: unknown;
 }

@@ -10,6 +10,7 @@
 // - `log`: each log line (the log tail).
 // - `chat-test`, `image-test`: the current test job, at most one every 50 ms while it changes; the
 //   image test without its image (`has_image` says whether there is one).
+// - `enhancers`: the prompt enhancers' installs, at most one every 250 ms while one downloads.
 import type { ConsoleEvents } from '../system/console.types.js';
 import type { ImageTestJob } from './imageTests.js';
 import type { Service } from './service.js';
@@ -34,6 +35,12 @@ export interface ConsoleFeedTiming {
 }
 
 export const CONSOLE_FEED_TIMING: ConsoleFeedTiming = { statusMs: 500, statusTickMs: 5_000, testMs: 50, keepAliveMs: 15_000 };
+/** At most one `enhancers` event this often while an install reports progress. */
+const ENHANCERS_MS = 250;
+
+/** What `GET /api/v1/prompt-enhancers` answers (the preview comes with the enhancer run). */
+export const enhancersView = (service: Service) => ({ ...service.enhancers.view(), preview: null });
+
 /** How many recent log lines a new stream gets. */
 export const CONSOLE_LOG_LINES = 200;
 
@@ -101,6 +108,7 @@ export class ConsoleFeed {
   readonly #status: Coalesced;
   readonly #chatTest: Coalesced;
   readonly #imageTest: Coalesced;
+  readonly #enhancers: Coalesced;
   #lastAudio = '';
   #closed = false;
 
@@ -111,6 +119,7 @@ export class ConsoleFeed {
     this.#status = new Coalesced(timing.statusMs, () => this.#sendStatus());
     this.#chatTest = new Coalesced(timing.testMs, () => this.#broadcast('chat-test', { job: service.chatTests.current() }));
     this.#imageTest = new Coalesced(timing.testMs, () => this.#broadcast('image-test', { job: imageTestView(service.imageTests.current()) }));
+    this.#enhancers = new Coalesced(ENHANCERS_MS, () => this.#broadcast('enhancers', enhancersView(service)));
   }
 
   /** Open streams (tests look at it). */
@@ -136,6 +145,7 @@ export class ConsoleFeed {
     for (const line of service.logs.lines({ limit: CONSOLE_LOG_LINES })) stream.send('log', line);
     stream.send('chat-test', { job: service.chatTests.current() });
     stream.send('image-test', { job: imageTestView(service.imageTests.current()) });
+    stream.send('enhancers', enhancersView(service));
     this.#streams.add(stream);
     if (this.#streams.size === 1) this.#attach();
     return () => this.#remove(stream);
@@ -176,12 +186,16 @@ export class ConsoleFeed {
     const status = () => this.#status.poke();
     const chatTest = () => this.#chatTest.poke();
     const imageTest = () => this.#imageTest.poke();
+    const enhancers = () => {
+      this.#enhancers.poke();
+      status();
+    };
     const actor = (view: ConsoleEvents['actor']) => {
       this.#broadcast('actor', view);
       status();
     };
     const log = (line: ConsoleEvents['log']) => this.#broadcast('log', line);
-    for (const c of [this.#status, this.#chatTest, this.#imageTest]) c.start();
+    for (const c of [this.#status, this.#chatTest, this.#imageTest, this.#enhancers]) c.start();
     service.charts.on('actor', actor);
     service.logs.on('line', log);
     service.counters.on('change', status);
@@ -189,8 +203,8 @@ export class ConsoleFeed {
     service.profiles.on('publication.changed', status);
     service.chatTests.on('change', chatTest);
     service.imageTests.on('change', imageTest);
-    // An install's progress, and its end (a blocker cleared), show in the status.
-    service.enhancers.on('change', status);
+    // An install's progress; its end clears a blocker, which the status shows.
+    service.enhancers.on('change', enhancers);
     const tick = setInterval(status, this.timing.statusTickMs);
     this.#detach.push(
       () => service.charts.off('actor', actor),
@@ -200,10 +214,10 @@ export class ConsoleFeed {
       () => service.profiles.off('publication.changed', status),
       () => service.chatTests.off('change', chatTest),
       () => service.imageTests.off('change', imageTest),
-      () => service.enhancers.off('change', status),
+      () => service.enhancers.off('change', enhancers),
       () => clearInterval(tick),
       () => {
-        for (const c of [this.#status, this.#chatTest, this.#imageTest]) c.stop();
+        for (const c of [this.#status, this.#chatTest, this.#imageTest, this.#enhancers]) c.stop();
       },
     );
   }

@@ -3,12 +3,15 @@
 // values, then taking them), its prompt-enhancer choice kept, then deleted; a port change refused
 // with 409 while running; the log page with its level filter; the token rotated (shown once, the
 // new one works, the old one not); the password changed (this page stays in, other sessions end).
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import t from 'tap';
 import { PASSWORD, TOKEN } from '../helpers/build.js';
 import { launch, openPage } from '../helpers/browser.js';
 import { goTo, login, startServe, unlabelledControls } from '../helpers/consoleServe.js';
 import { tinyModelIn } from '../helpers/llama.js';
 import { tempDir } from '../helpers/build.js';
+import { startHub } from '../helpers/hub.js';
 
 const NEW_PASSWORD = 'a brand new passphrase';
 
@@ -26,7 +29,15 @@ async function otherSession(origin: string) {
 }
 
 t.test('the other admin tasks in chromium', async (t) => {
-  const { origin, apiPort } = await startServe(t);
+  // A local hub laid out like huggingface.co, for the enhancer install.
+  const hub = await startHub(t);
+  hub.put('test-org/tiny-enhancer', 'main', 'tiny.gguf', Buffer.alloc(1024 * 1024, 3));
+  hub.options.chunkBytes = 16 * 1024;
+  hub.options.chunkDelayMs = 25;
+  const recipes = path.join(await tempDir(t), 'recipes.json');
+  const recipe = { repo: 'test-org/tiny-enhancer', revision: 'main', files: [{ path: 'tiny.gguf', role: 'model' }], context: 2048 };
+  await writeFile(recipes, JSON.stringify({ t2i: recipe, i2i: recipe }));
+  const { origin, apiPort } = await startServe(t, { SERVICE_DECK_ENHANCER_HUB: hub.url, SERVICE_DECK_ENHANCER_RECIPES: recipes });
   const model = await tinyModelIn(await tempDir(t));
   const browser = await launch(t);
   const w = await openPage(browser, origin);
@@ -36,7 +47,7 @@ t.test('the other admin tasks in chromium', async (t) => {
   const other = await otherSession(origin);
 
   // Every page, and the profile form of every category, has a label on every control.
-  for (const title of ['Overview', 'Profiles', 'Chat test', 'Image test', 'Audio', 'State charts', 'Logs', 'Settings']) {
+  for (const title of ['Overview', 'Profiles', 'Chat test', 'Image test', 'Enhancers', 'Audio', 'State charts', 'Logs', 'Settings']) {
     await goTo(page, title);
     t.same(await unlabelledControls(page), [], `${title}: every control is labelled`);
   }
@@ -84,6 +95,32 @@ t.test('the other admin tasks in chromium', async (t) => {
   await page.getByRole('button', { name: 'Delete edited' }).click();
   await row.waitFor({ state: 'detached' });
   t.equal((await other('GET', `/api/v1/profiles/${profileId}`)).status, 404, 'deleted');
+
+  // Enhancers: an image profile switched to t2i carries the blocker; installing clears it.
+  const image = (await (await other('POST', '/api/v1/profiles', { name: 'painter', category: 'image', params: { model } })).json()) as { id: string };
+  await goTo(page, 'Enhancers');
+  const switchRow = page.locator('tr[data-profile="painter"]');
+  await switchRow.getByRole('checkbox', { name: /t2i/ }).check();
+  await switchRow.getByText('prompt enhancer not installed: test-org/tiny-enhancer (t2i)').waitFor();
+  t.pass('switched on, the profile names the missing enhancer');
+  const t2i = page.locator('#enhancer-t2i');
+  await t2i.getByRole('button', { name: 'Install' }).click();
+  const bar = t2i.getByRole('progressbar');
+  await bar.waitFor();
+  // The bar as the event stream moves it: some value between nothing and all of it.
+  const seen = new Set<number>();
+  const deadline = Date.now() + 30_000;
+  while (!(await t2i.getByText('installed', { exact: true }).isVisible())) {
+    if (Date.now() > deadline) throw new Error(`the install did not end in 30 s (progress seen: ${[...seen].join(', ')})`);
+    const value = Number((await bar.getAttribute('value').catch(() => null)) ?? 0);
+    seen.add(value);
+    await page.waitForTimeout(50);
+  }
+  const midway = [...seen].filter((n) => n > 0 && n < 1024 * 1024);
+  t.ok(midway.length > 0, `progress shown while downloading (${[...seen].sort((a, b) => a - b).join(', ')} of ${1024 * 1024} bytes)`);
+  await switchRow.getByRole('cell', { name: '—' }).waitFor();
+  const painter = (await (await other('GET', `/api/v1/profiles/${image.id}`)).json()) as { blockers: string[]; prompt_enhancer: { t2i: string | null } };
+  t.same([painter.blockers.filter((b) => b.startsWith('prompt enhancer')), painter.prompt_enhancer.t2i], [[], 'test-org/tiny-enhancer'], 'installed: no enhancer blocker left');
 
   // A port change while running is refused with the service's 409, shown to the operator.
   await goTo(page, 'Overview');

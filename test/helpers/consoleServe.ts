@@ -11,7 +11,7 @@ import { spawnCli } from './spawn.js';
 
 const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
 
-export async function startServe(t: Test) {
+export async function startServe(t: Test, env: NodeJS.ProcessEnv = {}) {
   const stateDir = await tempDir(t);
   const uiPort = await freePort();
   const apiPort = await freePort();
@@ -24,6 +24,7 @@ export async function startServe(t: Test) {
     SERVICE_DECK_SD_CLI: SD_CLI,
     SERVICE_DECK_GPUS: 'none',
     SERVICE_DECK_DRAIN_LIMIT_MS: '1000',
+    ...env,
   });
   const [, origin] = await served.waitFor(/operator console on (http:\/\/[^/\s]+)\//, 60_000);
   t.teardown(async () => {

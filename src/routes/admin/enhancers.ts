@@ -9,6 +9,7 @@ import { ENHANCER_TASKS } from '../../store/enhancers.js';
 import type { profileInputSchema } from '../../store/profile.schema.js';
 import { ProfileError } from '../../store/profiles.js';
 import type { Service } from '../../workers/service.js';
+import { enhancersView } from '../../workers/consoleFeed.js';
 import { adminAuth } from '../auth.js';
 import { errors } from '../../errors.js';
 
@@ -25,7 +26,7 @@ export const adminEnhancerRoutes: FastifyPluginAsync<{ service: Service }> = asy
   app.addHook('onRequest', adminAuth(service));
   const { enhancers } = service;
   // The preview (issue 14) is not built yet: it stays an unknown route until it is.
-  const view = () => ({ ...enhancers.view(), preview: null });
+  const view = () => enhancersView(service);
 
   app.get('/api/v1/prompt-enhancers', async () => view());
 

@@ -1,0 +1,96 @@
+// The prompt enhancers (spec 4.7, CONTRACT section 8): each task's install with its progress as
+// the event stream pushes it, install, cancel; and per image profile the two switches (t2i, i2i),
+// saved with the profile's revision. The preview comes with the enhancer run (issue 14).
+import type { ComponentChildren } from 'preact';
+import { api } from '../api.js';
+import { enhancers, notify, status } from '../state.js';
+import type { InstallView, ProfileView } from '../types.js';
+import { ActionButton, Badge, Facts, Section, Table, attempt, bytes } from '../ui.js';
+
+const TASKS = [
+  ['t2i', 'Text to image'],
+  ['i2i', 'Editing with reference images'],
+] as const;
+
+const tone = (state: InstallView['state']) => (state === 'installed' ? 'ok' : state === 'failed' ? 'bad' : state === 'installing' ? 'warn' : 'idle');
+
+function Install({ task, title, view, busy }: { task: 't2i' | 'i2i'; title: string; view: InstallView; busy: boolean }) {
+  const installing = view.state === 'installing';
+  return (
+    <Section title={title} id={`enhancer-${task}`}>
+      <Facts
+        items={[
+          ['Repository', <code>{view.repo}</code>],
+          ['State', <Badge tone={tone(view.state)}>{view.state.replace('_', ' ')}</Badge>],
+          ['Downloaded', view.bytes_total ? `${bytes(view.bytes_done)} of ${bytes(view.bytes_total)}` : bytes(view.bytes_done)],
+          ...(view.file ? ([['File', <code>{view.file}</code>]] as Array<[string, ComponentChildren]>) : []),
+        ]}
+      />
+      {view.bytes_total ? (
+        <progress max={view.bytes_total} value={view.bytes_done} aria-label={`${title}: downloaded`} />
+      ) : null}
+      {view.error ? (
+        <p class="error" role="alert">
+          {view.error}
+        </p>
+      ) : null}
+      <div class="form-actions">
+        <ActionButton kind="primary" disabled={installing || busy || view.state === 'installed'} onClick={() => attempt('Install', () => api('POST', '/api/v1/prompt-enhancers/install', { task }))}>
+          {view.state === 'failed' && view.bytes_done > 0 ? 'Resume install' : 'Install'}
+        </ActionButton>
+        <ActionButton kind="danger" disabled={!installing} onClick={() => attempt('Cancel', () => api('POST', '/api/v1/prompt-enhancers/cancel', {}))}>
+          Cancel
+        </ActionButton>
+      </div>
+    </Section>
+  );
+}
+
+function Switches({ profile }: { profile: ProfileView }) {
+  const chosen = (profile as { prompt_enhancer?: { t2i: string | null; i2i: string | null; device: string } }).prompt_enhancer;
+  const save = (task: 't2i' | 'i2i', on: boolean) =>
+    attempt('Enhancer choice', async () => {
+      const next = { t2i: chosen?.t2i ? chosen.t2i : false, i2i: chosen?.i2i ? chosen.i2i : false, device: chosen?.device ?? 'auto', [task]: on ? null : false };
+      await api('POST', '/api/v1/profiles/prompt-enhancer', { id: profile.id, revision: profile.revision, prompt_enhancer: next });
+      notify('info', `${profile.name}: ${task} enhancer ${on ? 'on' : 'off'}.`);
+    });
+  return (
+    <tr data-profile={profile.name}>
+      <th scope="row">{profile.name}</th>
+      {TASKS.map(([task]) => (
+        <td key={task}>
+          <label class="choice">
+            <input type="checkbox" checked={Boolean(chosen?.[task])} onChange={(e) => void save(task, e.currentTarget.checked)} /> {task} {chosen?.[task] ? <code>{chosen[task]}</code> : 'off'}
+          </label>
+        </td>
+      ))}
+      <td>{profile.blockers.filter((b) => b.startsWith('prompt enhancer')).join('; ') || '—'}</td>
+    </tr>
+  );
+}
+
+export function Enhancers() {
+  const view = enhancers.value;
+  const profiles = (status.value?.profiles ?? []).filter((p) => p.category === 'image');
+  if (!view) return <p class="loading">Waiting for the enhancers' state…</p>;
+  const busy = view.t2i.state === 'installing' || view.i2i.state === 'installing';
+  return (
+    <div class="grid two">
+      {TASKS.map(([task, title]) => (
+        <Install key={task} task={task} title={title} view={view[task]} busy={busy} />
+      ))}
+      <Section title="Per image profile" id="enhancer-profiles">
+        <p class="hint">A task switched on runs its enhancer before the image worker; until its recipe is installed the profile carries a blocker.</p>
+        {profiles.length === 0 ? (
+          <p class="empty">No image profile.</p>
+        ) : (
+          <Table head={['Profile', 't2i', 'i2i', 'Enhancer blockers']}>
+            {profiles.map((p) => (
+              <Switches key={`${p.id}-${p.revision}`} profile={p} />
+            ))}
+          </Table>
+        )}
+      </Section>
+    </div>
+  );
+}
