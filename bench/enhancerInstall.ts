@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { performance } from 'node:perf_hooks';
 import type { Test } from 'tap';
 import { EnhancerInstalls } from '../src/system/enhancerInstalls.js';
@@ -41,7 +42,7 @@ async function direct(round: number): Promise<number> {
   const started = performance.now();
   const response = await fetch(entry.url);
   if (!response.ok || !response.body) throw new Error(`hub answered ${response.status}`);
-  await pipeline(Readable.fromWeb(response.body as import('node:stream/web').ReadableStream), createWriteStream(file));
+  await pipeline(Readable.fromWeb(response.body as WebReadableStream), createWriteStream(file));
   const ms = performance.now() - started;
   await rm(file);
   return ms;
