@@ -13,6 +13,7 @@ import { Logs } from './views/Logs.js';
 import { Overview } from './views/Overview.js';
 import { Profiles } from './views/Profiles.js';
 import { Settings } from './views/Settings.js';
+import { Alert } from './ui.js';
 import './style.css';
 
 /** The state charts carry the graph layout (dagre): loaded only when the page is opened. */
@@ -80,11 +81,7 @@ function Login() {
         )}
         <label for="password">Operator password</label>
         <input id="password" name="password" type="password" autocomplete="current-password" required value={password} onInput={(e) => setPassword(e.currentTarget.value)} />
-        {error ? (
-          <p class="error" role="alert">
-            {error}
-          </p>
-        ) : null}
+        <Alert text={error} />
         <button class="btn primary" type="submit" disabled={busy}>
           Log in
         </button>

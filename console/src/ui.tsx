@@ -1,19 +1,81 @@
 // Small shared pieces of the console: an action button that shows it is working and turns a
 // refusal into a message, sections, definition lists and formatters.
 import type { ComponentChildren } from 'preact';
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { ApiError, message } from './api.js';
-import { notify } from './state.js';
+import { notify, status } from './state.js';
+import type { Category, ProfileView } from './types.js';
+
+/** An error as the operator reads it: the service's message and, for a refusal, its status and code. */
+export function failureText(error: unknown): string {
+  const code = error instanceof ApiError && error.code ? ` (${error.status} ${error.code})` : error instanceof ApiError && error.status ? ` (${error.status})` : '';
+  return `${message(error)}${code}`;
+}
 
 /** Runs an admin call; a refusal (409, 400, 503 …) becomes a visible message with its code. */
 export async function attempt<T>(what: string, run: () => Promise<T>): Promise<T | undefined> {
   try {
     return await run();
   } catch (error) {
-    const code = error instanceof ApiError && error.code ? ` (${error.status} ${error.code})` : error instanceof ApiError && error.status ? ` (${error.status})` : '';
-    notify('error', `${what}: ${message(error)}${code}`);
+    notify('error', `${what}: ${failureText(error)}`);
     return undefined;
   }
+}
+
+/** A form's submission: busy while it runs, its failure kept as text for the form to show. */
+export function useSubmit() {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  const run = async (work: () => Promise<void>) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await work();
+    } catch (failed) {
+      setError(failureText(failed));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return { busy, error, setError, run };
+}
+
+/** A failure line under a form, announced to screen readers; nothing when there is none. */
+export function Alert(props: { text: string | null; testId?: string }) {
+  return props.text ? (
+    <p class="error" role="alert" data-testid={props.testId}>
+      {props.text}
+    </p>
+  ) : null;
+}
+
+/** The profiles of a category (live) and the one chosen for a test: the first that can run, at first. */
+export function useProfiles(category: Category) {
+  const profiles = (status.value?.profiles ?? []).filter((p) => p.category === category);
+  const [profileId, setProfileId] = useState('');
+  useEffect(() => {
+    if (!profileId && profiles[0]) setProfileId((profiles.find((p) => p.executable) ?? profiles[0]).id);
+  }, [profiles.length]);
+  return { profiles, profileId, setProfileId };
+}
+
+/** The profile a test runs: a test needs no publication, but a profile that cannot run says why. */
+export function ProfileSelect(props: { id: string; label: string; profiles: ProfileView[]; value: string; onChange: (id: string) => void }) {
+  return (
+    <div class="field">
+      <label for={props.id}>{props.label}</label>
+      <select id={props.id} value={props.value} onChange={(e) => props.onChange(e.currentTarget.value)}>
+        {props.profiles.length === 0 ? <option value="">none</option> : null}
+        {props.profiles.map((p) => (
+          <option key={p.id} value={p.id} disabled={!p.executable}>
+            {p.name}
+            {p.executable ? '' : ` (cannot run: ${p.blockers.join('; ')})`}
+          </option>
+        ))}
+      </select>
+      <small class="hint">Needs no publication.</small>
+    </div>
+  );
 }
 
 export function ActionButton(props: { onClick: () => Promise<unknown>; children: ComponentChildren; disabled?: boolean; kind?: 'primary' | 'danger' | 'plain'; label?: string }) {

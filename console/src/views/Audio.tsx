@@ -2,10 +2,10 @@
 // request; its errors and retry state as the service reports them, live. Below, the speech test
 // (the WAV played in the page) and the transcription test (a WAV file uploaded).
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import { ApiError, api, message, request } from '../api.js';
+import { api, request } from '../api.js';
 import { audioPolicy, notify, status } from '../state.js';
 import type { AudioPolicyView } from '../types.js';
-import { Badge, Section, attempt } from '../ui.js';
+import { Alert, Badge, ProfileSelect, Section, attempt, useProfiles, useSubmit } from '../ui.js';
 
 const MODES = [
   ['auto', 'Auto: loaded at the first job and kept loaded'],
@@ -78,60 +78,24 @@ function KindPolicy({ kind, view }: { kind: 'tts' | 'stt'; view: AudioPolicyView
   );
 }
 
-const failure = (error: unknown) => (error instanceof ApiError && error.code ? `${message(error)} (${error.status} ${error.code})` : message(error));
-
-function useProfiles(kind: 'tts' | 'stt') {
-  const profiles = (status.value?.profiles ?? []).filter((p) => p.category === kind);
-  const [profileId, setProfileId] = useState('');
-  useEffect(() => {
-    if (!profileId && profiles[0]) setProfileId((profiles.find((p) => p.executable) ?? profiles[0]).id);
-  }, [profiles.length]);
-  return { profiles, profileId, setProfileId };
-}
-
-function ProfileSelect(props: { id: string; label: string; profiles: ReturnType<typeof useProfiles>['profiles']; value: string; onChange: (id: string) => void }) {
-  return (
-    <div class="field">
-      <label for={props.id}>{props.label}</label>
-      <select id={props.id} value={props.value} onChange={(e) => props.onChange(e.currentTarget.value)}>
-        {props.profiles.length === 0 ? <option value="">none</option> : null}
-        {props.profiles.map((p) => (
-          <option key={p.id} value={p.id} disabled={!p.executable}>
-            {p.name}
-            {p.executable ? '' : ' (cannot run)'}
-          </option>
-        ))}
-      </select>
-      <small class="hint">Needs no publication.</small>
-    </div>
-  );
-}
-
 /** Speaks a text with a TTS profile (POST /api/v1/speech-tests) and plays the WAV in the page. */
 function SpeechTest() {
   const { profiles, profileId, setProfileId } = useProfiles('tts');
   const [text, setText] = useState('');
   const [language, setLanguage] = useState('English');
   const [audio, setAudio] = useState<{ url: string; bytes: number } | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, run } = useSubmit();
   useEffect(() => () => (audio ? URL.revokeObjectURL(audio.url) : undefined), [audio]);
   return (
     <Section title="Speech test">
       <form
-        onSubmit={async (event) => {
+        onSubmit={(event) => {
           event.preventDefault();
-          setBusy(true);
-          setError(null);
-          try {
+          void run(async () => {
             const response = await request('POST', '/api/v1/speech-tests', { profile_id: profileId, input: text, language });
             const blob = await response.blob();
             setAudio({ url: URL.createObjectURL(blob), bytes: blob.size });
-          } catch (failed) {
-            setError(failure(failed));
-          } finally {
-            setBusy(false);
-          }
+          });
         }}
       >
         <ProfileSelect id="speech-profile" label="TTS profile" profiles={profiles} value={profileId} onChange={setProfileId} />
@@ -147,11 +111,7 @@ function SpeechTest() {
         <button class="btn primary" type="submit" disabled={busy || !profileId || !text.trim()} aria-busy={busy}>
           Speak
         </button>
-        {error ? (
-          <p class="error" role="alert">
-            {error}
-          </p>
-        ) : null}
+        <Alert text={error} />
       </form>
       {audio ? (
         <div class="field">
@@ -169,29 +129,20 @@ function TranscriptionTest() {
   const [file, setFile] = useState<File | null>(null);
   const [language, setLanguage] = useState('');
   const [heard, setHeard] = useState<{ text: string; language: string } | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, run } = useSubmit();
   const fileUrl = useMemo(() => (file ? URL.createObjectURL(file) : null), [file]);
   useEffect(() => () => (fileUrl ? URL.revokeObjectURL(fileUrl) : undefined), [fileUrl]);
   return (
     <Section title="Transcription test">
       <form
-        onSubmit={async (event) => {
+        onSubmit={(event) => {
           event.preventDefault();
           if (!file) return;
-          setBusy(true);
-          setError(null);
           const form = new FormData();
           form.append('profile_id', profileId);
           if (language) form.append('language', language);
           form.append('file', file);
-          try {
-            setHeard(await api<{ text: string; language: string }>('POST', '/api/v1/transcription-tests', form));
-          } catch (failed) {
-            setError(failure(failed));
-          } finally {
-            setBusy(false);
-          }
+          void run(async () => setHeard(await api<{ text: string; language: string }>('POST', '/api/v1/transcription-tests', form)));
         }}
       >
         <ProfileSelect id="transcription-profile" label="STT profile" profiles={profiles} value={profileId} onChange={setProfileId} />
@@ -212,11 +163,7 @@ function TranscriptionTest() {
         <button class="btn primary" type="submit" disabled={busy || !profileId || !file} aria-busy={busy}>
           Transcribe
         </button>
-        {error ? (
-          <p class="error" role="alert">
-            {error}
-          </p>
-        ) : null}
+        <Alert text={error} />
       </form>
       {fileUrl ? <audio controls src={fileUrl} aria-label="The recording" /> : null}
       {heard ? (

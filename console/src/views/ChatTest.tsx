@@ -5,9 +5,9 @@
 import { signal } from '@preact/signals';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api } from '../api.js';
-import { chatTest, notify, session, status } from '../state.js';
+import { chatTest, notify, session } from '../state.js';
 import type { ChatTestJob } from '../types.js';
-import { ActionButton, Facts, Section, attempt, duration } from '../ui.js';
+import { ActionButton, Facts, ProfileSelect, Section, attempt, duration, useProfiles } from '../ui.js';
 
 interface Message {
   role: 'system' | 'user' | 'assistant';
@@ -44,8 +44,7 @@ function Measurements({ job }: { job: ChatTestJob }) {
 }
 
 export function ChatTest() {
-  const profiles = (status.value?.profiles ?? []).filter((p) => p.category === 'chat');
-  const [profileId, setProfileId] = useState<string>('');
+  const { profiles, profileId, setProfileId } = useProfiles('chat');
   const [text, setText] = useState('');
   const [system, setSystem] = useState('');
   const [maxTokens, setMaxTokens] = useState(256);
@@ -53,10 +52,6 @@ export function ChatTest() {
   const ours = job && job.id === pending.value?.jobId ? job : null;
   const running = job !== null && !ENDED.has(job.phase);
   const answerRef = useRef<HTMLDivElement>(null);
-
-  useEffect(() => {
-    if (!profileId && profiles[0]) setProfileId((profiles.find((p) => p.executable) ?? profiles[0]).id);
-  }, [profiles.length]);
 
   // A test that ended joins the conversation once: the question with its answer (a cancelled
   // answer as far as it came). A failed test, or one cancelled before any token, leaves the
@@ -160,19 +155,7 @@ export function ChatTest() {
         </form>
       </Section>
       <Section title="Settings and measurements">
-        <div class="field">
-          <label for="chat-profile">Chat profile</label>
-          <select id="chat-profile" value={profileId} onChange={(e) => setProfileId(e.currentTarget.value)}>
-            {profiles.length === 0 ? <option value="">no chat profile</option> : null}
-            {profiles.map((p) => (
-              <option key={p.id} value={p.id} disabled={!p.executable}>
-                {p.name}
-                {p.executable ? '' : ' (cannot run)'}
-              </option>
-            ))}
-          </select>
-          <small class="hint">Needs no publication.</small>
-        </div>
+        <ProfileSelect id="chat-profile" label="Chat profile" profiles={profiles} value={profileId} onChange={setProfileId} />
         <div class="field">
           <label for="chat-system">System message (optional)</label>
           <textarea id="chat-system" rows={2} value={system} onInput={(e) => setSystem(e.currentTarget.value)} />

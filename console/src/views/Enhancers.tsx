@@ -5,7 +5,7 @@ import type { ComponentChildren } from 'preact';
 import { api } from '../api.js';
 import { enhancers, notify, status } from '../state.js';
 import type { InstallView, ProfileView } from '../types.js';
-import { ActionButton, Badge, Facts, Section, Table, attempt, bytes } from '../ui.js';
+import { Alert, ActionButton, Badge, Facts, Section, Table, attempt, bytes } from '../ui.js';
 
 const TASKS = [
   ['t2i', 'Text to image'],
@@ -29,11 +29,7 @@ function Install({ task, title, view, busy }: { task: 't2i' | 'i2i'; title: stri
       {view.bytes_total ? (
         <progress max={view.bytes_total} value={view.bytes_done} aria-label={`${title}: downloaded`} />
       ) : null}
-      {view.error ? (
-        <p class="error" role="alert">
-          {view.error}
-        </p>
-      ) : null}
+      <Alert text={view.error} />
       <div class="form-actions">
         <ActionButton kind="primary" disabled={installing || busy || view.state === 'installed'} onClick={() => attempt('Install', () => api('POST', '/api/v1/prompt-enhancers/install', { task }))}>
           {view.state === 'failed' && view.bytes_done > 0 ? 'Resume install' : 'Install'}

@@ -2,25 +2,20 @@
 // a busy reservation is a 409 `image_busy` shown at once (the API would wait). Progress comes as
 // the image process prints its steps; the finished PNG, stripped of its metadata, is shown.
 import { useEffect, useState } from 'preact/hooks';
-import { ApiError, api, message } from '../api.js';
-import { imageTest, status } from '../state.js';
+import { api, message } from '../api.js';
+import { imageTest } from '../state.js';
 import type { ImageTestJob } from '../types.js';
-import { ActionButton, Facts, Section, attempt, duration } from '../ui.js';
+import { ActionButton, Alert, Facts, ProfileSelect, Section, attempt, duration, failureText, useProfiles } from '../ui.js';
 
 const ENDED = new Set(['done', 'cancelled', 'failed']);
 
 export function ImageTest() {
-  const profiles = (status.value?.profiles ?? []).filter((p) => p.category === 'image');
-  const [profileId, setProfileId] = useState('');
+  const { profiles, profileId, setProfileId } = useProfiles('image');
   const [prompt, setPrompt] = useState('');
   const [refusal, setRefusal] = useState<string | null>(null);
   const [picture, setPicture] = useState<{ id: string; src: string } | null>(null);
   const job = imageTest.value;
   const running = job !== null && !ENDED.has(job.phase);
-
-  useEffect(() => {
-    if (!profileId && profiles[0]) setProfileId((profiles.find((p) => p.executable) ?? profiles[0]).id);
-  }, [profiles.length]);
 
   // The event stream leaves the image out; it is fetched once when the job is done.
   useEffect(() => {
@@ -40,7 +35,7 @@ export function ImageTest() {
       // The event stream may already have brought a later state of this job.
       if (imageTest.value?.id !== started.id) imageTest.value = started;
     } catch (error) {
-      setRefusal(error instanceof ApiError && error.code ? `${message(error)} (${error.status} ${error.code})` : message(error));
+      setRefusal(failureText(error));
     }
   }
 
@@ -54,18 +49,7 @@ export function ImageTest() {
             void start();
           }}
         >
-          <div class="field">
-            <label for="image-profile">Image profile</label>
-            <select id="image-profile" value={profileId} onChange={(e) => setProfileId(e.currentTarget.value)}>
-              {profiles.length === 0 ? <option value="">no image profile</option> : null}
-              {profiles.map((p) => (
-                <option key={p.id} value={p.id} disabled={!p.executable}>
-                  {p.name}
-                  {p.executable ? '' : ` (cannot run: ${p.blockers.join('; ')})`}
-                </option>
-              ))}
-            </select>
-          </div>
+          <ProfileSelect id="image-profile" label="Image profile" profiles={profiles} value={profileId} onChange={setProfileId} />
           <div class="field">
             <label for="image-prompt">Prompt</label>
             <textarea id="image-prompt" rows={4} required value={prompt} onInput={(e) => setPrompt(e.currentTarget.value)} />
@@ -78,11 +62,7 @@ export function ImageTest() {
               Cancel
             </ActionButton>
           </div>
-          {refusal ? (
-            <p class="error" role="alert" data-testid="image-refusal">
-              {refusal}
-            </p>
-          ) : null}
+          <Alert text={refusal} testId="image-refusal" />
         </form>
       </Section>
       <Section title="Result">

@@ -6,7 +6,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { ApiError, api, message } from '../api.js';
 import { notify, status } from '../state.js';
 import type { Category, ProfileView } from '../types.js';
-import { ActionButton, Badge, Section, Table, attempt } from '../ui.js';
+import { Alert, ActionButton, Badge, Section, Table, attempt } from '../ui.js';
 import { htmlPattern } from '../pattern.js';
 import { SchemaFields, type JsonSchema, type Values } from './schemaForm.js';
 
@@ -107,11 +107,7 @@ function ProfileForm(props: { schemas: Schemas; draft: Draft; onDone: (saved: Pr
         ) : null}
       </div>
       <SchemaFields schema={schema} values={draft.params} errors={errors} path="params" onChange={(params) => setDraft({ ...draft, params })} />
-      {errors.form ? (
-        <p class="error" role="alert">
-          {errors.form}
-        </p>
-      ) : null}
+      <Alert text={errors.form ?? null} />
       {conflict ? (
         <div class="conflict" role="alert">
           <p>

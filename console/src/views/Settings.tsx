@@ -5,7 +5,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { HostView } from '../../../src/system/console.types.js';
 import { ApiError, api, message, setCsrfToken } from '../api.js';
 import { notify } from '../state.js';
-import { ActionButton, Facts, Section, attempt, bytes, clock } from '../ui.js';
+import { Alert, ActionButton, Facts, Section, attempt, bytes, clock } from '../ui.js';
 
 function PasswordChange() {
   const [current, setCurrent] = useState('');
@@ -47,11 +47,7 @@ function PasswordChange() {
           <label for="pw-repeat">New password again</label>
           <input id="pw-repeat" type="password" autocomplete="new-password" minLength={8} required value={repeat} onInput={(e) => setRepeat(e.currentTarget.value)} />
         </div>
-        {error ? (
-          <p class="error" role="alert">
-            {error}
-          </p>
-        ) : null}
+        <Alert text={error} />
         <button class="btn primary" type="submit">
           Change password
         </button>

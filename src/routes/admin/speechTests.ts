@@ -9,14 +9,13 @@ import fastifyMultipart from '@fastify/multipart';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { TRANSCRIPTION_WAV } from '../../adapters/wav.js';
-import { STT_LANGUAGE_CHOICES, type SttLanguage } from '../../store/profile.schema.js';
 import type { Service } from '../../workers/service.js';
 import { recordingOf, speak, transcribe, transcriptionLanguage } from '../../workers/speechJobs.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
 import { errors } from '../../errors.js';
 import { speechJob, speechRequestSchema } from '../inference/speech.js';
-import { readFile } from '../inference/transcriptions.js';
+import { noFile, readRecordingForm, requestedLanguage } from '../inference/transcriptions.js';
 import { testProfile } from './testProfile.js';
 
 const speechTestBody = speechRequestSchema.omit({ model: true, response_format: true }).extend({ profile_id: z.string().min(1).max(100) });
@@ -34,26 +33,12 @@ export const adminSpeechTestRoutes: FastifyPluginAsync<{ service: Service }> = a
   });
 
   app.post('/api/v1/transcription-tests', async (request, reply) => {
-    if (!request.isMultipart()) throw errors.mediaType('Send the recording as multipart/form-data (fields profile_id, file, language).');
-    const fields: Record<string, string> = {};
-    let file: Buffer | undefined;
-    for await (const part of request.parts()) {
-      if (part.type === 'file') {
-        if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
-        file = await readFile(part);
-      } else if (part.fieldname === 'profile_id' || part.fieldname === 'language') {
-        fields[part.fieldname] = String(part.value);
-      } else {
-        throw errors.unknownParameter(part.fieldname);
-      }
-    }
+    const { fields, file } = await readRecordingForm(request, ['profile_id', 'language']);
     if (!fields.profile_id) throw errors.invalidValue('profile_id', "The field 'profile_id' is required: an STT profile.");
-    if (fields.language !== undefined && !STT_LANGUAGE_CHOICES.includes(fields.language as SttLanguage)) {
-      throw errors.invalidValue('language', `language must be de, en or auto, not ${JSON.stringify(fields.language)}.`);
-    }
-    if (!file) throw errors.invalidValue('file', "The field 'file' is required: a PCM16 WAV recording, mono, 16 kHz.");
+    const requested = requestedLanguage(fields.language);
+    if (!file) throw noFile();
     const profile = await testProfile(service, fields.profile_id, 'stt');
-    const language = transcriptionLanguage(profile, fields.language as SttLanguage | undefined);
+    const language = transcriptionLanguage(profile, requested);
     const text = await transcribe(service, profile, recordingOf(file), language, 'test', clientGone(reply));
     return { text, language };
   });

@@ -6,7 +6,7 @@
 // which rule failed. The job goes through the scheduler (one STT job at a time) to the STT worker
 // on the CPU, which stays loaded for further recordings. The answer is `{ "text": string }`.
 import type { MultipartFile } from '@fastify/multipart';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { TRANSCRIPTION_WAV } from '../../adapters/wav.js';
 import type { Service } from '../../workers/service.js';
 import { recordingOf, transcribe, transcriptionLanguage } from '../../workers/speechJobs.js';
@@ -26,7 +26,7 @@ const REFUSED: Record<string, string> = {
 };
 
 /** The uploaded file's bytes; over 8 MiB is a 413 naming the limit. */
-export const readFile = async (part: MultipartFile): Promise<Buffer> => {
+const readFile = async (part: MultipartFile): Promise<Buffer> => {
   const chunks: Buffer[] = [];
   for await (const chunk of part.file) chunks.push(chunk as Buffer);
   if (part.file.truncated) {
@@ -35,37 +35,54 @@ export const readFile = async (part: MultipartFile): Promise<Buffer> => {
   return Buffer.concat(chunks);
 };
 
+export const noFile = () => errors.invalidValue('file', "The field 'file' is required: a PCM16 WAV recording, mono, 16 kHz.");
+
+/**
+ * Reads a multipart recording form: at most one file, in the field `file`, and the `accepted`
+ * text fields; a field of `refused` is a 400 with its rule, any other an unknown parameter.
+ */
+export async function readRecordingForm(request: FastifyRequest, accepted: readonly string[], refused: Record<string, string> = {}) {
+  if (!request.isMultipart()) throw errors.mediaType(`Send the recording as multipart/form-data (fields ${[...accepted, 'file'].join(', ')}).`);
+  const fields: Record<string, string> = {};
+  let file: Buffer | undefined;
+  for await (const part of request.parts()) {
+    if (part.type === 'file') {
+      if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
+      if (file) throw errors.invalidValue('file', 'Send exactly one file.');
+      file = await readFile(part);
+      continue;
+    }
+    const rule = refused[part.fieldname];
+    if (rule) throw errors.invalidValue(part.fieldname.replace(/\[\]$/, ''), `Not accepted: ${rule}.`);
+    if (!accepted.includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
+    fields[part.fieldname] = String(part.value);
+  }
+  return { fields, file };
+}
+
+/** The language a form names (de, en, auto), or undefined when it names none. */
+export function requestedLanguage(value: string | undefined): SttLanguage | undefined {
+  if (value !== undefined && !STT_LANGUAGE_CHOICES.includes(value as SttLanguage)) {
+    throw errors.invalidValue('language', `language must be de, en or auto, not ${JSON.stringify(value)}.`);
+  }
+  return value as SttLanguage | undefined;
+}
+
 export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = async (app, { service }) => {
   app.post('/v1/audio/transcriptions', async (request, reply) => {
     const signal = clientGone(reply);
-    if (!request.isMultipart()) throw errors.mediaType('Send the recording as multipart/form-data (fields model, file, language, response_format).');
-    const fields: Record<string, string> = {};
-    let file: Buffer | undefined;
-    for await (const part of request.parts()) {
-      if (part.type === 'file') {
-        if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
-        if (file) throw errors.invalidValue('file', 'Send exactly one file.');
-        file = await readFile(part);
-        continue;
-      }
-      const refused = REFUSED[part.fieldname];
-      if (refused) throw errors.invalidValue(part.fieldname.replace(/\[\]$/, ''), `Not accepted: ${refused}.`);
-      if (!['model', 'language', 'response_format'].includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
-      fields[part.fieldname] = String(part.value);
-    }
+    const { fields, file } = await readRecordingForm(request, ['model', 'language', 'response_format'], REFUSED);
 
     const model = fields.model;
     if (!model) throw errors.invalidValue('model', "The field 'model' is required: the API name of a published STT profile.");
     const format = fields.response_format ?? 'json';
     if (format !== 'json') throw errors.invalidValue('response_format', `Only response_format json is supported, not ${JSON.stringify(format)}.`);
-    if (fields.language !== undefined && !STT_LANGUAGE_CHOICES.includes(fields.language as SttLanguage)) {
-      throw errors.invalidValue('language', `language must be de, en or auto, not ${JSON.stringify(fields.language)}.`);
-    }
-    if (!file) throw errors.invalidValue('file', "The field 'file' is required: a PCM16 WAV recording, mono, 16 kHz.");
+    const requested = requestedLanguage(fields.language);
+    if (!file) throw noFile();
 
     const profile = (await service.catalog.resolve('stt', model)) as SttProfile | undefined;
     if (!profile) throw errors.modelNotFound(model);
-    const language = transcriptionLanguage(profile, fields.language as SttLanguage | undefined);
+    const language = transcriptionLanguage(profile, requested);
     const text = await transcribe(service, profile, recordingOf(file), language, 'api', signal);
     return { text };
   });
