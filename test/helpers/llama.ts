@@ -1,9 +1,11 @@
 // The real llama-server and llama-fit-params that scripts/build-llama.sh built (the test script
-// runs it during set-up) and a tiny generated GGUF model, for the tests that run the real programs.
+// runs it during set-up), a tiny generated GGUF model and a tiny vision projector for it, for the
+// tests that run the real programs.
 import { access, constants } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { writeTinyModel, type TinyModelOptions } from '../../src/adapters/tinyModel.js';
+import { writeTinyProjector, type TinyProjectorOptions } from '../../src/adapters/tinyProjector.js';
 
 /** The cache folder as the service finds it: SERVICE_DECK_CACHE_DIR, else XDG_CACHE_HOME or ~/.cache, then service-deck. */
 export function serviceCacheDir(): string {
@@ -34,4 +36,9 @@ export function llamaFitParamsPath(): Promise<string> {
 /** Writes a tiny chat model into `dir` and returns its path. */
 export function tinyModelIn(dir: string, name = 'tiny.gguf', options: TinyModelOptions = {}): Promise<string> {
   return writeTinyModel(path.join(dir, name), options);
+}
+
+/** Writes a tiny vision projector (`--mmproj`) for the tiny chat model into `dir` and returns its path. */
+export function tinyProjectorIn(dir: string, name = 'tiny-mmproj.gguf', options: TinyProjectorOptions = {}): Promise<string> {
+  return writeTinyProjector(path.join(dir, name), options);
 }
