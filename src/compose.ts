@@ -10,6 +10,7 @@ import { waitFor } from 'xstate';
 import { TAGS } from '../machines/ids.js';
 import { audioPolicyMachine } from '../machines/audioPolicy/index.js';
 import { chatWorkerMachine } from '../machines/chatWorker/index.js';
+import { enhancerWorkerMachine } from '../machines/enhancerWorker/index.js';
 import { imageWorkerMachine } from '../machines/imageWorker/index.js';
 import { listenerMachine } from '../machines/listener/index.js';
 import { expiryTimer, queueMachine } from '../machines/queue/index.js';
@@ -46,6 +47,8 @@ import { ChatWorker } from './workers/chat.js';
 import { CHAT_LIMITS, type ChatLimits } from './workers/chatRequest.js';
 import { ChatTests } from './workers/chatTests.js';
 import { CONSOLE_FEED_TIMING, ConsoleFeed, type ConsoleFeedTiming } from './workers/consoleFeed.js';
+import { EnhancerWorker } from './workers/enhancer.js';
+import { EnhancerPreviews } from './workers/enhancerPreviews.js';
 import { ImageWorker } from './workers/image.js';
 import { ImageTests } from './workers/imageTests.js';
 import { sweepWorkerProcesses } from './workers/leftovers.js';
@@ -104,13 +107,14 @@ async function openStores(config: Config) {
   return { endpoint, secrets: opened.store, generatedToken: opened.generatedToken, profiles, audioPolicy };
 }
 
-/** The four worker adapters, each with its machine started and registered with the worker hooks. */
+/** The worker adapters (chat, STT, TTS, image and the prompt enhancer), each with its machine started and registered with the worker hooks. */
 function createWorkers(deps: WorkerDeps & { runtimeDir: string }, imageLimits: StartOptions['imageLimits']) {
   const tts = new TtsWorker(deps);
   const image = new ImageWorker({ ...deps, ...imageLimits });
   const stt = new SttWorker(deps);
   const chat = new ChatWorker(deps);
-  return { chat, stt, tts, image };
+  const enhancer = new EnhancerWorker(deps);
+  return { chat, stt, tts, image, enhancer };
 }
 
 /**
@@ -160,6 +164,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     expiryTimer,
     chatWorkerMachine,
     imageWorkerMachine,
+    enhancerWorkerMachine,
     sttWorkerMachine,
     ttsWorkerMachine,
     audioPolicyMachine,
@@ -176,7 +181,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   const listenerRef = () => listenerOf(supervisor) as ListenerActor;
   const scheduler = new Scheduler(supervisor);
   const builds = new BuildWatcher({ supervisor, lookup, log, pollMs: config.buildPollMs });
-  const { chat, stt, tts, image } = createWorkers(
+  const { chat, stt, tts, image, enhancer } = createWorkers(
     { supervisor, workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime'), inspect },
     options.imageLimits,
   );
@@ -199,6 +204,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   let stopSince = (): string | null => null;
   let chatTests: ChatTests | undefined;
   let imageTests: ImageTests | undefined;
+  let enhancerPreviews: EnhancerPreviews | undefined;
   let consoleFeed: ConsoleFeed | undefined;
   let shuttingDown: Promise<void> | undefined;
 
@@ -220,9 +226,14 @@ export async function startService(config: Config, options: StartOptions): Promi
     stt,
     tts,
     image,
+    enhancer,
     get imageTests() {
       imageTests ??= new ImageTests(service);
       return imageTests;
+    },
+    get enhancerPreviews() {
+      enhancerPreviews ??= new EnhancerPreviews(service);
+      return enhancerPreviews;
     },
     audio,
     chatLimits: options.chatLimits ?? CHAT_LIMITS,
@@ -274,7 +285,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         await enhancers.stop();
         builds.stop();
         supervisor.stop();
-        for (const worker of [chat, stt, tts, image]) worker.stop();
+        for (const worker of [chat, stt, tts, image, enhancer]) worker.stop();
         await endpoint.flushed();
         await closeAdmin(admin);
         await inspection.close();

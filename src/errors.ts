@@ -56,5 +56,6 @@ export const errors = {
     new ApiError(429, 'rate_limit_error', code, message, null, { 'retry-after': String(retryAfterSeconds) }),
   unavailable: (code: string, message: string) => new ApiError(503, 'server_error', code, message),
   workerFailed: (message: string) => new ApiError(502, 'server_error', 'worker_failed', message),
+  enhancerFailed: (message: string) => new ApiError(502, 'server_error', 'enhancer_failed', message),
   internal: () => new ApiError(500, 'server_error', 'internal_error', 'The server failed to answer; see its log.'),
 } as const;

@@ -82,6 +82,14 @@ export interface StartFacts {
   gpuReserveMiB: Record<string, number>;
   ram: { availableMiB: number; reserveMiB: number; limitedBy: string };
   demand: StartDemand;
+  /**
+   * image with an enhancer step (4.7): the enhancer model as a chat start of one slot on every GPU,
+   * without a fixed split (the build's fit, CPU offload for what does not fit). It runs before the
+   * image worker, never beside it, so each is checked against the same room.
+   */
+  enhancer?: Extract<StartDemand, { kind: 'chat' }>;
+  /** Why the enhancer's demand could not be read (its model is no readable GGUF): the job fails with enhancer_failed. */
+  enhancerProblem?: string;
 }
 
 export interface CheckInput {
@@ -369,6 +377,13 @@ export function decideStart(facts: StartFacts, input: CheckInput): StartVerdict 
       return { verdict: 'unload-first', kinds: [...input.idle], message: `${why}; it fits once the idle ${input.idle.join(' and ')} worker is unloaded` };
     }
   }
-  if (first.ok) return { verdict: 'start', plan: first.plan };
-  return { verdict: 'refuse', code: first.code, message: `${first.message} (a forecast from the model's metadata and the probe, not a proof)` };
+  const forecastNote = " (a forecast from the model's metadata and the probe, not a proof)";
+  if (!first.ok) return { verdict: 'refuse', code: first.code, message: `${first.message}${forecastNote}` };
+  if (facts.enhancerProblem !== undefined) return { verdict: 'refuse', code: 'enhancer_failed', message: `the prompt enhancer cannot start: ${facts.enhancerProblem}` };
+  if (!facts.enhancer) return { verdict: 'start', plan: first.plan };
+  const room = roomFor(facts, input, []);
+  const foreign = facts.gpus.flatMap((g) => foreignPids(g, workers));
+  const enhancer = chatAttempt(facts, facts.enhancer, room, foreign);
+  if (!enhancer.ok) return { verdict: 'refuse', code: enhancer.code, message: `the prompt enhancer cannot start: ${enhancer.message}${forecastNote}` };
+  return { verdict: 'start', plan: { ...first.plan, enhancer: enhancer.plan } };
 }

@@ -16,6 +16,8 @@
 //   the memory check's question (fit.ts), asked before every worker start, one start at a time.
 // - One STT job at a time (3.5, 4.6); one TTS job at a time on its one worker.
 // - The GUI image test reports a conflict instead of waiting (3.3, 7).
+// - The prompt enhancer (4.7) runs inside an image job's reservation, before its image: it holds
+//   chat and TTS off like the image worker, and is unloaded once its job has its answer or ended.
 // - Audio memory policy (3.6): `auto` and `warm` keep a speech worker loaded after its job;
 //   `per_request` unloads it after each request. A warm preload waits behind every job that needs
 //   its worker and holds up none: a TTS preload waits while an image job waits or runs ("TTS
@@ -66,6 +68,11 @@ export function preloadsOn(jobs: Record<string, JobRecord>, kind: WorkerKind): s
   return Object.entries(jobs).flatMap(([id, job]) => (job.phase === 'running' && job.worker === kind && job.spec.source === 'preload' ? [id] : []));
 }
 
+/** Whether a running image job still holds the enhancer start `generation`. */
+export function enhancerHeld(jobs: Record<string, JobRecord>, generation: number): boolean {
+  return Object.values(jobs).some((job) => job.phase === 'running' && job.steps?.enhancer === generation);
+}
+
 /** What a waiting request may need that a preload of this kind steps aside for: a GPU TTS worker competes with chat and images for memory. */
 const PRELOAD_YIELDS: Record<'tts' | 'stt', readonly string[]> = { tts: ['tts', 'llm', 'image'], stt: ['stt'] };
 
@@ -86,11 +93,11 @@ export function admit(view: PlanView, job: JobSpec): Admission {
 
   if (job.kind === 'image') {
     if (runningOn(jobs, 'chat') + runningOn(jobs, 'tts') + running > 0) return BUSY;
-    const unload = (['chat', 'tts', 'image'] as const).filter((k) => loadedOrLoading(workers[k])).map((kind) => ({ kind, reason: 'an image job needs every GPU' }));
+    const unload = (['chat', 'tts', 'image', 'enhancer'] as const).filter((k) => loadedOrLoading(workers[k])).map((kind) => ({ kind, reason: 'an image job needs every GPU' }));
     if (unload.length > 0) return { type: 'wait', busy: false, unload };
     return anyUnloading ? FREEING : { type: 'start' };
   }
-  if ((job.kind === 'chat' || job.kind === 'tts') && (runningOn(jobs, 'image') > 0 || workers.image.state !== 'unloaded')) return BUSY;
+  if ((job.kind === 'chat' || job.kind === 'tts') && (runningOn(jobs, 'image') > 0 || workers.image.state !== 'unloaded' || workers.enhancer.state !== 'unloaded')) return BUSY;
   if (worker.state === 'unloading') return FREEING;
   // Memory is in flux while our own workers unload: the check waits until they are gone.
   if (worker.state === 'unloaded') return anyUnloading ? FREEING : { type: 'start' };
@@ -120,7 +127,10 @@ export function plan(view: PlanView): Step[] {
   for (const w of Object.values(view.workers)) {
     if (!loadedOrLoading(w) || runningOn(jobs, w.kind) > 0) continue;
     if (w.stale) unload(w.kind, w.stale);
-    else if (w.kind === 'image') unload(w.kind, 'the image is done: one image process per image');
+    else if (w.kind === 'enhancer') {
+      // The enhancer lives only inside its image job's reservation (4.7).
+      if (!enhancerHeld(jobs, w.generation)) unload(w.kind, 'its image job ended: the enhancer is not kept loaded');
+    } else if (w.kind === 'image') unload(w.kind, 'the image is done: one image process per image');
     else if ((w.kind === 'tts' || w.kind === 'stt') && view.audio[w.kind] === 'per_request') {
       unload(w.kind, 'audio memory policy per_request: unloaded after its request');
     }

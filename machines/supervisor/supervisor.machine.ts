@@ -25,6 +25,8 @@ import { supervisorActors } from './supervisor.actors.js';
 import type {
   DenialCode,
   JobRecord,
+  JobSpec,
+  StartPlan,
   RevocationCode,
   SupervisorContext,
   SupervisorEmitted,
@@ -45,7 +47,7 @@ export function emptyWorker(kind: WorkerKind, last: string | null = null): Worke
   return { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: null, last };
 }
 
-const DENIALS: Record<Exclude<DenialCode, 'resources_busy' | 'insufficient_memory' | 'image_busy' | 'start_check_failed'>, (c: SupervisorContext) => string> = {
+const DENIALS: Record<Exclude<DenialCode, 'resources_busy' | 'insufficient_memory' | 'image_busy' | 'start_check_failed' | 'enhancer_failed'>, (c: SupervisorContext) => string> = {
   queue_full: (c) => `The queue is full: ${c.limits.maxWaiting} requests are waiting. Retry later.`,
   queue_timeout: (c) => `The request waited ${c.limits.maxWaitMs / 1000} seconds in the queue without getting its turn.`,
   profile_changed: () => 'The profile changed or was unpublished while the request waited; send it again.',
@@ -76,6 +78,12 @@ function revoke(enqueue: Enqueue, jobs: Record<string, JobRecord>, select: (job:
 function revokePreloads(enqueue: Enqueue, jobs: Record<string, JobRecord>, kind: WorkerKind, reason: string) {
   const ids = new Set(preloadsOn(jobs, kind));
   if (ids.size > 0) revoke(enqueue, jobs, (job) => ids.has(job.spec.id), 'resources_busy', `the preload gave way: ${reason}`);
+}
+
+/** The record of a worker start the supervisor just granted. */
+function loadingWorker(kind: WorkerKind, generation: number, spec: JobSpec, plan: StartPlan): WorkerRecord {
+  const slots = kind === 'enhancer' ? 1 : spec.slots;
+  return { kind, state: 'loading', generation, profileId: spec.profileId, revision: spec.revision, slots, pid: null, plan, stale: null, last: null };
 }
 
 function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kind: WorkerKind, reason: string) {
@@ -273,6 +281,17 @@ export const supervisorMachine = setup({
       enqueue.assign({ workers, jobs });
       enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: OK });
     }),
+    /** The enhancer of an image job answered: it ends now, and the job's image start is due (4.7). */
+    enhancerDone: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'enhancer.done') return;
+      const job = context.jobs[event.jobId];
+      if (!job?.steps || job.phase !== 'running') return;
+      const workers = { ...context.workers };
+      if (workers.enhancer.generation === job.steps.enhancer) unload(enqueue, workers, 'enhancer', 'the enhancer answered: it ends before the image worker starts');
+      const image = job.steps.image;
+      if (image) workers.image = loadingWorker('image', image.generation, job.spec, image.plan);
+      enqueue.assign({ workers, jobs: { ...context.jobs, [event.jobId]: { ...job, steps: { ...job.steps, image: null } } } });
+    }),
     unloadAll: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'workers.unloadAll') return;
       const workers = { ...context.workers };
@@ -364,22 +383,22 @@ export const supervisorMachine = setup({
       }
       const { spec } = job;
       const gpus = spec.kind === 'image' ? params.facts.gpus.map((g) => g.uuid) : verdict.plan.gpus;
-      const generation = context.starts + 1;
-      workers[spec.kind] = {
-        kind: spec.kind,
-        state: 'loading',
-        generation,
-        profileId: spec.profileId,
-        revision: spec.revision,
-        slots: spec.slots,
-        pid: null,
-        plan: verdict.plan,
-        stale: null,
-        last: null,
-      };
-      jobs[jobId] = { ...job, phase: 'running', worker: spec.kind, gpus };
+      const enhancer = spec.kind === 'image' && spec.enhancer ? verdict.plan.enhancer : undefined;
+      // image | enhancer on: the enhancer starts first, under the same reservation; the image
+      // start's generation is taken now and given to the image worker once the enhancer answered.
+      const first = context.starts + 1;
+      const generation = enhancer ? first + 1 : first;
+      if (enhancer) {
+        workers.enhancer = loadingWorker('enhancer', first, spec, enhancer);
+        const image = spec.enhancer?.image ? { generation, plan: verdict.plan } : null;
+        jobs[jobId] = { ...job, phase: 'running', worker: spec.kind, gpus, steps: { enhancer: first, image } };
+      } else {
+        workers[spec.kind] = loadingWorker(spec.kind, generation, spec, verdict.plan);
+        jobs[jobId] = { ...job, phase: 'running', worker: spec.kind, gpus };
+      }
       toQueue(enqueue, { type: 'job.dispatch', jobId });
-      enqueue.emit({ type: 'gpu.granted', jobId, worker: spec.kind, generation, start: verdict.plan, gpus });
+      const granted = { type: 'gpu.granted', jobId, worker: spec.kind, generation, start: verdict.plan, gpus } as const;
+      enqueue.emit(enhancer ? { ...granted, enhancer: { generation: first, plan: enhancer } } : granted);
       enqueue.assign({ jobs, workers, starts: generation, waiting: context.waiting.filter((id) => id !== jobId) });
     }),
     checkFailed: enqueueActions(({ context, event, enqueue }) => {
@@ -398,7 +417,7 @@ export const supervisorMachine = setup({
   context: ({ input }) => ({
     jobs: {},
     waiting: [],
-    workers: { chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt') },
+    workers: { chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt'), enhancer: emptyWorker('enhancer') },
     checking: null,
     checkRunning: null,
     starts: 0,
@@ -487,6 +506,11 @@ export const supervisorMachine = setup({
         'audio.mode': {
           actions: ['audioMode', 'schedule'],
           description: 'audio memory policy (3.6): auto keeps a speech worker loaded after its job, per_request unloads it after each request',
+        },
+        'enhancer.done': {
+          actions: ['enhancerDone'],
+          description:
+            'image | enhancer answered | the job holds every GPU | enhancer unloaded, image worker started: the enhancer ends before the image worker starts, and nothing else slips in between',
         },
         'workers.unloadAll': {
           actions: ['unloadAll', 'replyUnloadWaiters'],

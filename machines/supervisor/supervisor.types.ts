@@ -5,9 +5,26 @@ import type { JobSource, QueueInput } from '../queue/index.js';
 import type { AudioKind, AudioMode } from '../../src/store/audioPolicy.record.js';
 
 export type JobKind = 'chat' | 'image' | 'tts' | 'stt';
-/** One worker of each kind exists at a time; its kind names it. */
-export type WorkerKind = JobKind;
-export const WORKER_KINDS: readonly WorkerKind[] = ['chat', 'image', 'tts', 'stt'];
+/**
+ * One worker of each kind exists at a time; its kind names it. The prompt enhancer (spec 4.7) is a
+ * worker without jobs of its own: it runs inside an image job's reservation, before its image.
+ */
+export type WorkerKind = JobKind | 'enhancer';
+export const WORKER_KINDS: readonly WorkerKind[] = ['chat', 'image', 'tts', 'stt', 'enhancer'];
+
+/**
+ * The prompt enhancer step of an image job (spec 4.7): which installed model rewrites the prompt
+ * before the image worker starts (`image: true`), or only answers a preview (`image: false`).
+ */
+export interface EnhancerStep {
+  task: 't2i' | 'i2i';
+  /** The installed GGUF files: the language model, and the projector for reference images. */
+  model: string;
+  mmproj: string | null;
+  context: number;
+  /** Whether an image follows under the same reservation (false: the console's preview). */
+  image: boolean;
+}
 
 /** A request for a reservation: what the route (or an admin test) took from its profile snapshot. */
 export interface JobSpec {
@@ -28,6 +45,8 @@ export interface JobSpec {
   profile: unknown;
   /** When the route submitted it (the adapter's clock), for the waited time in diagnostics. */
   at: number;
+  /** image: the prompt enhancer runs first under the same reservation (spec 4.7). */
+  enhancer?: EnhancerStep | null;
 }
 
 export type WorkerState = 'unloaded' | 'loading' | 'loaded' | 'unloading';
@@ -68,6 +87,8 @@ export interface StartPlan {
    * null where it is not asked (CPU only, a fixed split, other workers).
    */
   fitTool: 'used' | 'not_installed' | null;
+  /** image with an enhancer step: where the enhancer runs first (the build's fit over every GPU, CPU offload for the rest). */
+  enhancer?: StartPlan;
 }
 
 export interface WorkerRecord {
@@ -103,6 +124,11 @@ export interface JobRecord {
   worker: WorkerKind | null;
   /** The GPUs its reservation covers while running. */
   gpus: string[];
+  /**
+   * image with an enhancer step: the enhancer start it holds, and the image start that follows once
+   * the enhancer has answered (`enhancer.done`); null otherwise.
+   */
+  steps?: { enhancer: number; image: { generation: number; plan: StartPlan } | null } | null;
 }
 
 /** A GPU as the probe last saw it, with its compute processes. */
@@ -121,7 +147,9 @@ export type DenialCode =
   | 'resources_busy'
   | 'insufficient_memory'
   | 'image_busy'
-  | 'start_check_failed';
+  | 'start_check_failed'
+  /** The image job's prompt enhancer cannot start (its model cannot be read): 502 enhancer_failed (4.7). */
+  | 'enhancer_failed';
 
 /** `runtime_missing`: the worker's program was gone when its start ran (removed after the catalog's check). */
 export type RevocationCode = 'resources_busy' | 'worker_failed' | 'endpoint_stopped' | 'runtime_missing';
@@ -129,7 +157,7 @@ export type RevocationCode = 'resources_busy' | 'worker_failed' | 'endpoint_stop
 /** The outcome of one start check: the facts the adapters gathered, judged by `decideStart`. */
 export type StartVerdict =
   | { verdict: 'start'; plan: StartPlan }
-  | { verdict: 'refuse'; code: 'resources_busy' | 'insufficient_memory' | 'start_check_failed'; message: string }
+  | { verdict: 'refuse'; code: 'resources_busy' | 'insufficient_memory' | 'start_check_failed' | 'enhancer_failed'; message: string }
   /** It would fit once these idle workers of ours are unloaded (an incompatible GPU profile change). */
   | { verdict: 'unload-first'; kinds: WorkerKind[]; message: string };
 
@@ -196,12 +224,17 @@ export type SupervisorEvent =
   /** The audio memory policy of a speech worker kind changed (3.6). */
   | { type: 'audio.mode'; kind: AudioKind; mode: AudioMode }
   /** The chat test's explicit unload (3.2): rejected while requests are active. */
-  | { type: 'worker.unloadRequest'; kind: WorkerKind; requestId: string };
+  | { type: 'worker.unloadRequest'; kind: WorkerKind; requestId: string }
+  /** An image job's enhancer has answered (4.7): it is ended, and the job's image start follows. */
+  | { type: 'enhancer.done'; jobId: string };
 
 export type SupervisorEmitted =
   | { type: 'job.queued'; jobId: string; position: number }
-  /** `generation`: the worker start the job runs on (a new one when `start` is set). */
-  | { type: 'gpu.granted'; jobId: string; worker: WorkerKind; generation: number; start: StartPlan | null; gpus: string[] }
+  /**
+   * `generation`: the worker start the job runs on (a new one when `start` is set). `enhancer`: the
+   * start of the prompt enhancer that runs first (image jobs with an enhancer step).
+   */
+  | { type: 'gpu.granted'; jobId: string; worker: WorkerKind; generation: number; start: StartPlan | null; gpus: string[]; enhancer?: { generation: number; plan: StartPlan } }
   | { type: 'gpu.denied'; jobId: string; code: DenialCode; message: string; retryAfterSeconds?: number }
   /** A running job loses its reservation (foreign GPU process, worker died, endpoint stop). */
   | { type: 'gpu.revoked'; jobId: string; code: RevocationCode; message: string }

@@ -84,7 +84,7 @@ export async function readInstalled(enhancersDir: string, task: EnhancerTask): P
   if (!parsed.success) return null;
   for (const file of parsed.data.files) {
     const info = await stat(path.join(taskDir(enhancersDir, task), localName(file.path))).catch(() => null);
-    if (!info || info.size !== file.size) return null;
+    if (!info?.isFile() || info.size !== file.size) return null;
   }
   return parsed.data;
 }

@@ -60,6 +60,7 @@ const WORKER_NAMES: Record<WorkerKind, string> = {
   image: 'image worker',
   tts: 'text-to-speech worker',
   stt: 'speech-to-text worker',
+  enhancer: 'prompt enhancer',
 };
 
 /** An optional llama.cpp log prefix (`0.02.468.179 E `, the server's `srv  `/`cmn  ` tags). */
@@ -81,6 +82,9 @@ const GPU_OOM = [
 const MODEL_ERROR = [
   line(String.raw`${FUNC} error loading model: .+`),
   line(String.raw`${FUNC} failed to load model\b.*`),
+  // The enhancer's projector (--mmproj) that does not fit its language model, or cannot be read.
+  line(String.raw`${FUNC} error: mismatch between text model .+`),
+  line(String.raw`${FUNC} failed to load multimodal model\b.*`),
   line(String.raw`gguf_init_from_file\w*: .+`),
   line(String.raw`${FUNC} .*unknown model architecture: '[^']*'.*`),
 ];

@@ -42,6 +42,17 @@ export type FreeSpace = (dir: string) => Promise<number | null>;
 /** Room kept free beyond the download itself (the state directory still has to be written). */
 export const DISK_MARGIN_BYTES = 512 * 1024 * 1024;
 
+/** The installed enhancer of a task, as the enhancer worker starts it. */
+export interface InstalledEnhancer {
+  repo: string;
+  model: string;
+  mmproj: string | null;
+  context: number;
+}
+
+/** The context of an installed enhancer whose recipe has since been replaced by another. */
+const DEFAULT_CONTEXT = 8192;
+
 export type InstallStart = { ok: true } | { ok: false; code: 'install_running'; message: string };
 
 function urlOf(hub: string, recipe: Recipe, file: string): string {
@@ -103,8 +114,11 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     return { t2i: { ...this.#views.get('t2i')! }, i2i: { ...this.#views.get('i2i')! } };
   }
 
-  /** The installed files of a task (absolute paths), or null. */
-  async files(task: EnhancerTask): Promise<{ model: string; mmproj: string | null } | null> {
+  /**
+   * What a task has installed, as the enhancer runs it: the repository, the files (absolute paths;
+   * every one checked present with its size) and the context its recipe gives; null when nothing is.
+   */
+  async installed(task: EnhancerTask): Promise<InstalledEnhancer | null> {
     const installed = await readInstalled(this.dir, task);
     if (!installed) return null;
     const at = (role: 'model' | 'mmproj') => {
@@ -112,7 +126,9 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
       return file ? path.join(taskDir(this.dir, task), localName(file.path)) : null;
     };
     const model = at('model');
-    return model ? { model, mmproj: at('mmproj') } : null;
+    const recipe = this.recipes[task];
+    const context = recipe.repo === installed.repo ? recipe.context : DEFAULT_CONTEXT;
+    return model ? { repo: installed.repo, model, mmproj: at('mmproj'), context } : null;
   }
 
   /** Starts an install; it runs on its own (follow it in `view()` and the `change` event). */

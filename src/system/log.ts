@@ -30,6 +30,9 @@ export const SENSITIVE_KEYS = new Set([
   'images',
   'file',
   'b64_json',
+  'revised_prompt',
+  'suggestion',
+  'original',
   'body',
   'payload',
 ]);

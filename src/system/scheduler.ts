@@ -47,6 +47,8 @@ export interface Lease {
   /** The worker start plan when this job's grant starts the worker; null when it is already loaded. */
   start: StartPlan | null;
   gpus: string[];
+  /** image jobs with the prompt enhancer on (4.7): the enhancer's start, which runs first. */
+  enhancer: { generation: number; plan: StartPlan } | null;
   /** Aborted with a ReservationRevoked when the supervisor takes the reservation back. */
   signal: AbortSignal;
   /** Gives the reservation back; safe to call more than once. */
@@ -125,6 +127,7 @@ export class Scheduler {
             generation: event.generation,
             start: event.start,
             gpus: event.gpus,
+            enhancer: event.enhancer ?? null,
             signal: revoked.signal,
             release: () => giveBack('gpu.release'),
             cancel: () => giveBack('job.cancel'),

@@ -3,7 +3,8 @@
 // the configured reserves, and what the worker will need: for chat the GGUF's own metadata (and,
 // on GPUs without a fixed split, the fit that the build's own llama-fit-params reports, or that
 // the build has none, which the plan then says), for image, TTS
-// and STT what their profiles say. The supervisor's `decideStart` turns these facts into a plan or
+// and STT what their profiles say; for an image job with the prompt enhancer, the enhancer model
+// as a chat start of one slot as well. The supervisor's `decideStart` turns these facts into a plan or
 // a refusal; nothing is decided here.
 import { stat } from 'node:fs/promises';
 import { fromCallback, fromPromise } from 'xstate';
@@ -15,7 +16,7 @@ import { probeGpus, type Gpu } from '../adapters/gpus.js';
 import { ramBudget, readRamFacts } from '../adapters/memory.js';
 import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
 import type { Config } from '../config.js';
-import type { StoredProfile } from '../store/profile.schema.js';
+import type { ChatParams, StoredProfile } from '../store/profile.schema.js';
 
 /** The compute buffer of an image worker grows with the picture: about 1 GiB per megapixel. */
 const IMAGE_MIB_PER_MEGAPIXEL = 1024;
@@ -43,8 +44,10 @@ async function fileMiB(file: string | undefined): Promise<number> {
   return (await stat(file)).size / MIB;
 }
 
-async function chatDemand(profile: Extract<StoredProfile, { category: 'chat' }>, gpus: GpuView[], deps: FactsDeps, signal: AbortSignal): Promise<StartDemand> {
-  const { params } = profile;
+/** What a llama-server start is asked to hold: a chat profile's stored parameters, or the enhancer's (4.7). */
+type ServerParams = Pick<ChatParams, 'model' | 'context' | 'slots' | 'gpuSplit' | 'gpuLayers'>;
+
+async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps, signal: AbortSignal): Promise<Extract<StartDemand, { kind: 'chat' }>> {
   const info = await readGgufInfo(params.model);
   const facts = modelFacts(info);
   // Without its own output.weight the model shares token_embd, which llama.cpp then loads a
@@ -114,12 +117,24 @@ export async function gatherStartFacts(input: CheckInput, deps: FactsDeps, signa
   const ram = await readRamFacts();
   const budget = ramBudget(ram, 0);
   const { gpuReserveMiB, ramReserveMiB } = deps.config;
-  const demand = profile.category === 'chat' ? await chatDemand(profile, gpus, deps, signal) : await otherDemand(profile);
+  const demand = profile.category === 'chat' ? await chatDemand(profile.params, gpus, deps, signal) : await otherDemand(profile);
+  // The enhancer (4.7): one slot over every GPU, no fixed split, so the build's fit places it.
+  const step = input.job.enhancer;
+  let enhancer: Extract<StartDemand, { kind: 'chat' }> | undefined;
+  let enhancerProblem: string | undefined;
+  if (step) {
+    enhancer = await chatDemand({ model: step.model, context: step.context, slots: 1, gpuSplit: null, gpuLayers: null }, gpus, deps, signal).catch((error: unknown) => {
+      enhancerProblem = `its model ${step.model} cannot be read: ${(error as Error).message}`;
+      return undefined;
+    });
+  }
   return {
     gpus,
     gpuReserveMiB: Object.fromEntries(gpus.map((g) => [g.uuid, gpuReserveMiB.byGpu[g.uuid] ?? gpuReserveMiB.default])),
     ram: { availableMiB: ram.availableBytes / MIB, reserveMiB: ramReserveMiB, limitedBy: `${budget.limitedBy} (${ram.source})` },
     demand,
+    ...(enhancer ? { enhancer } : {}),
+    ...(enhancerProblem === undefined ? {} : { enhancerProblem }),
   };
 }
 

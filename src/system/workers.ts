@@ -18,7 +18,7 @@ export interface UnloadCommand {
 }
 
 export interface WorkerStatus {
-  kind: 'chat' | 'image' | 'tts' | 'stt';
+  kind: 'chat' | 'image' | 'tts' | 'stt' | 'enhancer';
   profile_id: string | null;
   state: string;
   pid: number | null;

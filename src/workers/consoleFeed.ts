@@ -10,7 +10,8 @@
 // - `log`: each log line (the log tail).
 // - `chat-test`, `image-test`: the current test job, at most one every 50 ms while it changes; the
 //   image test without its image (`has_image` says whether there is one).
-// - `enhancers`: the prompt enhancers' installs, at most one every 250 ms while one downloads.
+// - `enhancers`: the prompt enhancers' installs (at most one every 250 ms while one downloads) and
+//   the last preview.
 import type { ConsoleEvents } from '../system/console.types.js';
 import type { ImageTestJob } from './imageTests.js';
 import type { Service } from './service.js';
@@ -38,8 +39,8 @@ export const CONSOLE_FEED_TIMING: ConsoleFeedTiming = { statusMs: 500, statusTic
 /** At most one `enhancers` event this often while an install reports progress. */
 const ENHANCERS_MS = 250;
 
-/** What `GET /api/v1/prompt-enhancers` answers (the preview comes with the enhancer run). */
-export const enhancersView = (service: Service) => ({ ...service.enhancers.view(), preview: null });
+/** What `GET /api/v1/prompt-enhancers` answers: each task's install and the last preview. */
+export const enhancersView = (service: Service) => ({ ...service.enhancers.view(), preview: service.enhancerPreviews.last() });
 
 /** How many recent log lines a new stream gets. */
 export const CONSOLE_LOG_LINES = 200;
@@ -205,6 +206,7 @@ export class ConsoleFeed {
     service.imageTests.on('change', imageTest);
     // An install's progress; its end clears a blocker, which the status shows.
     service.enhancers.on('change', enhancers);
+    service.enhancerPreviews.on('change', enhancers);
     const tick = setInterval(status, this.timing.statusTickMs);
     this.#detach.push(
       () => service.charts.off('actor', actor),
@@ -215,6 +217,7 @@ export class ConsoleFeed {
       () => service.chatTests.off('change', chatTest),
       () => service.imageTests.off('change', imageTest),
       () => service.enhancers.off('change', enhancers),
+      () => service.enhancerPreviews.off('change', enhancers),
       () => clearInterval(tick),
       () => {
         for (const c of [this.#status, this.#chatTest, this.#imageTest, this.#enhancers]) c.stop();

@@ -1,15 +1,19 @@
 // One image job, shared by the image routes and the operator's image test (spec 3.3, 4.3, 4.4):
 // a private job folder (0700) with the reference images, the reservation of every GPU (the chat
-// and TTS workers are unloaded first), one image process, and the PNG without its text and EXIF
-// chunks. The folder is removed when the job ends, also after a failure or a client that left,
+// and TTS workers are unloaded first), the prompt enhancer first when the profile has its task on
+// (4.7: loaded, asked, ended, all under the same reservation), one image process, and the PNG
+// without its text and EXIF chunks. The folder is removed when the job ends, also after a failure or a client that left,
 // once the image process is gone.
 import { randomUUID } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import type { EnhancerStep } from '../../machines/supervisor/index.js';
 import { imageKind, pngSize, stripPngMetadata, type ImageKind } from '../adapters/png.js';
 import { errors } from '../errors.js';
 import type { Lease } from '../system/scheduler.js';
 import type { Service } from './service.js';
+import type { EnhancerTask } from '../store/enhancers.js';
+import { EnhancerFailure, type Enhancement } from './enhancer.js';
 import type { ImageProfile } from './image.js';
 import { onLease } from './job.js';
 
@@ -24,6 +28,8 @@ export interface ImageResult {
   height: number;
   /** The metadata chunks removed from sd-cli's PNG (for the tests and the log's count only). */
   removed: string[];
+  /** The enhancer's rewrite the image was made from (4.7), or null when the enhancer was off or skipped. */
+  enhanced: Enhancement | null;
 }
 
 export interface ImageJobOptions {
@@ -33,9 +39,59 @@ export interface ImageJobOptions {
   signal: AbortSignal;
   onQueued?: (position: number) => void;
   onGranted?: (lease: Lease) => void;
+  /**
+   * `profile` (default): the profile's enhancer choice applies; `skip`: the prompt is final (the
+   * image test after the operator accepted a preview, or kept the original: exactly that job).
+   */
+  enhance?: 'profile' | 'skip';
 }
 
-export async function runImageJob(service: Service, profile: ImageProfile, input: { prompt: string; references: Buffer[] }, options: ImageJobOptions): Promise<ImageResult> {
+/** The task an image job's enhancer has: editing with reference images, or text to image. */
+export const enhancerTask = (references: number): EnhancerTask => (references > 0 ? 'i2i' : 't2i');
+
+/**
+ * The enhancer step of a job for `profile` (4.7), or null when its task is off. A task that is on
+ * but whose enhancer is not installed (its files gone since the blocker check) fails the job:
+ * the original prompt is never used in its place.
+ */
+export async function enhancerStep(service: Service, profile: ImageProfile, task: EnhancerTask, image: boolean): Promise<EnhancerStep | null> {
+  const repo = profile.prompt_enhancer?.[task];
+  if (!repo) return null;
+  const installed = await service.enhancers.installed(task);
+  if (!installed || installed.repo !== repo) throw errors.enhancerFailed(`The ${task} prompt enhancer ${repo} is not installed (its files are missing): install it under Enhancers, or switch the task off.`);
+  if (task === 'i2i' && !installed.mmproj) throw errors.enhancerFailed(`The i2i prompt enhancer ${repo} has no projector (mmproj) to read the reference images.`);
+  return { task, model: installed.model, mmproj: task === 'i2i' ? installed.mmproj : null, context: installed.context, image };
+}
+
+/** An enhancer failure as the job answers it: 502 enhancer_failed, unless the job was aborted. */
+function enhancerError(error: unknown, signal: AbortSignal): unknown {
+  if (signal.aborted) return signal.reason;
+  if (error instanceof EnhancerFailure) return errors.enhancerFailed(`The prompt enhancer failed: ${error.message}`);
+  return error;
+}
+
+interface Reserved {
+  lease: Lease;
+  dir: string;
+  references: string[];
+  /** Aborts when the client leaves or the reservation is revoked. */
+  signal: AbortSignal;
+}
+
+/**
+ * What every image-reservation job shares: the private job folder with the reference images, the
+ * reservation of every GPU, the enhancer step first when there is one (its answer, then its end,
+ * reported to the supervisor), then `work`; the folder is removed once every process of the job
+ * is gone.
+ */
+async function onImageReservation<T>(
+  service: Service,
+  profile: ImageProfile,
+  input: { prompt: string; references: Buffer[] },
+  options: ImageJobOptions,
+  step: EnhancerStep | null,
+  work: (reserved: Reserved, enhanced: Enhancement | null) => Promise<T>,
+): Promise<T> {
   const dir = path.join(service.config.stateDir, 'jobs', `image-${randomUUID()}`);
   await mkdir(dir, { mode: 0o700 });
   let lease: Lease | undefined;
@@ -47,12 +103,42 @@ export async function runImageJob(service: Service, profile: ImageProfile, input
       references.push(file);
     }
     lease = await service.scheduler.reserve(
-      { kind: 'image', source: options.source, profileId: profile.id, revision: profile.revision, slots: 1, device: 'gpu', whenBusy: options.whenBusy, profile },
+      { kind: 'image', source: options.source, profileId: profile.id, revision: profile.revision, slots: 1, device: 'gpu', whenBusy: options.whenBusy, profile, enhancer: step },
       { signal: options.signal, ...(options.onQueued ? { onQueued: options.onQueued } : {}) },
     );
     options.onGranted?.(lease);
     const granted = lease;
-    const png = await onLease(granted, options.signal, 'image worker', (both) => service.image.generate(granted, profile, { dir, prompt: input.prompt, references }, both));
+    return await onLease(granted, options.signal, 'image worker', async (signal) => {
+      let enhanced: Enhancement | null = null;
+      if (step && granted.enhancer) {
+        const run = { profileId: profile.id, revision: profile.revision, step };
+        enhanced = await service.enhancer.enhance(granted.enhancer, run, { prompt: input.prompt, references }, signal).catch((error: unknown) => {
+          throw enhancerError(error, signal);
+        });
+        // The enhancer ends before anything else starts: the supervisor unloads it, then the image start is due.
+        service.supervisor.send({ type: 'enhancer.done', jobId: granted.jobId });
+        await service.enhancer.gone(granted.enhancer.generation);
+      }
+      return work({ lease: granted, dir, references, signal }, enhanced);
+    });
+  } finally {
+    // The job's processes must be gone before its folder is: one may still be ending (a client that left).
+    if (lease) {
+      let timer: NodeJS.Timeout | undefined;
+      const limit = new Promise((resolve) => (timer = setTimeout(resolve, service.image.terminationGraceMs() + GONE_MARGIN_MS)));
+      const enhancerGone = lease.enhancer ? service.enhancer.gone(lease.enhancer.generation) : Promise.resolve();
+      await Promise.race([Promise.all([service.image.gone(lease.generation), enhancerGone]), limit]);
+      clearTimeout(timer);
+    }
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+export async function runImageJob(service: Service, profile: ImageProfile, input: { prompt: string; references: Buffer[] }, options: ImageJobOptions): Promise<ImageResult> {
+  const step = options.enhance === 'skip' ? null : await enhancerStep(service, profile, enhancerTask(input.references.length), true);
+  return onImageReservation(service, profile, input, options, step, async ({ lease, dir, references, signal }, enhanced) => {
+    const prompt = enhanced?.prompt ?? input.prompt;
+    const png = await service.image.generate(lease, profile, { dir, prompt, references }, signal);
     let stripped;
     try {
       stripped = stripPngMetadata(png);
@@ -60,15 +146,24 @@ export async function runImageJob(service: Service, profile: ImageProfile, input
       throw errors.workerFailed(`The image worker wrote a file that is not a valid PNG: ${(error as Error).message}`);
     }
     const { width, height } = pngSize(stripped.png);
-    return { png: stripped.png, width, height, removed: stripped.removed };
-  } finally {
-    // The image process must be gone before its folder is: it may still be ending (a client that left).
-    if (lease) {
-      let timer: NodeJS.Timeout | undefined;
-      const limit = new Promise((resolve) => (timer = setTimeout(resolve, service.image.terminationGraceMs() + GONE_MARGIN_MS)));
-      await Promise.race([service.image.gone(lease.generation), limit]);
-      clearTimeout(timer);
-    }
-    await rm(dir, { recursive: true, force: true });
-  }
+    return { png: stripped.png, width, height, removed: stripped.removed, enhanced };
+  });
+}
+
+/**
+ * The console's preview (4.7): the enhancer alone, under the image reservation (a busy one is a
+ * conflict at once, as for the image test), for the task the input implies, even while the
+ * profile has that task off (the operator tries it before switching it on).
+ */
+export async function runEnhancerPreview(service: Service, profile: ImageProfile, input: { prompt: string; references: Buffer[] }, signal: AbortSignal): Promise<Enhancement> {
+  const task = enhancerTask(input.references.length);
+  const installed = await service.enhancers.installed(task);
+  const chosen = profile.prompt_enhancer?.[task] ?? installed?.repo;
+  if (!chosen) throw errors.conflict('enhancer_not_installed', `The ${task} prompt enhancer is not installed: install it under Enhancers first.`);
+  const step = await enhancerStep(service, { ...profile, prompt_enhancer: { t2i: null, i2i: null, device: 'auto', [task]: chosen } }, task, false);
+  const options: ImageJobOptions = { source: 'test', whenBusy: 'refuse', signal };
+  return onImageReservation(service, profile, input, options, step, async (_reserved, enhanced) => {
+    if (!enhanced) throw errors.enhancerFailed('The prompt enhancer did not run.');
+    return enhanced;
+  });
 }

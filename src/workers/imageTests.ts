@@ -1,7 +1,8 @@
 // The operator's image test (spec 3.3, 4.7): one image through the same reservation and image
 // worker as the API (source `test`: no publication needed), except that a busy reservation is
 // reported as a conflict at once instead of waited for. The job lives in RAM only: the prompt is
-// never kept in it, and its image (PNG without metadata, base64) only until the next test. Every
+// never kept in it, and its image (PNG without metadata, base64) and the enhancer's rewrite only
+// until the next test. After a preview the operator's choice is the prompt, not enhanced again. Every
 // change of the job (phase, each step of its image process) emits `change`.
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
@@ -26,6 +27,13 @@ export interface ImageTestJob {
   /** The image (PNG, base64) once done; RAM only. */
   b64_png: string | null;
   error: { code: string | null; message: string } | null;
+  /**
+   * The prompt enhancer (4.7): `ran` (the profile's enhancer rewrote the prompt), `preview` (the
+   * operator accepted a preview's suggestion or kept the original: not enhanced again), or `off`.
+   */
+  enhancer: 'ran' | 'preview' | 'off';
+  /** The enhancer's rewrite the image was made from, and its suggested shape (RAM only; only a suggestion). */
+  enhanced: { prompt: string; wh_ratio: number | null } | null;
   started_at: string;
   finished_at: string | null;
 }
@@ -57,7 +65,7 @@ export class ImageTests extends EventEmitter<{ change: [] }> {
    * Starts a test and resolves once it holds the reservation (or was refused: a busy reservation
    * is a conflict at once). The image itself comes later; `current()` shows it.
    */
-  start(profile: ImageProfile, prompt: string): Promise<ImageTestStart> {
+  start(profile: ImageProfile, prompt: string, options: { fromPreview?: boolean } = {}): Promise<ImageTestStart> {
     const controller = new AbortController();
     const job: ImageTestJob = {
       id: randomUUID(),
@@ -68,6 +76,8 @@ export class ImageTests extends EventEmitter<{ change: [] }> {
       result: null,
       b64_png: null,
       error: null,
+      enhancer: options.fromPreview ? 'preview' : 'off',
+      enhanced: null,
       started_at: new Date().toISOString(),
       finished_at: null,
     };
@@ -90,6 +100,7 @@ export class ImageTests extends EventEmitter<{ change: [] }> {
       source: 'test',
       whenBusy: 'refuse',
       signal: controller.signal,
+      enhance: options.fromPreview ? 'skip' : 'profile',
       onGranted: (lease) => {
         this.#lease = lease;
         job.phase = 'running';
@@ -104,6 +115,10 @@ export class ImageTests extends EventEmitter<{ change: [] }> {
         if (this.#lease) job.progress = this.service.image.progress(this.#lease.generation) ?? job.progress;
         job.result = { size: `${result.width}x${result.height}`, removed_chunks: result.removed };
         job.b64_png = result.png.toString('base64');
+        if (result.enhanced) {
+          job.enhancer = 'ran';
+          job.enhanced = { prompt: result.enhanced.prompt, wh_ratio: result.enhanced.whRatio };
+        }
         finish('done', null);
       },
       (error: unknown) => {

@@ -19,6 +19,8 @@ export async function onLease<T>(lease: Lease, client: AbortSignal, worker: stri
     const revoked = await revocation(lease, 2_000);
     lease.cancel();
     if (revoked) throw revoked;
+    // A failure the work already named (the prompt enhancer's 502 enhancer_failed) keeps its code.
+    if (error instanceof ApiError) throw error;
     throw errors.workerFailed(`The ${worker} failed: ${(error as Error).message}`);
   }
   lease.release();
@@ -35,6 +37,8 @@ function reservationError(error: ReservationDenied | ReservationRevoked): ApiErr
       return errors.conflict(error.code, error.message);
     case 'worker_failed':
       return errors.workerFailed(error.message);
+    case 'enhancer_failed':
+      return errors.enhancerFailed(`The prompt enhancer failed: ${error.message}`);
     default:
       return errors.unavailable(error.code, error.message);
   }

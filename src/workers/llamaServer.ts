@@ -15,7 +15,9 @@ import net from 'node:net';
 import path from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { fromCallback } from 'xstate';
-import { serverArgs, type ChatWorkerEvent, type EngineCommand, type EngineInput } from '../../machines/chatWorker/index.js';
+import { serverArgs, type ChatLaunch, type EngineCommand } from '../../machines/chatWorker/index.js';
+import type { ServerPlace } from '../../machines/chatWorker/args.js';
+import type { LifecycleEvent } from '../../machines/worker/lifecycle.js';
 import { readOomKills } from '../adapters/memory.js';
 import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
 import { diagnoseExit, type WorkerKind } from '../system/diagnose.js';
@@ -55,11 +57,12 @@ export function workerEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
 export async function sweepLeftovers(runtimeDir: string, log: Logger): Promise<number> {
   let ended = 0;
   const names = await readdir(runtimeDir).catch(() => [] as string[]);
-  for (const name of names.filter((n) => n.startsWith('chat-') && n.endsWith('.pid'))) {
+  const prefixOf = (name: string) => SERVER_KINDS.find((kind) => name.startsWith(`${kind}-`));
+  for (const name of names.filter((n) => prefixOf(n) !== undefined && n.endsWith('.pid'))) {
     const pid = Number((await readFile(path.join(runtimeDir, name), 'utf8').catch(() => '')).trim());
     if (!Number.isInteger(pid) || pid <= 1) continue;
     const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (!cmdline.split('\0').some((arg) => arg.startsWith(`${runtimeDir}${path.sep}chat-`))) continue;
+    if (!cmdline.split('\0').some((arg) => arg.startsWith(`${runtimeDir}${path.sep}${prefixOf(name)}-`))) continue;
     try {
       process.kill(pid, 'SIGKILL');
       ended += 1;
@@ -67,8 +70,8 @@ export async function sweepLeftovers(runtimeDir: string, log: Logger): Promise<n
       // Gone meanwhile.
     }
   }
-  await Promise.all(names.filter((n) => n.startsWith('chat-')).map((n) => rm(path.join(runtimeDir, n), { force: true })));
-  if (ended > 0) log.warn({ count: ended }, 'ended chat workers left behind by an earlier run of the service');
+  await Promise.all(names.filter((n) => prefixOf(n) !== undefined).map((n) => rm(path.join(runtimeDir, n), { force: true })));
+  if (ended > 0) log.warn({ count: ended }, 'ended llama-server workers (chat, prompt enhancer) left behind by an earlier run of the service');
   return ended;
 }
 
@@ -146,12 +149,25 @@ export async function endReport(
   return { report: { exitCode, signal, cause: diagnosis.cause, message: diagnosis.message }, evidence: diagnosis.evidence };
 }
 
-export function llamaServerActor(deps: ServerDeps) {
-  return fromCallback<EngineCommand, EngineInput, ChatWorkerEvent>(({ input, sendBack, receive }) => {
+/** The workers that run on llama-server; each names its key and pid files. */
+const SERVER_KINDS = ['chat', 'enhancer'] as const;
+
+/** Which worker a llama-server actor serves: its kind, how the status names it, its command line. */
+export interface ServerRole<L extends ChatLaunch> {
+  kind: (typeof SERVER_KINDS)[number];
+  name: string;
+  args: (launch: L, place: ServerPlace) => string[];
+}
+
+export const CHAT_SERVER: ServerRole<ChatLaunch> = { kind: 'chat', name: 'chat worker', args: serverArgs };
+
+export function llamaServerActor<L extends ChatLaunch = ChatLaunch>(deps: ServerDeps, role: ServerRole<L> = CHAT_SERVER as unknown as ServerRole<L>) {
+  const worker = role.kind;
+  return fromCallback<EngineCommand, { launch: L }, LifecycleEvent<L>>(({ input, sendBack, receive }) => {
     const { launch } = input;
     const generation = launch.generation;
-    const keyFile = path.join(deps.runtimeDir, `chat-${generation}-${process.pid}.key`);
-    const pidFile = path.join(deps.runtimeDir, `chat-${generation}-${process.pid}.pid`);
+    const keyFile = path.join(deps.runtimeDir, `${worker}-${generation}-${process.pid}.key`);
+    const pidFile = path.join(deps.runtimeDir, `${worker}-${generation}-${process.pid}.pid`);
     const tail = new Tail(TAIL_BYTES);
     let child: ResultPromise | undefined;
     let stopped = false;
@@ -178,7 +194,7 @@ export function llamaServerActor(deps: ServerDeps) {
         .catch(() => null)
         .then((after) => {
           const diagnosis = diagnoseExit({
-            worker: 'chat',
+            worker,
             exitCode,
             signal,
             oomKillsBefore: before,
@@ -186,7 +202,7 @@ export function llamaServerActor(deps: ServerDeps) {
             outputTail: `${tail.text()}${extra}`,
             expected: stopRequested,
           });
-          if (!stopRequested) deps.log.warn({ worker: 'chat', generation, exit_code: exitCode, signal, cause: diagnosis.cause, evidence: diagnosis.evidence }, 'chat worker ended');
+          if (!stopRequested) deps.log.warn({ worker, generation, exit_code: exitCode, signal, cause: diagnosis.cause, evidence: diagnosis.evidence }, `${role.name} ended`);
           if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode, signal, cause: diagnosis.cause, message: diagnosis.message } });
         });
     };
@@ -196,7 +212,7 @@ export function llamaServerActor(deps: ServerDeps) {
       const binary = await resolveRuntime('llama-server', deps.lookup);
       if (!binary) {
         exited = true;
-        const message = 'The chat worker cannot start: llama-server is not installed (run scripts/build-llama.sh or set SERVICE_DECK_LLAMA_SERVER).';
+        const message = `The ${role.name} cannot start: llama-server is not installed (run scripts/build-llama.sh or set SERVICE_DECK_LLAMA_SERVER).`;
         if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message } });
         return;
       }
@@ -212,7 +228,7 @@ export function llamaServerActor(deps: ServerDeps) {
         return;
       }
       const env: NodeJS.ProcessEnv = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(',') };
-      child = execa(binary, serverArgs(launch, { port, keyFile }), { ...WORKER_PROCESS, env });
+      child = execa(binary, role.args(launch, { port, keyFile }), { ...WORKER_PROCESS, env });
       child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
       child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
       void child.then((result) => {
@@ -223,7 +239,7 @@ export function llamaServerActor(deps: ServerDeps) {
       // Found by the next start of the service if this one is killed before it can end the worker.
       await writeFile(pidFile, `${child.pid}\n`, { mode: 0o600 }).catch(() => undefined);
       if (!stopped) sendBack({ type: 'engine.spawned', pid: child.pid, port });
-      deps.log.info({ worker: 'chat', generation, pid: child.pid, port, profile: launch.profileId }, 'chat worker started');
+      deps.log.info({ worker, generation, pid: child.pid, port, profile: launch.profileId }, `${role.name} started`);
       while (!exited && !stopped && !stopRequested) {
         const status = await healthStatus(port);
         if (status === 200) {
@@ -234,7 +250,7 @@ export function llamaServerActor(deps: ServerDeps) {
       }
     };
     run().catch((error: unknown) => {
-      deps.log.error({ err: error, worker: 'chat', generation }, 'chat worker could not be started');
+      deps.log.error({ err: error, worker, generation }, `${role.name} could not be started`);
       if (child?.pid !== undefined && !exited) child.kill('SIGKILL');
       else exit(null, null, `\n${(error as Error).message}`);
     });

@@ -23,6 +23,8 @@ import type { ChatWorker } from './chat.js';
 import type { ChatLimits } from './chatRequest.js';
 import type { ChatTests } from './chatTests.js';
 import type { ConsoleFeed } from './consoleFeed.js';
+import type { EnhancerWorker } from './enhancer.js';
+import type { EnhancerPreviews } from './enhancerPreviews.js';
 import type { ImageWorker } from './image.js';
 import type { ImageTests } from './imageTests.js';
 import type { SttWorker } from './stt.js';
@@ -55,8 +57,12 @@ export interface Service {
   tts: TtsWorker;
   /** The image worker (spec 3.3): one sd-cli process per image, on every GPU. */
   image: ImageWorker;
+  /** The prompt enhancer (spec 4.7): llama-server with the installed enhancer, before an image. */
+  enhancer: EnhancerWorker;
   /** The operator's image test (spec 3.3, 4.7): one job, in RAM only. */
   readonly imageTests: ImageTests;
+  /** The prompt enhancer's preview (spec 4.7): the last one, in RAM only. */
+  readonly enhancerPreviews: EnhancerPreviews;
   /** The audio memory policy per speech worker kind (spec 3.6). */
   audio: AudioPolicies;
   /** The chat worker's HTTP limits (spec 8). */

@@ -79,7 +79,7 @@ t.test('generate through the openai client: the profile decides, the PNG carries
   const { model } = await painter(b, dir, 'painter');
   const answer = await client.images.generate({ model: 'service-image', prompt: PROMPT, n: 1, size: '1024x1024', response_format: 'b64_json' });
   t.same(openapiErrors('ImagesResponse', answer), [], 'the body matches ImagesResponse');
-  t.same((answer as unknown as { service_deck: unknown }).service_deck, { size: '64x72', requested_size: '1024x1024', size_policy: 'profile' });
+  t.same((answer as unknown as { service_deck: unknown }).service_deck, { size: '64x72', requested_size: '1024x1024', size_policy: 'profile', enhancer: null });
   const image = Buffer.from(answer.data![0]!.b64_json!, 'base64');
   t.same(pngSize(image), { width: 64, height: 72 }, "the profile's resolution, not the wish");
   const types = pngChunks(image).map((c) => c.type);

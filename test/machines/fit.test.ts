@@ -39,6 +39,7 @@ const workers = (over: Partial<Record<'chat' | 'tts' | 'stt' | 'image', WorkerRe
   image: emptyWorker('image'),
   tts: emptyWorker('tts'),
   stt: emptyWorker('stt'),
+  enhancer: emptyWorker('enhancer'),
   ...over,
 });
 const input = (over: Partial<CheckInput> = {}): CheckInput => ({ job: job(), workers: workers(), idle: [], ...over });

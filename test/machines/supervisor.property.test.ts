@@ -55,7 +55,7 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
       world: { gpus: [gpu('GPU-a'), gpu('GPU-b')], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } },
     });
     // Simulated worker processes: alive until the supervisor has heard that they are gone.
-    const alive: Record<WorkerKind, Set<number>> = { chat: new Set(), image: new Set(), tts: new Set(), stt: new Set() };
+    const alive: Record<WorkerKind, Set<number>> = { chat: new Set(), image: new Set(), tts: new Set(), stt: new Set(), enhancer: new Set() };
     const current: Partial<Record<WorkerKind, { pid: number; generation: number }>> = {};
     const reports: Array<{ event: SupervisorEvent; ends?: number }> = [];
     const delivered: Array<{ event: SupervisorEvent; ends?: number }> = [];

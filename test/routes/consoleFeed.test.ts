@@ -14,7 +14,7 @@ t.test('machines and actors: every definition, every machine actor, with the ins
   const machines = (await (await b.admin('GET', '/api/v1/machines')).json()) as { machines: Record<string, MachineView> };
   t.same(
     Object.keys(machines.machines).sort(),
-    ['audioPolicy', 'chatWorker', 'expiryTimer', 'imageWorker', 'listener', 'queue', 'sttWorker', 'supervisor', 'ttsWorker'],
+    ['audioPolicy', 'chatWorker', 'enhancerWorker', 'expiryTimer', 'imageWorker', 'listener', 'queue', 'sttWorker', 'supervisor', 'ttsWorker'],
     'all machines, the expiry timer too although none runs',
   );
   t.equal(machines.machines.listener?.root.initial, 'restoring');
@@ -24,7 +24,7 @@ t.test('machines and actors: every definition, every machine actor, with the ins
   const actors = await actorsOf();
   t.same(
     actors.map((a) => a.id).sort(),
-    ['audioPolicy.stt', 'audioPolicy.tts', 'chatWorker', 'imageWorker', 'listener', 'queue', 'sttWorker', 'supervisor', 'ttsWorker'],
+    ['audioPolicy.stt', 'audioPolicy.tts', 'chatWorker', 'enhancerWorker', 'imageWorker', 'listener', 'queue', 'sttWorker', 'supervisor', 'ttsWorker'],
   );
   const listener = actors.find((a) => a.id === 'listener');
   t.match(listener, { machine: 'listener', value: 'stopped', status: 'active' });

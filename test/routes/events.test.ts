@@ -93,7 +93,7 @@ t.test('the snapshot on connect, then the changes', async (t) => {
   const actors = names.filter((n) => n === 'actor').length;
   const logs = names.filter((n) => n === 'log').length;
   t.same(names.slice(0, 2), ['status', 'audio-policy']);
-  t.equal(actors, 9, 'one actor event per actor');
+  t.equal(actors, 10, 'one actor event per actor');
   t.ok(logs >= 1 && logs <= 200, `the recent log lines (${logs})`);
   t.same(names.slice(2 + actors + logs), ['chat-test', 'image-test', 'enhancers'], 'then both test jobs and the enhancers');
   t.match(stream.frames.at(-1)?.data, { t2i: { state: 'not_installed' }, i2i: { state: 'not_installed' }, preview: null });
@@ -101,7 +101,7 @@ t.test('the snapshot on connect, then the changes', async (t) => {
   t.match(stream.frames[1]?.data, { settings: [{ kind: 'tts', mode: 'auto' }, { kind: 'stt', mode: 'auto' }] });
   t.same(
     stream.frames.filter((f) => f.event === 'actor').map((f) => (f.data as ActorView).id).sort(),
-    ['audioPolicy.stt', 'audioPolicy.tts', 'chatWorker', 'imageWorker', 'listener', 'queue', 'sttWorker', 'supervisor', 'ttsWorker'],
+    ['audioPolicy.stt', 'audioPolicy.tts', 'chatWorker', 'enhancerWorker', 'imageWorker', 'listener', 'queue', 'sttWorker', 'supervisor', 'ttsWorker'],
   );
   t.ok(stream.frames.some((f) => f.event === 'log' && (f.data as LogLineView).msg === 'before the stream'));
   t.same(stream.frames.at(-3)?.data, { job: null });

@@ -84,6 +84,21 @@ const rows: Row[] = [
     message: /chat worker ran out of GPU memory/,
     evidence: CUDA_MALLOC,
   },
+  {
+    name: "the enhancer's projector does not fit its language model",
+    facts: {
+      worker: 'enhancer',
+      exitCode: 1,
+      tail: [
+        '0.00.018.452 E mtmd_init_from_file: error: mismatch between text model (n_embd = 64) and mmproj (n_embd = 32)',
+        'hint: you may be using wrong mmproj',
+        "0.00.018.484 E srv    load_model: failed to load multimodal model, '/state/enhancers/i2i/mmproj.gguf'",
+      ],
+    },
+    cause: 'model_error',
+    message: /prompt enhancer could not load its model/,
+    evidence: '0.00.018.452 E mtmd_init_from_file: error: mismatch between text model (n_embd = 64) and mmproj (n_embd = 32)',
+  },
   { name: 'compute buffer reservation failed', facts: { worker: 'tts', exitCode: 1, tail: [GALLOCR] }, cause: 'gpu_oom', message: /text-to-speech worker ran out of GPU memory/, evidence: GALLOCR },
   {
     name: 'Vulkan ErrorOutOfDeviceMemory (not the per-allocation line before it)',

@@ -56,7 +56,7 @@ function chatJob(modelFile: string, params: Partial<{ gpuSplit: number[] | null;
   };
 }
 
-const workers = () => ({ chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt') });
+const workers = () => ({ chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt'), enhancer: emptyWorker('enhancer') });
 const signal = new AbortController().signal;
 
 t.test('chat on the CPU: the model shape comes from the GGUF, the RAM from the host, the reserve from the config', async (t) => {

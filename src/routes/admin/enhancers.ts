@@ -1,7 +1,10 @@
 // Spec 4.7 / CONTRACT section 8, the prompt enhancer routes: where each task's install stands,
 // install (one at a time, 202, then followed in GET and the console's event stream), cancel (the
-// partial files removed), and the per-profile choice saved with a revision like any edit: `null`
-// becomes the official repository of that task, `false` switches the task off.
+// partial files removed), the preview (the enhancer alone under the image reservation: original,
+// suggestion and wh_ratio, kept in RAM for GET and the image test), and the per-profile choice
+// saved with a revision like any edit: `null` becomes the official repository of that task,
+// `false` switches the task off.
+import fastifyMultipart from '@fastify/multipart';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -12,8 +15,14 @@ import type { Service } from '../../workers/service.js';
 import { enhancersView } from '../../workers/consoleFeed.js';
 import { adminAuth } from '../auth.js';
 import { errors } from '../../errors.js';
+import { clientGone } from '../client.js';
+import { validationError } from '../errors.js';
+import { checkReferenceCount, IMAGE_LIMITS, imagePrompt, readImageForm } from '../inference/images.js';
+import { testProfile } from './testProfile.js';
 
 const taskChoice = z.union([z.string().min(1).max(200).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*\/[A-Za-z0-9][A-Za-z0-9._-]*$/, 'a repository id owner/name'), z.null(), z.literal(false)]);
+
+const previewBody = z.strictObject({ profile_id: z.string().min(1).max(100), prompt: imagePrompt });
 
 const choiceBody = z.strictObject({
   id: z.string().min(1).max(100),
@@ -24,8 +33,9 @@ const choiceBody = z.strictObject({
 export const adminEnhancerRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
   app.addHook('onRequest', adminAuth(service));
+  // The preview's reference images; each request sets the image limits (readImageForm).
+  await app.register(fastifyMultipart, { limits: { fileSize: IMAGE_LIMITS.maxReferenceBytes, files: IMAGE_LIMITS.maxReferences } });
   const { enhancers } = service;
-  // The preview (issue 14) is not built yet: it stays an unknown route until it is.
   const view = () => enhancersView(service);
 
   app.get('/api/v1/prompt-enhancers', async () => view());
@@ -39,6 +49,24 @@ export const adminEnhancerRoutes: FastifyPluginAsync<{ service: Service }> = asy
   app.post('/api/v1/prompt-enhancers/cancel', { schema: { body: z.strictObject({}).nullish() } }, async () => {
     const cancelled = await enhancers.cancel();
     return { cancelled, ...view() };
+  });
+
+  // The preview (4.7): JSON { profile_id, prompt }, or multipart with image[] as well (i2i).
+  app.post('/api/v1/prompt-enhancers/preview', async (request, reply) => {
+    const signal = clientGone(reply);
+    let body: unknown = request.body;
+    let images: Buffer[] = [];
+    if (request.isMultipart()) {
+      const form = await readImageForm(request, ['profile_id', 'prompt']);
+      body = form.fields;
+      images = form.images;
+    }
+    const parsed = previewBody.safeParse(body);
+    if (!parsed.success) throw validationError(parsed.error.issues);
+    const profile = await testProfile(service, parsed.data.profile_id, 'image');
+    checkReferenceCount(profile, images.length);
+    const preview = await service.enhancerPreviews.run(profile, { prompt: parsed.data.prompt, references: images }, signal);
+    return { original: preview.original, suggestion: preview.suggestion, wh_ratio: preview.wh_ratio, task: preview.task };
   });
 
   app.post('/api/v1/profiles/prompt-enhancer', { schema: { body: choiceBody } }, async (request) => {

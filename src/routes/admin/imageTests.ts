@@ -3,7 +3,8 @@
 // `image_busy` at once when the reservation is busy (the API would wait); GET shows the current
 // test: its phase, progress (steps done), and once done the image without metadata. POST
 // /api/v1/image-tests/cancel ends it. The profile needs no publication, but it must be an
-// executable image profile; the prompt is never kept or logged.
+// executable image profile; the prompt is never kept or logged. `preview: "accept" | "keep"`
+// after a preview of the same prompt uses its suggestion or the original, not enhanced again.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -16,6 +17,8 @@ import { imagePrompt } from '../inference/images.js';
 const startBody = z.strictObject({
   profile_id: z.string().min(1).max(100),
   prompt: imagePrompt,
+  /** After a preview of this prompt (4.7): take its suggestion, or keep the original; either way not enhanced again. */
+  preview: z.enum(['accept', 'keep']).optional(),
 });
 const emptyBody = z.strictObject({}).nullish();
 
@@ -27,10 +30,11 @@ export const adminImageTestRoutes: FastifyPluginAsync<{ service: Service }> = as
   app.get('/api/v1/image-tests', async () => ({ job: tests.current() }));
 
   app.post('/api/v1/image-tests', { schema: { body: startBody } }, async (request, reply) => {
-    const { profile_id: id, prompt } = request.body;
+    const { profile_id: id, prompt, preview } = request.body;
     const profile = await testProfile(service, id, 'image');
     if (tests.running()) throw errors.conflict('image_busy', 'An image test is running: the image reservation is busy.');
-    const started = await tests.start(profile, prompt);
+    const chosen = preview ? service.enhancerPreviews.choose(profile, prompt, preview) : prompt;
+    const started = await tests.start(profile, chosen, { fromPreview: preview !== undefined });
     if (!started.ok) throw started.error;
     return reply.code(202).send({ job: started.job });
   });

@@ -5,9 +5,11 @@
 // back (no public URLs). Edits take `image[]` one to four times (order kept), each PNG, JPEG or
 // WebP by its magic bytes and at most 10 MiB, up to the active profile's reference capability.
 // The answer is the OpenAI images response plus `service_deck: { size, requested_size,
-// size_policy: "profile" }`. The prompt is never logged.
+// size_policy: "profile", enhancer }`; when the profile's prompt enhancer rewrote the prompt (4.7),
+// `data[0].revised_prompt` is the rewrite and `enhancer.wh_ratio` its suggested shape (only a
+// suggestion). The prompt is never logged.
 import type { MultipartFile } from '@fastify/multipart';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { imageKind } from '../../adapters/png.js';
@@ -42,9 +44,16 @@ export const generationSchema = z.strictObject({
 function answer(result: ImageResult, requested: string | undefined) {
   return {
     created: Math.floor(Date.now() / 1000),
-    data: [{ b64_json: result.png.toString('base64') }],
+    // The prompt the image was made from when the profile's enhancer rewrote it (4.7), as OpenAI names it.
+    data: [{ b64_json: result.png.toString('base64'), ...(result.enhanced ? { revised_prompt: result.enhanced.prompt } : {}) }],
     output_format: 'png',
-    service_deck: { size: `${result.width}x${result.height}`, requested_size: requested ?? null, size_policy: 'profile' },
+    service_deck: {
+      size: `${result.width}x${result.height}`,
+      requested_size: requested ?? null,
+      size_policy: 'profile',
+      // Only a suggestion: the profile's resolution is never changed by it.
+      enhancer: result.enhanced ? { wh_ratio: result.enhanced.whRatio } : null,
+    },
   };
 }
 
@@ -57,7 +66,7 @@ async function imageProfile(service: Service, model: string): Promise<ImageProfi
 }
 
 /** The multipart fields of an edit, as text, and the reference images in order. */
-async function readEdit(parts: AsyncIterableIterator<MultipartFile | { type: 'field'; fieldname: string; value: unknown }>) {
+async function readParts(parts: AsyncIterableIterator<MultipartFile | { type: 'field'; fieldname: string; value: unknown }>, allowed: readonly string[]) {
   const fields: Record<string, string> = {};
   const images: Buffer[] = [];
   for await (const part of parts) {
@@ -79,10 +88,49 @@ async function readEdit(parts: AsyncIterableIterator<MultipartFile | { type: 'fi
       images.push(bytes);
       continue;
     }
-    if (!['model', 'prompt', 'n', 'size', 'response_format', 'user'].includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
+    if (!allowed.includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
     fields[part.fieldname] = String(part.value);
   }
   return { fields, images };
+}
+
+/** The text fields an edit takes beside its images. */
+const EDIT_FIELDS = ['model', 'prompt', 'n', 'size', 'response_format', 'user'] as const;
+
+/**
+ * A multipart form with reference images (`image[]`, one to four, 10 MiB each, PNG, JPEG or WebP
+ * by their bytes) and the text fields `allowed`: the edit route's and the enhancer preview's.
+ */
+export async function readImageForm(request: FastifyRequest, allowed: readonly string[]): Promise<{ fields: Record<string, string>; images: Buffer[] }> {
+  try {
+    return await readParts(
+      request.parts({ limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 12, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 20 } }),
+      allowed,
+    );
+  } catch (error) {
+    switch ((error as { code?: string }).code) {
+      case 'FST_FILES_LIMIT':
+        throw errors.invalidValue('image', `At most ${IMAGE_LIMITS.maxReferences} reference images (image[]) per request.`);
+      case 'FST_REQ_FILE_TOO_LARGE':
+        throw errors.tooLarge('A reference image is larger than 10 MiB, the limit per image.', 'image');
+      case 'FST_PARTS_LIMIT':
+      case 'FST_FIELDS_LIMIT':
+        throw errors.invalidValue(null, `Too many form fields: this form takes ${allowed.join(', ')} and image[] (one to four).`);
+      default:
+        throw error;
+    }
+  }
+}
+
+/** Whether the profile takes `count` reference images; the refusal names its capability. */
+export function checkReferenceCount(profile: ImageProfile, count: number): void {
+  const capability = profile.params.referenceImages;
+  if (count > 0 && capability === 0) {
+    throw errors.invalidValue('image', `The image profile ${profile.name} takes no reference images: edits need a profile with the reference-image capability.`);
+  }
+  if (count > capability) {
+    throw errors.invalidValue('image', `The image profile ${profile.name} takes at most ${capability} reference image(s); ${count} were sent.`);
+  }
 }
 
 export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
@@ -99,24 +147,7 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
   app.post('/v1/images/edits', async (request, reply) => {
     const signal = clientGone(reply);
     if (!request.isMultipart()) throw errors.mediaType('Send the edit as multipart/form-data (fields model, prompt, image[]).');
-    let read;
-    try {
-      read = await readEdit(
-        request.parts({ limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 12, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 20 } }),
-      );
-    } catch (error) {
-      switch ((error as { code?: string }).code) {
-        case 'FST_FILES_LIMIT':
-          throw errors.invalidValue('image', `At most ${IMAGE_LIMITS.maxReferences} reference images (image[]) per edit.`);
-        case 'FST_REQ_FILE_TOO_LARGE':
-          throw errors.tooLarge('A reference image is larger than 10 MiB, the limit per image.', 'image');
-        case 'FST_PARTS_LIMIT':
-        case 'FST_FIELDS_LIMIT':
-          throw errors.invalidValue(null, 'Too many form fields: an edit takes model, prompt, image[] (one to four), n, size and response_format.');
-        default:
-          throw error;
-      }
-    }
+    const read = await readImageForm(request, EDIT_FIELDS);
     const { fields, images } = read;
     const parsed = generationSchema.safeParse({
       ...fields,
@@ -130,13 +161,7 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
     }
     if (images.length === 0) throw errors.invalidValue('image', 'An edit needs one to four reference images (image[]).');
     const profile = await imageProfile(service, parsed.data.model);
-    const capability = profile.params.referenceImages;
-    if (capability === 0) {
-      throw errors.invalidValue('image', `The active image profile ${profile.name} takes no reference images: edits need a profile with the reference-image capability.`);
-    }
-    if (images.length > capability) {
-      throw errors.invalidValue('image', `The active image profile ${profile.name} takes at most ${capability} reference image(s); ${images.length} were sent.`);
-    }
+    checkReferenceCount(profile, images.length);
     const result = await runImageJob(service, profile, { prompt: parsed.data.prompt, references: images }, { source: 'api', whenBusy: 'wait', signal });
     return answer(result, parsed.data.size);
   });
