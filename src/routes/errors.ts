@@ -1,6 +1,8 @@
 // CONTRACT section 5: the one error handler per listener. It renders the catalog's ApiError
 // (src/errors.ts), a job's refused or revoked reservation, and Fastify's own errors (body too
 // large, bad JSON, wrong media type) and zod validation failures in the same OpenAI body.
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { ApiError, errors } from '../errors.js';
@@ -86,6 +88,46 @@ export function toApiError(error: unknown): ApiError {
 
 export function sendError(reply: FastifyReply, error: ApiError): FastifyReply {
   return reply.code(error.statusCode).headers(error.headers).type('application/json; charset=utf-8').send(error.body());
+}
+
+const LINGER_MS = 500;
+
+/** What Node's HTTP parser refused before there was a request to route, as the contract's error. */
+export function clientError(error: { code?: string }, limits: { requestTimeoutMs: number }): ApiError {
+  switch (error.code) {
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return new ApiError(408, 'invalid_request_error', 'request_timeout', `The request was not received in whole within ${limits.requestTimeoutMs / 1000} s.`);
+    case 'HPE_HEADER_OVERFLOW':
+      return new ApiError(431, 'invalid_request_error', 'payload_too_large', 'The request headers are larger than the 16 KiB limit.');
+    case 'HPE_UNEXPECTED_CONTENT_LENGTH':
+      return errors.chunked();
+    default:
+      return new ApiError(400, 'invalid_request_error', 'invalid_request', 'The request is not valid HTTP/1.1.');
+  }
+}
+
+/**
+ * Fastify's clientErrorHandler: the parser's refusals (timeouts, headers too large, a body framed
+ * twice) in the OpenAI body, and the connection closed. Nothing is written once an answer has
+ * begun on the connection (a timeout may strike while a refusal is already on its way).
+ */
+export function clientErrorHandler(limits: { requestTimeoutMs: number }) {
+  return function (this: FastifyInstance, error: Error & { code?: string }, socket: Socket): void {
+    if (error.code === 'ECONNRESET' || socket.destroyed) return;
+    const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+    const apiError = clientError(error, limits);
+    this.log.debug({ code: error.code, status: apiError.statusCode }, 'client error');
+    if (socket.writable && !answering) {
+      const body = JSON.stringify(apiError.body());
+      const head = `HTTP/1.1 ${apiError.statusCode} ${STATUS_CODES[apiError.statusCode] ?? ''}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n`;
+      socket.end(head + body);
+      // The client may go on sending. Once the answer is out it has a moment to read it (a close
+      // with its bytes unread would reset the connection and could drop the answer), then it goes.
+      socket.once('finish', () => setTimeout(() => socket.destroy(), LINGER_MS).unref());
+      return;
+    }
+    socket.destroy();
+  };
 }
 
 /** The one error handler and not-found handler of a listener. */

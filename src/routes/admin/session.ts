@@ -6,6 +6,7 @@ import type { Service } from '../../workers/service.js';
 import { SESSION_COOKIE, SESSION_TTL_MS } from '../../system/sessions.js';
 import { MIN_PASSWORD_LENGTH } from '../../store/secrets.js';
 import { adminAuth, requireAdminHeader, sessionFromCookie } from '../auth.js';
+import { overTls } from '../host.js';
 import { errors } from '../../errors.js';
 
 export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
@@ -37,6 +38,8 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
       path: '/',
       signed: true,
       maxAge: SESSION_TTL_MS / 1000,
+      // Behind a TLS proxy the browser must never send the cookie over plain HTTP.
+      secure: overTls(request, service.config.http.trustProxy),
     });
     return { csrfToken: session.csrfToken };
   };
@@ -65,7 +68,7 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
 
   app.delete('/api/v1/session', guarded, async (request, reply) => {
     sessions.delete(request.adminSession?.id);
-    reply.clearCookie(SESSION_COOKIE, { path: '/', httpOnly: true, sameSite: 'strict' });
+    reply.clearCookie(SESSION_COOKIE, { path: '/', httpOnly: true, sameSite: 'strict', secure: overTls(request, service.config.http.trustProxy) });
     return reply.code(204).send();
   });
 
