@@ -22,6 +22,7 @@ import { bearerAuth } from './routes/auth.js';
 import { errors } from './errors.js';
 import { clientErrorHandler, installErrorHandling } from './routes/errors.js';
 import { hostGuard } from './routes/host.js';
+import { checkJsonBody } from './routes/jsonBody.js';
 import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
 import { adminImageTestRoutes } from './routes/admin/imageTests.js';
 import { adminSpeechTestRoutes } from './routes/admin/speechTests.js';
@@ -81,6 +82,7 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, { on
   app.removeContentTypeParser('text/plain');
   installErrorHandling(app);
   app.addHook('onRequest', hostGuard(http.allowedHosts));
+  app.addHook('preValidation', checkJsonBody);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
     if (request.headers['transfer-encoding'] !== undefined) {

@@ -78,10 +78,20 @@ export function toApiError(error: unknown): ApiError {
       return errors.invalidValue(null, `Invalid request body: ${fe.message}`);
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return invalidJson(fe.message);
+    // The multipart parser's limits and refusals (@fastify/multipart), named by the contract.
+    case 'FST_REQ_FILE_TOO_LARGE':
+    case 'FST_PARTS_LIMIT':
+    case 'FST_FILES_LIMIT':
+    case 'FST_FIELDS_LIMIT':
+      return errors.tooLarge(`The form is over its limits: ${fe.message}.`);
+    case 'FST_INVALID_MULTIPART_CONTENT_TYPE':
+      return errors.mediaType('Send the form as multipart/form-data.');
   }
   if (fe instanceof SyntaxError || fe.statusCode === 400) return invalidJson(fe.message);
   if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
-    return new ApiError(fe.statusCode, 'invalid_request_error', fe.code ?? null, fe.message);
+    // A framework's own code (FST_*) is no code of the contract.
+    const code = fe.code === undefined || fe.code.startsWith('FST_') ? 'invalid_request' : fe.code;
+    return new ApiError(fe.statusCode, 'invalid_request_error', code, fe.message);
   }
   return errors.internal();
 }
@@ -99,7 +109,9 @@ export function clientError(error: { code?: string }, limits: { requestTimeoutMs
       return new ApiError(408, 'invalid_request_error', 'request_timeout', `The request was not received in whole within ${limits.requestTimeoutMs / 1000} s.`);
     case 'HPE_HEADER_OVERFLOW':
       return new ApiError(431, 'invalid_request_error', 'payload_too_large', 'The request headers are larger than the 16 KiB limit.');
+    // Content-Length with Transfer-Encoding (the parser's code depends on the header order).
     case 'HPE_UNEXPECTED_CONTENT_LENGTH':
+    case 'HPE_INVALID_TRANSFER_ENCODING':
       return errors.chunked();
     default:
       return new ApiError(400, 'invalid_request_error', 'invalid_request', 'The request is not valid HTTP/1.1.');

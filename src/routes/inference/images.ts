@@ -6,7 +6,7 @@
 // WebP by its magic bytes and at most 10 MiB, up to the active profile's reference capability.
 // The answer is the OpenAI images response plus `service_deck: { size, requested_size,
 // size_policy: "profile" }`. The prompt is never logged.
-import type { MultipartFile } from '@fastify/multipart';
+import type { Multipart, MultipartFile } from '@fastify/multipart';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -15,6 +15,7 @@ import type { Service } from '../../workers/service.js';
 import type { ImageProfile } from '../../workers/image.js';
 import { runImageJob, type ImageResult } from '../../workers/imageJob.js';
 import { clientGone } from '../client.js';
+import { readForm } from '../multipart.js';
 import { ApiError, errors } from '../../errors.js';
 
 export const IMAGE_LIMITS = { maxReferences: 4, maxReferenceBytes: 10 * 1024 * 1024, maxPromptChars: 32_000 } as const;
@@ -57,7 +58,7 @@ async function imageProfile(service: Service, model: string): Promise<ImageProfi
 }
 
 /** The multipart fields of an edit, as text, and the reference images in order. */
-async function readEdit(parts: AsyncIterableIterator<MultipartFile | { type: 'field'; fieldname: string; value: unknown }>) {
+async function readEdit(parts: AsyncIterable<Multipart>) {
   const fields: Record<string, string> = {};
   const images: Buffer[] = [];
   for await (const part of parts) {
@@ -101,8 +102,10 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
     if (!request.isMultipart()) throw errors.mediaType('Send the edit as multipart/form-data (fields model, prompt, image[]).');
     let read;
     try {
-      read = await readEdit(
-        request.parts({ limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 12, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 20 } }),
+      read = await readForm(
+        request,
+        { limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 12, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 20 } },
+        readEdit,
       );
     } catch (error) {
       switch ((error as { code?: string }).code) {
