@@ -1,6 +1,6 @@
 // The two listeners as Fastify instances. Both share one construction: the same limits (1 MiB
-// bodies, no chunked bodies, JSON only), one error handler rendering the OpenAI error body, and one
-// access line per request. Routes live in src/routes/; they validate, send one event, await the
+// bodies, no chunked bodies, JSON only, a time limit to receive a request, a connection cap), the
+// Host check, one error handler rendering the OpenAI error body, and one access line per request. Routes live in src/routes/; they validate, send one event, await the
 // reply and map it to HTTP.
 import { randomBytes } from 'node:crypto';
 import fastifyCookie from '@fastify/cookie';
@@ -14,12 +14,15 @@ import Fastify, {
   type RawServerDefault,
 } from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import { DEFAULT_HTTP, type HttpConfig } from './config.js';
 import type { Logger } from './system/log.js';
 import type { Service } from './workers/service.js';
 import { logAccess } from './routes/access.js';
 import { bearerAuth } from './routes/auth.js';
 import { errors } from './errors.js';
-import { installErrorHandling } from './routes/errors.js';
+import { clientErrorHandler, installErrorHandling } from './routes/errors.js';
+import { hostGuard } from './routes/host.js';
+import { checkJsonBody } from './routes/jsonBody.js';
 import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
 import { adminImageTestRoutes } from './routes/admin/imageTests.js';
 import { adminSpeechTestRoutes } from './routes/admin/speechTests.js';
@@ -42,20 +45,44 @@ export const JSON_BODY_LIMIT = 1024 * 1024;
 
 export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, ZodTypeProvider>;
 
-export function createListenerApp(name: 'admin' | 'inference', log: Logger, onAccess?: (route: string, status: number) => void): App {
+/** How often Node looks for requests over their time limit (its default, 30 s, would add up to 30 s to each limit). */
+const TIMEOUT_CHECK_MS = 1_000;
+
+export interface ListenerOptions {
+  onAccess?: (route: string, status: number) => void;
+  http?: HttpConfig;
+}
+
+export function createListenerApp(name: 'admin' | 'inference', log: Logger, { onAccess, http = DEFAULT_HTTP }: ListenerOptions = {}): App {
   const app = Fastify({
     loggerInstance: log.child({ listener: name }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: JSON_BODY_LIMIT,
+    // A slow or stalled client may hold a connection only while it sends its request: the limit
+    // ends when the request is in whole, so a long SSE answer or a long image job is not cut.
+    // No idle limit on the socket (connectionTimeout): an answer may be silent for minutes.
+    requestTimeout: http.requestTimeoutMs,
+    keepAliveTimeout: http.keepAliveTimeoutMs,
+    http: {
+      headersTimeout: http.headersTimeoutMs,
+      connectionsCheckingInterval: Math.min(TIMEOUT_CHECK_MS, http.headersTimeoutMs),
+      // A request without Host is refused by the Host check, in the OpenAI body (Node's own 400 has none).
+      requireHostHeader: false,
+    },
+    clientErrorHandler: clientErrorHandler(http),
     return503OnClosing: false,
     forceCloseConnections: 'idle',
     requestIdHeader: false,
     genReqId: () => randomBytes(8).toString('hex'),
   }).withTypeProvider<ZodTypeProvider>() as App;
+  // Connections beyond the cap are closed by Node as they arrive.
+  app.server.maxConnections = http.maxConnections;
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.removeContentTypeParser('text/plain');
   installErrorHandling(app);
+  app.addHook('onRequest', hostGuard(http.allowedHosts));
+  app.addHook('preValidation', checkJsonBody);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
     if (request.headers['transfer-encoding'] !== undefined) {
@@ -63,13 +90,21 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, onAc
       throw errors.chunked();
     }
   });
+  // An answer sent before the body was read (a 401, a refused Host) ends the connection: a client
+  // must not keep it by trickling the rest of a body nobody reads.
+  app.addHook('onSend', async (request, reply) => {
+    if (!request.raw.complete) reply.header('connection', 'close');
+  });
   app.addHook('onResponse', async (request, reply) => logAccess(request, reply, onAccess));
   return app;
 }
 
 /** The inference listener (spec 4.1): bearer token on every route, no CORS, open only while running. */
 export async function buildInferenceApp(service: Service): Promise<App> {
-  const app = createListenerApp('inference', service.log, (route, status) => service.counters.record(route, status));
+  const app = createListenerApp('inference', service.log, {
+    onAccess: (route, status) => service.counters.record(route, status),
+    http: service.config.http,
+  });
   const authenticate = bearerAuth(service.secrets);
   app.addHook('onRequest', async (request, reply) => {
     // What an endpoint stop waits for: every request until its answer is over or its client gone.
@@ -91,7 +126,7 @@ export async function buildInferenceApp(service: Service): Promise<App> {
 
 /** The UI/admin listener: the operator console at `/` and its session API under /api/v1. */
 export async function buildAdminApp(service: Service): Promise<App> {
-  const app = createListenerApp('admin', service.log);
+  const app = createListenerApp('admin', service.log, { http: service.config.http });
   app.addHook('onSend', securityHeaders);
   await app.register(fastifyCookie, { secret: service.secrets.sessionKey });
   await app.register(adminSessionRoutes, { service });

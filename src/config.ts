@@ -12,6 +12,35 @@ export interface PortRange {
   last: number;
 }
 
+/**
+ * What both listeners accept of a connection (src/app.ts): how long a client may take to send a
+ * request, how many connections may be open, which Host names are served, whether a proxy in
+ * front says that the client came over TLS.
+ */
+export interface HttpConfig {
+  /** The whole request, headers and body (Node's requestTimeout); an answer may take as long as it needs. */
+  requestTimeoutMs: number;
+  /** The request line and headers (Node's headersTimeout), also of a connection that sends nothing. */
+  headersTimeoutMs: number;
+  /** How long an idle keep-alive connection stays open between requests. */
+  keepAliveTimeoutMs: number;
+  /** Open connections per listener; a further one is closed at once. */
+  maxConnections: number;
+  /** Host names served beside the loopback names and the address a connection arrived at (lower case, no port). */
+  allowedHosts: string[];
+  /** Trust `X-Forwarded-Proto: https` from a TLS proxy in front (the session cookies become Secure). */
+  trustProxy: boolean;
+}
+
+export const DEFAULT_HTTP: HttpConfig = {
+  requestTimeoutMs: 30_000,
+  headersTimeoutMs: 10_000,
+  keepAliveTimeoutMs: 5_000,
+  maxConnections: 256,
+  allowedHosts: [],
+  trustProxy: false,
+};
+
 export interface Config {
   stateDir: string;
   cacheDir: string;
@@ -39,6 +68,7 @@ export interface Config {
   enhancerRecipes: string | undefined;
   /** The built operator console (Vite's output) that the admin listener serves at `/`. */
   consoleDir: string;
+  http: HttpConfig;
   production: boolean;
   env: NodeJS.ProcessEnv;
 }
@@ -94,6 +124,43 @@ export function parseGpuReserve(text: string): Config['gpuReserveMiB'] {
   return result;
 }
 
+/** `SERVICE_DECK_ALLOWED_HOSTS`: host names, comma separated; a port or an IPv6 address's brackets are kept out. */
+export function parseAllowedHosts(text: string): string[] {
+  return text
+    .split(',')
+    .map((name) => name.trim().toLowerCase().replace(/\.$/, ''))
+    .filter(Boolean)
+    .map((name) => {
+      if (!/^(\[[0-9a-f:.]+\]|[a-z0-9.-]+)$/.test(name)) throw new ConfigError(`SERVICE_DECK_ALLOWED_HOSTS: "${name}" is not a host name (no scheme, no port)`);
+      return name;
+    });
+}
+
+function parseFlag(text: string | undefined, what: string): boolean {
+  const value = (text ?? '').trim().toLowerCase();
+  if (['', '0', 'false', 'no'].includes(value)) return false;
+  if (['1', 'true', 'yes'].includes(value)) return true;
+  throw new ConfigError(`${what}: "${text}" is not one of 1, 0, true, false`);
+}
+
+function httpConfig(env: NodeJS.ProcessEnv): HttpConfig {
+  const ms = (name: string, fallback: number) => {
+    const text = env[name];
+    return text === undefined || text.trim() === '' ? fallback : Math.max(100, parseWhole(text, name, 'milliseconds'));
+  };
+  const requestTimeoutMs = ms('SERVICE_DECK_REQUEST_TIMEOUT_MS', DEFAULT_HTTP.requestTimeoutMs);
+  const maxText = env.SERVICE_DECK_MAX_CONNECTIONS;
+  return {
+    requestTimeoutMs,
+    // Node refuses a headers limit above the whole request's.
+    headersTimeoutMs: Math.min(requestTimeoutMs, ms('SERVICE_DECK_HEADERS_TIMEOUT_MS', DEFAULT_HTTP.headersTimeoutMs)),
+    keepAliveTimeoutMs: ms('SERVICE_DECK_KEEP_ALIVE_TIMEOUT_MS', DEFAULT_HTTP.keepAliveTimeoutMs),
+    maxConnections: maxText ? Math.max(1, parseWhole(maxText, 'SERVICE_DECK_MAX_CONNECTIONS', 'connections')) : DEFAULT_HTTP.maxConnections,
+    allowedHosts: parseAllowedHosts(env.SERVICE_DECK_ALLOWED_HOSTS ?? ''),
+    trustProxy: parseFlag(env.SERVICE_DECK_TRUST_PROXY, 'SERVICE_DECK_TRUST_PROXY'),
+  };
+}
+
 /** The checkout or installed package this module belongs to (src/ runs under tsx, dist/src/ built). */
 function packageRoot(): string {
   let dir = path.dirname(fileURLToPath(import.meta.url));
@@ -127,6 +194,7 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     enhancerHub: env.SERVICE_DECK_ENHANCER_HUB ?? 'https://huggingface.co',
     enhancerRecipes: env.SERVICE_DECK_ENHANCER_RECIPES,
     consoleDir: path.resolve(env.SERVICE_DECK_CONSOLE_DIR ?? path.join(packageRoot(), 'dist', 'console')),
+    http: httpConfig(env),
     production: env.NODE_ENV === 'production',
     env,
   };

@@ -48,6 +48,7 @@ export const errors = {
   modelNotFound: (model: string) =>
     new ApiError(404, 'invalid_request_error', 'model_not_found', `The model '${model}' does not exist or is not published.`, 'model'),
   conflict: (code: string, message: string) => new ApiError(409, 'conflict', code, message),
+  misdirected: (message: string) => new ApiError(421, 'invalid_request_error', 'misdirected_request', message),
   tooLarge: (message: string, param: string | null = null) => new ApiError(413, 'invalid_request_error', 'payload_too_large', message, param),
   chunked: () =>
     new ApiError(400, 'invalid_request_error', 'chunked_upload', 'Chunked request bodies are not accepted: send Content-Length.'),

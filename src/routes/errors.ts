@@ -1,6 +1,8 @@
 // CONTRACT section 5: the one error handler per listener. It renders the catalog's ApiError
 // (src/errors.ts), a job's refused or revoked reservation, and Fastify's own errors (body too
 // large, bad JSON, wrong media type) and zod validation failures in the same OpenAI body.
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { ApiError, errors } from '../errors.js';
@@ -76,16 +78,68 @@ export function toApiError(error: unknown): ApiError {
       return errors.invalidValue(null, `Invalid request body: ${fe.message}`);
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return invalidJson(fe.message);
+    // The multipart parser's limits and refusals (@fastify/multipart), named by the contract.
+    case 'FST_REQ_FILE_TOO_LARGE':
+    case 'FST_PARTS_LIMIT':
+    case 'FST_FILES_LIMIT':
+    case 'FST_FIELDS_LIMIT':
+      return errors.tooLarge(`The form is over its limits: ${fe.message}.`);
+    case 'FST_INVALID_MULTIPART_CONTENT_TYPE':
+      return errors.mediaType('Send the form as multipart/form-data.');
   }
   if (fe instanceof SyntaxError || fe.statusCode === 400) return invalidJson(fe.message);
   if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
-    return new ApiError(fe.statusCode, 'invalid_request_error', fe.code ?? null, fe.message);
+    // A framework's own code (FST_*) is no code of the contract.
+    const code = fe.code === undefined || fe.code.startsWith('FST_') ? 'invalid_request' : fe.code;
+    return new ApiError(fe.statusCode, 'invalid_request_error', code, fe.message);
   }
   return errors.internal();
 }
 
 export function sendError(reply: FastifyReply, error: ApiError): FastifyReply {
   return reply.code(error.statusCode).headers(error.headers).type('application/json; charset=utf-8').send(error.body());
+}
+
+const LINGER_MS = 500;
+
+/** What Node's HTTP parser refused before there was a request to route, as the contract's error. */
+export function clientError(error: { code?: string }, limits: { requestTimeoutMs: number }): ApiError {
+  switch (error.code) {
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return new ApiError(408, 'invalid_request_error', 'request_timeout', `The request was not received in whole within ${limits.requestTimeoutMs / 1000} s.`);
+    case 'HPE_HEADER_OVERFLOW':
+      return new ApiError(431, 'invalid_request_error', 'payload_too_large', 'The request headers are larger than the 16 KiB limit.');
+    // Content-Length with Transfer-Encoding (the parser's code depends on the header order).
+    case 'HPE_UNEXPECTED_CONTENT_LENGTH':
+    case 'HPE_INVALID_TRANSFER_ENCODING':
+      return errors.chunked();
+    default:
+      return new ApiError(400, 'invalid_request_error', 'invalid_request', 'The request is not valid HTTP/1.1.');
+  }
+}
+
+/**
+ * Fastify's clientErrorHandler: the parser's refusals (timeouts, headers too large, a body framed
+ * twice) in the OpenAI body, and the connection closed. Nothing is written once an answer has
+ * begun on the connection (a timeout may strike while a refusal is already on its way).
+ */
+export function clientErrorHandler(limits: { requestTimeoutMs: number }) {
+  return function (this: FastifyInstance, error: Error & { code?: string }, socket: Socket): void {
+    if (error.code === 'ECONNRESET' || socket.destroyed) return;
+    const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+    const apiError = clientError(error, limits);
+    this.log.debug({ code: error.code, status: apiError.statusCode }, 'client error');
+    if (socket.writable && !answering) {
+      const body = JSON.stringify(apiError.body());
+      const head = `HTTP/1.1 ${apiError.statusCode} ${STATUS_CODES[apiError.statusCode] ?? ''}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n`;
+      socket.end(head + body);
+      // The client may go on sending. Once the answer is out it has a moment to read it (a close
+      // with its bytes unread would reset the connection and could drop the answer), then it goes.
+      socket.once('finish', () => setTimeout(() => socket.destroy(), LINGER_MS).unref());
+      return;
+    }
+    socket.destroy();
+  };
 }
 
 /** The one error handler and not-found handler of a listener. */

@@ -6,6 +6,7 @@ import { createHash, randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
+import { errors } from '../errors.js';
 import { fileStamp, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './files.js';
 
 const scryptAsync = promisify(scrypt) as (
@@ -50,6 +51,40 @@ export async function verifyPassword(password: string, stored: string): Promise<
   return timingSafeEqual(actual, expected);
 }
 
+/**
+ * Password hashing is slow on purpose: each scrypt holds a libuv thread for about 100 ms. The
+ * thread pool (4 threads) also serves the file reads of every request (the bearer check reads the
+ * stamp of secrets.json), so a flood of logins must not fill it: at most `concurrency` hashes run
+ * at once and `queue` wait; a further one is refused with 429 at once instead of queueing.
+ */
+export class HashGate {
+  #running = 0;
+  readonly #waiting: Array<() => void> = [];
+
+  constructor(
+    readonly concurrency = 2,
+    readonly queue = 8,
+  ) {}
+
+  get running(): number {
+    return this.#running;
+  }
+
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.#running < this.concurrency) this.#running += 1;
+    else if (this.#waiting.length < this.queue) await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    else throw errors.tooManyRequests('login_busy', 'Too many password checks at once: try again in a second.', 1);
+    try {
+      return await task();
+    } finally {
+      // A waiting task takes over this one's place; otherwise the place is free.
+      const next = this.#waiting.shift();
+      if (next) next();
+      else this.#running -= 1;
+    }
+  }
+}
+
 export function newApiToken(): string {
   return TOKEN_PREFIX + randomBytes(32).toString('base64url');
 }
@@ -64,6 +99,7 @@ export class SecretStore {
   #secrets: Secrets;
   #stamp: string | undefined;
   readonly #writes = new WriteQueue();
+  readonly #hashing = new HashGate();
 
   private constructor(file: string, secrets: Secrets, stamp: string | undefined) {
     this.file = file;
@@ -170,7 +206,7 @@ export class SecretStore {
   async passwordMatches(password: string): Promise<boolean> {
     const stored = this.#secrets.passwordHash;
     if (stored === null) return false;
-    return verifyPassword(password, stored);
+    return this.#hashing.run(() => verifyPassword(password, stored));
   }
 
   #save(patch: Partial<Secrets>): Promise<void> {
@@ -185,7 +221,7 @@ export class SecretStore {
 
   async setPassword(password: string): Promise<void> {
     if (password.length < MIN_PASSWORD_LENGTH) throw new Error(`the password needs at least ${MIN_PASSWORD_LENGTH} characters`);
-    await this.#save({ passwordHash: await hashPassword(password) });
+    await this.#save({ passwordHash: await this.#hashing.run(() => hashPassword(password)) });
   }
 
   /** Issues a new API token; only its hash is kept. The old token stops working at once. */

@@ -3,28 +3,44 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Service } from '../../workers/service.js';
-import { SESSION_COOKIE, SESSION_TTL_MS } from '../../system/sessions.js';
+import { DEVICE_COOKIE, DEVICE_TTL_MS, loginSource, SESSION_COOKIE, SESSION_TTL_MS, SessionStore } from '../../system/sessions.js';
 import { MIN_PASSWORD_LENGTH } from '../../store/secrets.js';
 import { adminAuth, requireAdminHeader, sessionFromCookie } from '../auth.js';
+import { overTls } from '../host.js';
 import { errors } from '../../errors.js';
 
 export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
   const { sessions, secrets } = service;
 
-  /** A wrong password counts against the client's address; too many make it wait (429). */
-  const checkPassword = async (request: FastifyRequest, password: string) => {
-    const blockedFor = sessions.loginBlockedFor(request.ip);
+  /**
+   * Counts the attempt first (see src/system/sessions.ts), then checks the password: a wrong one
+   * stays counted; too many make the client wait (429). `device` is the browser's device id, read
+   * only by the login itself.
+   */
+  const checkPassword = async (request: FastifyRequest, password: string, device?: string) => {
+    const client = { source: loginSource(request.ip), device };
+    const blockedFor = sessions.loginAttempt(client);
     if (blockedFor > 0) throw errors.tooManyRequests('too_many_attempts', 'Too many wrong passwords: wait and try again.', blockedFor);
-    await secrets.refresh();
-    if (!secrets.hasPassword) {
-      throw errors.passwordNotSet();
+    let correct = false;
+    try {
+      await secrets.refresh();
+      if (!secrets.hasPassword) throw errors.passwordNotSet();
+      correct = await secrets.passwordMatches(password);
+    } catch (error) {
+      // Not checked (no password set, too many checks at once): no guess was made.
+      sessions.loginTakenBack(client);
+      throw error;
     }
-    if (!(await secrets.passwordMatches(password))) {
-      sessions.loginFailed(request.ip);
-      throw errors.wrongPassword();
-    }
-    sessions.loginSucceeded(request.ip);
+    if (!correct) throw errors.wrongPassword();
+    sessions.loginTakenBack(client);
+  };
+
+  /** The device id in the browser's signed device cookie, if it carries a valid one. */
+  const deviceOf = (request: FastifyRequest): string | undefined => {
+    const raw = request.cookies[DEVICE_COOKIE];
+    const unsigned = raw ? request.unsignCookie(raw) : undefined;
+    return unsigned?.valid && unsigned.value && /^[A-Za-z0-9_-]{22}$/.test(unsigned.value) ? unsigned.value : undefined;
   };
 
   /** A new session under the current password in place of the request's own: its cookie and CSRF token. */
@@ -37,6 +53,8 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
       path: '/',
       signed: true,
       maxAge: SESSION_TTL_MS / 1000,
+      // Behind a TLS proxy the browser must never send the cookie over plain HTTP.
+      secure: overTls(request, service.config.http.trustProxy),
     });
     return { csrfToken: session.csrfToken };
   };
@@ -45,8 +63,19 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
     '/api/v1/session',
     { schema: { body: z.strictObject({ password: z.string().max(1024) }) }, onRequest: async (request) => requireAdminHeader(request) },
     async (request, reply) => {
-      await checkPassword(request, request.body.password);
-      return openSession(request, reply);
+      const device = deviceOf(request);
+      await checkPassword(request, request.body.password, device);
+      const answer = openSession(request, reply);
+      // After the session cookie, which clients that keep one cookie read first.
+      reply.setCookie(DEVICE_COOKIE, device ?? SessionStore.newDevice(), {
+        httpOnly: true,
+        sameSite: 'strict',
+        path: '/api/v1/session',
+        signed: true,
+        maxAge: DEVICE_TTL_MS / 1000,
+        secure: overTls(request, service.config.http.trustProxy),
+      });
+      return answer;
     },
   );
 
@@ -65,7 +94,7 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
 
   app.delete('/api/v1/session', guarded, async (request, reply) => {
     sessions.delete(request.adminSession?.id);
-    reply.clearCookie(SESSION_COOKIE, { path: '/', httpOnly: true, sameSite: 'strict' });
+    reply.clearCookie(SESSION_COOKIE, { path: '/', httpOnly: true, sameSite: 'strict', secure: overTls(request, service.config.http.trustProxy) });
     return reply.code(204).send();
   });
 

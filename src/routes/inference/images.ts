@@ -8,7 +8,7 @@
 // size_policy: "profile", enhancer }`; when the profile's prompt enhancer rewrote the prompt (4.7),
 // `data[0].revised_prompt` is the rewrite and `enhancer.wh_ratio` its suggested shape (only a
 // suggestion). The prompt is never logged.
-import type { MultipartFile } from '@fastify/multipart';
+import type { Multipart, MultipartFile } from '@fastify/multipart';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -17,6 +17,7 @@ import type { Service } from '../../workers/service.js';
 import type { ImageProfile } from '../../workers/image.js';
 import { runImageJob, type ImageResult } from '../../workers/imageJob.js';
 import { clientGone } from '../client.js';
+import { readForm } from '../multipart.js';
 import { ApiError, errors } from '../../errors.js';
 
 export const IMAGE_LIMITS = { maxReferences: 4, maxReferenceBytes: 10 * 1024 * 1024, maxPromptChars: 32_000 } as const;
@@ -66,7 +67,7 @@ async function imageProfile(service: Service, model: string): Promise<ImageProfi
 }
 
 /** The multipart fields of an edit, as text, and the reference images in order. */
-async function readParts(parts: AsyncIterableIterator<MultipartFile | { type: 'field'; fieldname: string; value: unknown }>, allowed: readonly string[]) {
+async function readParts(parts: AsyncIterable<Multipart>, allowed: readonly string[]) {
   const fields: Record<string, string> = {};
   const images: Buffer[] = [];
   for await (const part of parts) {
@@ -103,9 +104,10 @@ const EDIT_FIELDS = ['model', 'prompt', 'n', 'size', 'response_format', 'user'] 
  */
 export async function readImageForm(request: FastifyRequest, allowed: readonly string[]): Promise<{ fields: Record<string, string>; images: Buffer[] }> {
   try {
-    return await readParts(
-      request.parts({ limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 12, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 20 } }),
-      allowed,
+    return await readForm(
+      request,
+      { limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 12, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 20 } },
+      (parts) => readParts(parts, allowed),
     );
   } catch (error) {
     switch ((error as { code?: string }).code) {

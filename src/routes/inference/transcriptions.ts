@@ -13,6 +13,7 @@ import { recordingOf, transcribe, transcriptionLanguage } from '../../workers/sp
 import { STT_LANGUAGE_CHOICES, type SttLanguage } from '../../store/profile.schema.js';
 import type { SttProfile } from '../../workers/stt.js';
 import { clientGone } from '../client.js';
+import { readForm } from '../multipart.js';
 import { errors } from '../../errors.js';
 
 /** OpenAI fields this endpoint refuses, with the rule that refuses them. */
@@ -43,21 +44,23 @@ export const noFile = () => errors.invalidValue('file', "The field 'file' is req
  */
 export async function readRecordingForm(request: FastifyRequest, accepted: readonly string[], refused: Record<string, string> = {}) {
   if (!request.isMultipart()) throw errors.mediaType(`Send the recording as multipart/form-data (fields ${[...accepted, 'file'].join(', ')}).`);
-  const fields: Record<string, string> = {};
-  let file: Buffer | undefined;
-  for await (const part of request.parts()) {
-    if (part.type === 'file') {
-      if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
-      if (file) throw errors.invalidValue('file', 'Send exactly one file.');
-      file = await readFile(part);
-      continue;
+  return readForm(request, undefined, async (parts) => {
+    const fields: Record<string, string> = {};
+    let file: Buffer | undefined;
+    for await (const part of parts) {
+      if (part.type === 'file') {
+        if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
+        if (file) throw errors.invalidValue('file', 'Send exactly one file.');
+        file = await readFile(part);
+        continue;
+      }
+      const rule = refused[part.fieldname];
+      if (rule) throw errors.invalidValue(part.fieldname.replace(/\[\]$/, ''), `Not accepted: ${rule}.`);
+      if (!accepted.includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
+      fields[part.fieldname] = String(part.value);
     }
-    const rule = refused[part.fieldname];
-    if (rule) throw errors.invalidValue(part.fieldname.replace(/\[\]$/, ''), `Not accepted: ${rule}.`);
-    if (!accepted.includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
-    fields[part.fieldname] = String(part.value);
-  }
-  return { fields, file };
+    return { fields, file };
+  });
 }
 
 /** The language a form names (de, en, auto), or undefined when it names none. */

@@ -1,0 +1,71 @@
+// The login throttle through the admin listener (issue 15, item 2). A parallel flood of wrong
+// passwords is counted before scrypt runs, so at most the source's limit is checked and the rest
+// is refused at once, while the inference listener keeps answering quickly; another loopback
+// address is the same source; the operator's browser, which logged in before, gets through a
+// block that another local process caused, and only its own guesses block it.
+import t from 'tap';
+import { build, PASSWORD } from '../helpers/build.js';
+import { rawRequest } from '../helpers/raw.js';
+
+const login = (adminUrl: string, password: string, { from, cookie }: { from?: string; cookie?: string } = {}) =>
+  rawRequest(`${adminUrl}/api/v1/session`, {
+    method: 'POST',
+    headers: { 'x-service-deck': '1', ...(cookie ? { cookie } : {}) },
+    body: JSON.stringify({ password }),
+    ...(from ? { localAddress: from } : {}),
+  });
+
+const codeOf = (text: string) => (JSON.parse(text) as { error?: { code?: string } }).error?.code;
+
+t.test('200 wrong passwords at once: at most 10 are checked, the rest refused at once, /v1/models stays quick', async (t) => {
+  const b = await build(t);
+  await b.startEndpoint();
+  const started = Date.now();
+  const flood = Promise.all(Array.from({ length: 200 }, (_, i) => login(b.adminUrl, `guess-${i}`, { from: `127.0.0.${1 + (i % 20)}` })));
+  const latencies: number[] = [];
+  // While the flood is in: its connections are open and its first passwords are being checked.
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  for (let i = 0; i < 5; i += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const before = Date.now();
+    const response = await b.api('GET', '/v1/models');
+    latencies.push(Date.now() - before);
+    t.equal(response.status, 200);
+  }
+  const replies = await flood;
+  const elapsed = Date.now() - started;
+  const statuses = replies.map((r) => r.status);
+  const checked = statuses.filter((s) => s === 401).length;
+  t.ok(checked <= 10, `${checked} passwords were checked (limit 10 per source and minute)`);
+  t.equal(checked + statuses.filter((s) => s === 429).length, 200, 'every other attempt was refused with 429');
+  t.same([...new Set(replies.filter((r) => r.status === 429).map((r) => codeOf(r.text)))].filter((c) => c !== 'login_busy'), ['too_many_attempts']);
+  t.ok(replies.filter((r) => r.status === 429).every((r) => Number(r.headers['retry-after']) > 0), 'each with Retry-After');
+  t.ok(elapsed < 8_000, `the flood was answered in ${elapsed} ms`);
+  t.ok(Math.max(...latencies) < 1_000, `GET /v1/models took at most ${Math.max(...latencies)} ms during the flood`);
+  t.equal((await login(b.adminUrl, PASSWORD, { from: '127.0.0.99' })).status, 429, 'a right password from a fresh loopback address without a device cookie waits too');
+});
+
+t.test("the operator's browser gets through a block another local process caused", async (t) => {
+  const b = await build(t, { login: false });
+  const first = await login(b.adminUrl, PASSWORD);
+  t.equal(first.status, 200);
+  const cookies = ([] as string[]).concat(first.headers['set-cookie'] ?? []);
+  t.match(cookies[0], /^sd_session=/, 'the session cookie comes first');
+  const deviceSetCookie = cookies.find((c) => c.startsWith('sd_device=')) ?? '';
+  t.match(deviceSetCookie, /; Path=\/api\/v1\/session; HttpOnly; SameSite=Strict$/, 'a device cookie, sent back to the login only');
+  const device = deviceSetCookie.split(';')[0] ?? '';
+
+  for (let i = 0; i < 10; i += 1) await login(b.adminUrl, `guess-${i}`, { from: '127.0.0.2' });
+  t.equal((await login(b.adminUrl, 'guess', { from: '127.0.0.3' })).status, 429, 'another loopback address does not escape the block');
+  t.equal((await login(b.adminUrl, PASSWORD)).status, 429, 'a browser without a device cookie waits');
+  t.equal((await login(b.adminUrl, PASSWORD, { cookie: 'sd_device=forged-device-id-0000000' })).status, 429, 'an unsigned device cookie counts for nothing');
+  const again = await login(b.adminUrl, PASSWORD, { cookie: device });
+  t.equal(again.status, 200, 'the browser that logged in before gets in with the right password');
+  const opened = ([] as string[]).concat(again.headers['set-cookie'] ?? []);
+  t.ok(opened.some((c) => c.startsWith(`${device};`)), 'and keeps its device id');
+
+  for (let i = 0; i < 10; i += 1) t.equal((await login(b.adminUrl, `guess-${i}`, { cookie: device })).status, 401, `a guess with the device cookie is checked (${i + 1})`);
+  const blocked = await login(b.adminUrl, PASSWORD, { cookie: device });
+  t.equal(blocked.status, 429, 'ten wrong passwords with the device cookie block that device');
+  t.equal(codeOf(blocked.text), 'too_many_attempts');
+});
