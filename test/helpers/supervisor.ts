@@ -46,6 +46,8 @@ export interface World {
   imageMiB: number;
   /** Make the next fact gathering fail with this message. */
   failNext: string | null;
+  /** The prompt enhancer's model (4.7), or why it cannot be read. */
+  enhancer: { model: ModelShape; context: number } | { problem: string };
 }
 
 export function defaultWorld(): World {
@@ -58,6 +60,7 @@ export function defaultWorld(): World {
     tts: { device: 'cpu', memoryMiB: 0 },
     imageMiB: 6 * GIB,
     failNext: null,
+    enhancer: { model: model(16, 100), context: 8192 },
   };
 }
 
@@ -77,7 +80,11 @@ export function factsFrom(world: World, input: CheckInput): StartFacts {
     return { ...base, demand: { kind: 'tts', device: world.tts.device, gpuMiB: world.tts.memoryMiB, ramMiB: 300, basis: 'TTS profile memoryMiB' } };
   }
   if (job.kind === 'image') {
-    return { ...base, demand: { kind: 'image', device: 'first-gpu', gpuMiB: world.imageMiB, ramMiB: 1024, basis: 'image model files' } };
+    const demand = { kind: 'image', device: 'first-gpu', gpuMiB: world.imageMiB, ramMiB: 1024, basis: 'image model files' } as const;
+    if (!job.enhancer) return { ...base, demand };
+    const e = world.enhancer;
+    if ('problem' in e) return { ...base, demand, enhancerProblem: e.problem };
+    return { ...base, demand, enhancer: { kind: 'chat', model: e.model, context: e.context, slots: 1, gpuSplit: null, gpuLayers: null, buildFit: null } };
   }
   return { ...base, demand: { kind: 'stt', device: 'cpu', gpuMiB: 0, ramMiB: 400, basis: 'STT model' } };
 }
@@ -136,9 +143,11 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     emitted.push(event);
     if (!auto) return;
     if (event.type === 'worker.unload') actor.send({ type: 'worker.unloaded', kind: event.kind, generation: event.generation });
-    if (event.type === 'gpu.granted' && event.start) {
-      actor.send({ type: 'worker.started', kind: event.worker, generation: event.generation, pid: ++pid });
-      actor.send({ type: 'worker.loaded', kind: event.worker, generation: event.generation });
+    // An image grant with an enhancer step starts the enhancer first; its image starts after `enhancer.done`.
+    const start = event.type === 'gpu.granted' && event.start ? (event.enhancer ? { kind: 'enhancer' as const, generation: event.enhancer.generation } : { kind: event.worker, generation: event.generation }) : null;
+    if (start) {
+      actor.send({ type: 'worker.started', ...start, pid: ++pid });
+      actor.send({ type: 'worker.loaded', ...start });
     }
   });
   actor.start();

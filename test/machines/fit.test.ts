@@ -206,3 +206,33 @@ t.test('our own workers are counted once (measured or forecast, the larger); for
   const simulated = gpu('GPU-a', 24 * GIB, 24 * GIB);
   t.equal(gpuAvailableMiB(simulated, 512, [chat], []), 24 * GIB - 6000 - 512, 'a simulated GPU that does not show our worker: its forecast counts');
 });
+
+t.test('4.7 the prompt enhancer of an image job: placed over every GPU, CPU offload for what does not fit, checked in the same room as the image', async (t) => {
+  const gpus = [gpu('GPU-a', 24 * GIB, 24 * GIB), gpu('GPU-b', 24 * GIB, 24 * GIB)];
+  const base = { gpus, gpuReserveMiB: { 'GPU-a': 512, 'GPU-b': 512 }, ram: { availableMiB: 96 * GIB, reserveMiB: 1024, limitedBy: 'host' } };
+  const image = { kind: 'image', device: 'first-gpu', gpuMiB: 8 * GIB, ramMiB: 1024, basis: 'image files' } as const;
+  const enhancer = (m: ModelShape) => ({ kind: 'chat', model: m, context: 8192, slots: 1, gpuSplit: null, gpuLayers: null, buildFit: FIT_TOOL_MISSING }) as const;
+  const imageJob = input({ job: job({ kind: 'image', enhancer: { task: 't2i', model: '/e.gguf', mmproj: null, context: 8192, image: true } }) });
+
+  const small = decideStart({ ...base, demand: image, enhancer: enhancer(model(16, 100)) }, imageJob);
+  t.equal(small.verdict, 'start');
+  const fits = small.verdict === 'start' ? small.plan.enhancer : undefined;
+  t.same(fits?.gpus, ['GPU-a', 'GPU-b'], 'a small enhancer spreads over both GPUs');
+  t.equal(fits?.gpuLayers, 17, 'every layer on a GPU');
+
+  // 64 blocks of 1200 MiB (75 GiB) cannot sit on two 24 GiB GPUs: the rest stays in RAM.
+  const big = decideStart({ ...base, demand: image, enhancer: enhancer(model(64, 1200)) }, imageJob);
+  t.equal(big.verdict, 'start');
+  const offloaded = big.verdict === 'start' ? big.plan.enhancer : undefined;
+  t.ok(offloaded && offloaded.gpuLayers! > 0 && offloaded.gpuLayers! < 65, `-ngl ${offloaded?.gpuLayers} of 65: CPU offload for the rest`);
+  t.same(offloaded?.gpus, ['GPU-a', 'GPU-b']);
+  t.ok(offloaded && offloaded.forecast.ramMiB > 20 * GIB, 'the offloaded layers are forecast in RAM');
+  t.ok(big.verdict === 'start' && big.plan.forecast.gpuMiB['GPU-a'] === 8 * GIB, 'the image plan is its own: the two never run together');
+
+  const tooBig = decideStart({ ...base, ram: { ...base.ram, availableMiB: 8 * GIB }, demand: image, enhancer: enhancer(model(64, 1200)) }, imageJob);
+  t.match(tooBig, { verdict: 'refuse', code: 'insufficient_memory', message: /^the prompt enhancer cannot start: .*RAM/ });
+
+  const cpu = decideStart({ ...base, gpus: [], gpuReserveMiB: {}, demand: { ...image, device: 'first-gpu' }, enhancer: enhancer(model(16, 100)) }, imageJob);
+  t.match(cpu, { verdict: 'start', plan: { enhancer: { gpus: [], gpuLayers: null, fit: 'CPU only: no GPU present' } } }, 'CPU only is possible');
+  t.match(decideStart({ ...base, demand: image, enhancerProblem: 'its model cannot be read' }, imageJob), { verdict: 'refuse', code: 'enhancer_failed' });
+});

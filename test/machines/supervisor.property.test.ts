@@ -1,5 +1,6 @@
 // Thousands of random arrival sequences through the real supervisor and queue machines: chats of
-// several profiles, images (API and GUI test), TTS, STT, client cancels, releases, profile edits and
+// several profiles, images (API and GUI test; half of them with the prompt enhancer first, some of
+// the tests a preview that makes no image), TTS, STT, client cancels, releases, profile edits and
 // unpublications, foreign GPU processes, worker deaths, endpoint stops, warm preloads and audio
 // policy changes, and the clock running on.
 // Checked from the outside, on the emitted events alone:
@@ -14,7 +15,10 @@
 // - a queue_timeout comes only after 600 s of waiting, a profile_changed only after an edit;
 // - never two processes of one worker kind: in half the runs the simulated workers report late,
 //   in random order across kinds, sometimes twice, and crash at random; a start is granted only
-//   once the previous process of that kind is confirmed gone.
+//   once the previous process of that kind is confirmed gone;
+// - the prompt enhancer (4.7) lives only inside its image job: no chat or TTS start while it lives,
+//   its image process starts only once it is gone (as the job waits for that), and none is left
+//   loaded at the end.
 import t from 'tap';
 import type { JobSpec, SupervisorEmitted, SupervisorEvent, WorkerKind } from '../../machines/supervisor/index.js';
 import { GIB, gpu, model, supervisorHarness } from '../helpers/supervisor.js';
@@ -58,6 +62,8 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
     const alive: Record<WorkerKind, Set<number>> = { chat: new Set(), image: new Set(), tts: new Set(), stt: new Set(), enhancer: new Set() };
     const current: Partial<Record<WorkerKind, { pid: number; generation: number }>> = {};
     const reports: Array<{ event: SupervisorEvent; ends?: number }> = [];
+    /** Image jobs with an enhancer step: its start, whether it answered, and the image start that follows. */
+    const enhanced = new Map<string, { enhancer: number; image: number | null; answered: boolean }>();
     const delivered: Array<{ event: SupervisorEvent; ends?: number }> = [];
     let nextPid = 5000;
     const deliver = (count: number) => {
@@ -68,15 +74,41 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         if (report.ends !== undefined && 'kind' in report.event) alive[report.event.kind].delete(report.ends);
       }
     };
+    const startProcess = (kind: WorkerKind, generation: number) => {
+      if (alive[kind].size > 0) fail(`a second ${kind} process was started while ${[...alive[kind]].join(',')} lives`);
+      const pid = ++nextPid;
+      alive[kind].add(pid);
+      current[kind] = { pid, generation };
+      reports.push({ event: { type: 'worker.started', kind, generation, pid } }, { event: { type: 'worker.loaded', kind, generation } });
+    };
+    /** The job's part after the enhancer answered: its image process, once the enhancer is gone. */
+    const startImages = () => {
+      for (const [jobId, e] of enhanced) {
+        if (!held.has(jobId)) enhanced.delete(jobId);
+        else if (e.answered && e.image !== null && (current.enhancer?.generation !== e.enhancer || alive.enhancer.size === 0)) {
+          if (alive.enhancer.size > 0) fail(`the image of ${jobId} would start while an enhancer lives`);
+          if (lateWorkers) startProcess('image', e.image);
+          else {
+            h.actor.send({ type: 'worker.started', kind: 'image', generation: e.image, pid: ++nextPid });
+            h.actor.send({ type: 'worker.loaded', kind: 'image', generation: e.image });
+          }
+          enhanced.delete(jobId);
+        }
+      }
+    };
+    h.actor.on('*', (event: SupervisorEmitted) => {
+      if (event.type === 'gpu.granted' && event.enhancer) {
+        const spec = jobs.get(event.jobId)?.spec;
+        enhanced.set(event.jobId, { enhancer: event.enhancer.generation, image: spec?.enhancer?.image ? event.generation : null, answered: false });
+      }
+    });
     if (lateWorkers) {
       h.actor.on('*', (event: SupervisorEmitted) => {
         if (event.type === 'gpu.granted' && event.start) {
-          if (alive[event.worker].size > 0) fail(`a second ${event.worker} process was started while ${[...alive[event.worker]].join(',')} lives`);
-          const pid = ++nextPid;
-          const { generation } = event;
-          alive[event.worker].add(pid);
-          current[event.worker] = { pid, generation };
-          reports.push({ event: { type: 'worker.started', kind: event.worker, generation, pid } }, { event: { type: 'worker.loaded', kind: event.worker, generation } });
+          if ((event.worker === 'chat' || event.worker === 'tts') && alive.enhancer.size > 0) fail(`a ${event.worker} start while the enhancer ${[...alive.enhancer].join(',')} lives`);
+          // With an enhancer step the enhancer starts now; the image process once it answered and is gone.
+          if (event.enhancer) startProcess('enhancer', event.enhancer.generation);
+          else startProcess(event.worker, event.generation);
         } else if (event.type === 'worker.unload') {
           // The adapter stops the process of the start the command names.
           const proc = current[event.kind]?.generation === event.generation ? current[event.kind] : undefined;
@@ -149,6 +181,8 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         const kind: JobSpec['kind'] = profileId === 'img' ? 'image' : profileId === 't' ? 'tts' : profileId === 's' ? 'stt' : 'chat';
         const refuse = kind === 'image' && random() < 0.3;
         const preload = (kind === 'tts' || kind === 'stt') && random() < 0.3;
+        // Half the images have the prompt enhancer on; a third of those from the test are previews (no image).
+        const enhancer = kind === 'image' && random() < 0.5 ? { task: 't2i' as const, model: '/e.gguf', mmproj: null, context: 8192, image: !(refuse && random() < 0.33) } : null;
         const spec = h.spec({
           kind,
           profileId,
@@ -157,6 +191,7 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
           device: kind === 'tts' ? 'GPU-a' : 'cpu',
           source: refuse ? 'test' : preload ? 'preload' : 'api',
           whenBusy: refuse ? 'refuse' : 'wait',
+          ...(enhancer ? { enhancer } : {}),
         });
         jobs.set(spec.id, { spec, submittedAt: h.clock.now(), seq: jobs.size, pending: true, granted: 0, denied: 0, revoked: 0, cancelledWhileWaiting: false });
         h.actor.send({ type: 'gpu.reserve', job: spec });
@@ -202,10 +237,18 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         else if (delivered.length > 0) reports.push({ event: pick(delivered)!.event });
       } else if (r < 0.93) {
         h.actor.send({ type: 'audio.mode', kind: pick(['tts', 'stt'] as const)!, mode: pick(['auto', 'warm', 'per_request'] as const)! });
+      } else if (r < 0.97) {
+        // An enhancer answers (its job tells the supervisor); a loaded one only, as the adapter waits for loaded.
+        const id = pick([...enhanced].filter(([jobId, e]) => held.has(jobId) && !e.answered && h.worker('enhancer').generation === e.enhancer && h.worker('enhancer').state === 'loaded').map(([jobId]) => jobId));
+        if (id) {
+          enhanced.get(id)!.answered = true;
+          h.actor.send({ type: 'enhancer.done', jobId: id });
+        }
       } else {
         h.clock.increment(Math.floor(random() * 400_000));
       }
       if (lateWorkers) deliver(Math.floor(random() * 3));
+      startImages();
       await h.settle(3);
     }
 
@@ -225,6 +268,14 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
       if (ends !== (job.cancelledWhileWaiting ? 0 : 1)) fail(`${job.spec.id} ended ${ends} times${job.cancelledWhileWaiting ? ' after its client left' : ''}`);
     }
     if (h.context().waiting.length !== 0 || h.queueJobs().length !== 0) fail('jobs left in the queue');
+    for (const id of [...held.keys()]) h.actor.send({ type: 'gpu.release', jobId: id });
+    held.clear();
+    for (let round = 0; round < 5; round++) {
+      deliver(reports.length);
+      await h.settle(3);
+    }
+    if (h.worker('enhancer').state !== 'unloaded') fail(`an enhancer is left ${h.worker('enhancer').state} with no job`);
+    if (lateWorkers && alive.enhancer.size > 0) fail('an enhancer process outlived its job');
     h.actor.stop();
   }
   t.same(failures, [], 'no invariant broken');

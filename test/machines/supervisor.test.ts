@@ -367,6 +367,99 @@ const imageRows: Row[] = [
   },
 ];
 
+/** An image job's enhancer step (4.7): the installed model, before the image (or alone: a preview). */
+const step = (image = true) => ({ task: 't2i' as const, model: '/state/enhancers/t2i/m.gguf', mmproj: null, context: 8192, image });
+
+const enhancerRows: Row[] = [
+  {
+    row: '4.7 image | enhancer on | every GPU free: chat unloaded once, the enhancer loads first; its answer ends it, then the image worker starts; nothing slips in between',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')] } });
+      const chat = await h.submit();
+      await h.release(chat);
+      t.equal(h.worker('chat').state, 'loaded');
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step() });
+      const grant = h.grant(image)!;
+      t.same(h.unloads('chat').length, 1, 'chat unloaded before the reservation');
+      t.ok(grant.enhancer, 'the grant names the enhancer start');
+      t.equal(grant.generation, grant.enhancer!.generation + 1, 'the image start follows it');
+      t.same(grant.enhancer!.plan.gpus, ['GPU-a', 'GPU-b'], 'the enhancer may use every GPU');
+      t.same(grant.gpus, ['GPU-a', 'GPU-b']);
+      t.same([h.worker('enhancer').state, h.worker('image').state], ['loaded', 'unloaded']);
+      const waiting = await h.submit({ profileId: 'a' });
+      t.same(h.outcome(waiting), ['job.queued'], 'a chat request waits while the enhancer holds the GPUs');
+      await h.send({ type: 'enhancer.done', jobId: image });
+      t.same(h.unloads('enhancer').map((u) => u.reason), ['the enhancer answered: it ends before the image worker starts']);
+      t.same([h.worker('enhancer').state, h.worker('image').state, h.worker('image').generation], ['unloaded', 'loading', grant.generation]);
+      t.same(h.outcome(waiting), ['job.queued'], 'still waiting: the image comes first');
+      await h.send({ type: 'worker.started', kind: 'image', generation: grant.generation, pid: 4242 });
+      await h.send({ type: 'worker.loaded', kind: 'image', generation: grant.generation });
+      await h.release(image);
+      t.same(h.outcome(waiting), ['job.queued', 'granted +start'], 'the chat reloads after the image');
+      t.same(h.unloads('chat').length, 1, 'chat was unloaded once, not twice');
+    },
+  },
+  {
+    row: '4.7 enhancer loading or loaded | its job ended (client left, enhancer failure) | | unloaded: no image start, the next job runs',
+    async run(t) {
+      const h = supervisorHarness();
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step() });
+      t.equal(h.worker('enhancer').state, 'loaded');
+      await h.send({ type: 'job.cancel', jobId: image });
+      t.same(h.unloads('enhancer').map((u) => u.reason), ['its image job ended: the enhancer is not kept loaded']);
+      t.equal(h.worker('image').state, 'unloaded', 'no image start');
+      const next = await h.submit();
+      t.same(h.outcome(next), ['job.queued', 'granted +start']);
+    },
+  },
+  {
+    row: '4.7 the enhancer process dies: reported, its record cleared; the supervisor revokes nothing (the job answers 502 enhancer_failed itself)',
+    async run(t) {
+      const h = supervisorHarness();
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step() });
+      await h.send({ type: 'worker.exited', kind: 'enhancer', generation: h.gen('enhancer'), cause: 'model_error', message: 'could not load its model' });
+      t.same([h.worker('enhancer').state, h.worker('enhancer').last], ['unloaded', 'model_error: could not load its model']);
+      t.same(h.outcome(image), ['job.queued', 'granted +start'], 'no revocation: the job names the failure');
+      await h.release(image);
+      const again = await h.submit({ kind: 'image', profileId: 'img', enhancer: step() });
+      t.ok(h.grant(again)?.enhancer, 'the next job gets a fresh enhancer start');
+    },
+  },
+  {
+    row: '4.7 preview: the enhancer alone under the image reservation; its answer ends it and no image start is due',
+    async run(t) {
+      const h = supervisorHarness();
+      const preview = await h.submit({ kind: 'image', profileId: 'img', source: 'test', whenBusy: 'refuse', enhancer: step(false) });
+      const api = await h.submit({ kind: 'image', profileId: 'img', source: 'test', whenBusy: 'refuse' });
+      t.same(h.outcome(api), ['job.queued', 'denied image_busy'], 'an image test meanwhile is a conflict');
+      await h.send({ type: 'enhancer.done', jobId: preview });
+      t.same([h.worker('enhancer').state, h.worker('image').state], ['unloaded', 'unloaded']);
+      await h.release(preview);
+      t.same(h.unloads('image'), [], 'no image worker was ever started');
+    },
+  },
+  {
+    row: '4.7 memory check: an enhancer model that cannot be read refuses the job with enhancer_failed (502), never an image from the original prompt',
+    async run(t) {
+      const h = supervisorHarness({ world: { enhancer: { problem: 'its model /x.gguf cannot be read: not a GGUF file' } } });
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step() });
+      t.same(h.outcome(image), ['job.queued', 'denied enhancer_failed']);
+      t.match(h.denial(image)?.message, /prompt enhancer cannot start: its model \/x.gguf cannot be read/);
+    },
+  },
+  {
+    row: '4.7 endpoint stop while the enhancer runs: it is unloaded with the others and its job revoked',
+    async run(t) {
+      const h = supervisorHarness();
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step() });
+      await h.send({ type: 'workers.unloadAll', requestId: 'r1' });
+      t.same(h.outcome(image), ['job.queued', 'granted +start', 'revoked endpoint_stopped']);
+      t.same(h.unloads('enhancer').length, 1);
+      t.equal(h.worker('enhancer').state, 'unloaded');
+    },
+  },
+];
+
 const ttsRows: Row[] = [
   {
     row: '3.4 unloaded | first speech request | the designated GPU has at least 7 GiB free | loaded, and stays ready',
@@ -836,6 +929,7 @@ for (const [name, rows] of [
   ['spec 3.2 chat worker', chatRows],
   ['worker reports, revisions and the end of the service', reportRows],
   ['spec 3.3 image worker', imageRows],
+  ['spec 4.7 prompt enhancer under the supervisor', enhancerRows],
   ['spec 3.4 TTS worker', ttsRows],
   ['spec 3.5 STT worker', sttRows],
   ['spec 3.6 audio memory policy under the supervisor', audioRows],
