@@ -44,6 +44,8 @@ export const ENHANCED_PROMPT_MAX = 1000;
 export const ENHANCER_MAX_TOKENS = ENHANCED_PROMPT_MAX * 6 + 128;
 /** How long the answer may take once the enhancer is loaded. */
 const ANSWER_LIMIT_MS = 300_000;
+/** The sampling seed of every enhancement. */
+export const ENHANCER_SEED = 47;
 /** A ratio outside this range is no sensible picture shape: it is dropped, not passed on. */
 const RATIO_RANGE = [0.1, 10] as const;
 
@@ -94,6 +96,8 @@ export async function enhancerRequest(task: EnhancerStep['task'], prompt: string
       { role: 'user', content: user },
     ],
     max_tokens: ENHANCER_MAX_TOKENS,
+    // A fixed seed: the same prompt gets the same rewrite, so a preview shows what the job would get.
+    seed: ENHANCER_SEED,
     stream: false,
     response_format: { type: 'json_schema', json_schema: { name: 'enhanced_prompt', schema: ENHANCER_SCHEMA } },
   };
