@@ -46,7 +46,7 @@ const TTFT_TOKENS = 4;
 const MODEL = { embedding: 512, layers: 6, heads: 8, seed: 7 };
 const NAME = 'bench';
 const PASSWORD = 'bench password 0123';
-const TOKEN = 'sd-bench-token-0123456789';
+const TOKEN = 'sd-bench-token-0123456789abcdefghijklmnop';
 const MESSAGES = [{ role: 'user', content: 'Say hello.' }];
 /** A request that takes longer ends the run: the machine is busy with other work (see `busy`). */
 const REQUEST_LIMIT_MS = 60_000;

@@ -28,7 +28,7 @@ import { engineClient, pocketsphinxPath } from '../test/helpers/speech.js';
 
 const ROUNDS = Number(process.argv[2] ?? 20);
 const WARM_UP = 3;
-const TOKEN = 'sd-bench-speech-token-0123';
+const TOKEN = 'sd-bench-speech-token-0123456789abcdef';
 /** Recordings for transcription: short sentences (pocketsphinx takes about a second each). */
 const TEXTS = ['hello world this is a test of the speech service', 'good morning how are you today', 'open the door and turn on the light in the kitchen'];
 /** Texts for synthesis: paragraphs of 300 to 400 characters, what a client sends for a spoken answer (the limit is 1000). */

@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type CliOptions } from './config.js';
 import { ensurePrivateDir, StateFileError } from './store/files.js';
-import { MIN_PASSWORD_LENGTH, SecretStore } from './store/secrets.js';
+import { MIN_PASSWORD_LENGTH, SecretStore, WeakSecretError } from './store/secrets.js';
 import { serve } from './server.js';
 
 const USAGE = `usage: service-deck <command> [options]
@@ -115,7 +115,7 @@ export function run(argv: string[]): void {
       if (code >= 0) process.exitCode = code;
     },
     (error: unknown) => {
-      if (error instanceof StateFileError || error instanceof ConfigError) {
+      if (error instanceof StateFileError || error instanceof ConfigError || error instanceof WeakSecretError) {
         process.stderr.write(`service-deck: ${error.message}\n`);
       } else {
         process.stderr.write(`service-deck: ${(error as Error).stack ?? String(error)}\n`);

@@ -8,7 +8,9 @@
 // names the file instead of exhausting memory. Tensor sizes come from each ggml type's block
 // layout. `modelFacts` turns the architecture's keys and the tensor sizes into what a forecast
 // needs; `encodeGguf` writes valid GGUF v3 files for tests and the tiny-model generator.
-import { open, type FileHandle } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
+import { NotRegularFile, openRegular } from './regularFile.js';
 
 // ---------------------------------------------------------------------------------------------
 // ggml tensor types
@@ -464,18 +466,17 @@ async function readHeader(file: string, handle: FileHandle, size: number): Promi
  * an unknown ggml type.
  */
 export async function readGgufInfo(file: string): Promise<GgufInfo> {
-  let handle: FileHandle;
+  let opened: { handle: FileHandle; stats: Stats };
   try {
-    handle = await open(file, 'r');
+    // Stat first: a FIFO or device named as the model is never opened (issue 15).
+    opened = await openRegular(file);
   } catch (error) {
-    throw new GgufError(file, `cannot open: ${(error as Error).message}`);
+    throw new GgufError(file, error instanceof NotRegularFile ? `not a regular file (a ${error.kind})` : `cannot open: ${(error as Error).message}`);
   }
   try {
-    const stats = await handle.stat();
-    if (!stats.isFile()) throw new GgufError(file, 'not a regular file');
-    return await readHeader(file, handle, stats.size);
+    return await readHeader(file, opened.handle, opened.stats.size);
   } finally {
-    await handle.close();
+    await opened.handle.close();
   }
 }
 

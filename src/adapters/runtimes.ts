@@ -1,9 +1,10 @@
 // External programs (CONTRACT section 1): found by environment variable, then the project's own
 // built copy under the cache folder, then PATH.
 import { createHash } from 'node:crypto';
-import { constants, createReadStream, statSync, type Stats } from 'node:fs';
+import { constants, statSync, type Stats } from 'node:fs';
 import { access, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
+import { openRegular } from './regularFile.js';
 
 export const RUNTIMES = {
   'llama-server': 'SERVICE_DECK_LLAMA_SERVER',
@@ -107,7 +108,9 @@ export async function buildOf(file: string): Promise<Build | undefined> {
     let fingerprint = fingerprints.get(key);
     if (fingerprint === undefined) {
       const hash = createHash('sha256');
-      for await (const chunk of createReadStream(real)) hash.update(chunk as Buffer);
+      // A program swapped for a FIFO after the stat is still never waited on (issue 15).
+      const { handle } = await openRegular(real);
+      for await (const chunk of handle.createReadStream()) hash.update(chunk as Buffer);
       fingerprint = hash.digest('hex').slice(0, 12);
       if (fingerprints.size > 256) fingerprints.clear();
       fingerprints.set(key, fingerprint);

@@ -86,6 +86,10 @@ export function toApiError(error: unknown): ApiError {
       return errors.tooLarge(`The form is over its limits: ${fe.message}.`);
     case 'FST_INVALID_MULTIPART_CONTENT_TYPE':
       return errors.mediaType('Send the form as multipart/form-data.');
+    case 'FST_PROTO_VIOLATION':
+      // @fastify/multipart refuses a form field named after an Object.prototype property
+      // (`constructor`, `__proto__`, `toString`) before a route sees it; no route takes such a name.
+      return new ApiError(400, 'invalid_request_error', 'unknown_parameter', 'A form field named after a built-in object property (such as constructor or __proto__) is not a parameter of this route.');
   }
   if (fe instanceof SyntaxError || fe.statusCode === 400) return invalidJson(fe.message);
   if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {

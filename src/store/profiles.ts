@@ -19,9 +19,15 @@ export type ProfileEvents = {
   'publication.changed': (change: { published: readonly string[]; removed: readonly string[] }) => void;
 };
 
+/**
+ * The most profiles a state directory holds (issue 15: 10 000 made the profile list take 1.1 s and
+ * held up the model lists). A start with more on disk keeps them all; only new ones are refused.
+ */
+export const MAX_PROFILES = 1000;
+
 export class ProfileError extends Error {
   constructor(
-    readonly code: 'not_found' | 'stale_revision' | 'name_taken' | 'category_change',
+    readonly code: 'not_found' | 'stale_revision' | 'name_taken' | 'category_change' | 'profile_limit',
     message: string,
   ) {
     super(message);
@@ -60,7 +66,15 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
   readonly dir: string;
   readonly #endpoint: EndpointStore;
   #profiles: Map<string, StoredProfile>;
-  #published: readonly string[];
+  // Indexes kept beside the profiles, so that a request's look-up by name and its publication
+  // check cost the same with one profile or a thousand.
+  /** API profile name → id. */
+  readonly #names = new Map<string, string>();
+  #published: readonly string[] = [];
+  #publishedIds: ReadonlySet<string> = new Set();
+  #publishedImageId: string | undefined;
+  /** The list in creation order, made again after a change. */
+  #sorted: StoredProfile[] | undefined;
   readonly #writes = new WriteQueue();
   readonly #now: () => Date;
 
@@ -70,7 +84,8 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
     this.#endpoint = endpoint;
     this.#profiles = profiles;
     this.#now = now;
-    this.#published = Object.freeze(normalisePublished(endpoint.record.published, (id) => profiles.get(id)?.category));
+    for (const profile of profiles.values()) this.#names.set(profile.name, profile.id);
+    this.#setPublished(normalisePublished(endpoint.record.published, (id) => profiles.get(id)?.category));
   }
 
   static async open(stateDir: string, endpoint: EndpointStore, now: () => Date = () => new Date()): Promise<ProfileStore> {
@@ -93,7 +108,21 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
   }
 
   list(): StoredProfile[] {
-    return [...this.#profiles.values()].sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
+    this.#sorted ??= [...this.#profiles.values()].sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
+    return [...this.#sorted];
+  }
+
+  /** Keeps the profile and its indexes in step (undefined: it was deleted). */
+  #put(id: string, profile: StoredProfile | undefined): void {
+    const before = this.#profiles.get(id);
+    if (before) this.#names.delete(before.name);
+    if (profile) {
+      this.#profiles.set(id, profile);
+      this.#names.set(profile.name, id);
+    } else {
+      this.#profiles.delete(id);
+    }
+    this.#sorted = undefined;
   }
 
   /** The current frozen snapshot of a profile (rule 6: a request keeps the one it took). */
@@ -102,8 +131,8 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
   }
 
   byName(name: string): StoredProfile | undefined {
-    for (const profile of this.#profiles.values()) if (profile.name === name) return profile;
-    return undefined;
+    const id = this.#names.get(name);
+    return id === undefined ? undefined : this.#profiles.get(id);
   }
 
   get published(): readonly string[] {
@@ -111,16 +140,19 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
   }
 
   isPublished(id: string): boolean {
-    return this.#published.includes(id);
+    return this.#publishedIds.has(id);
   }
 
   /** The published image profile, if any (what `service-image` names). */
   publishedImage(): StoredProfile | undefined {
-    for (const id of this.#published) {
-      const profile = this.#profiles.get(id);
-      if (profile?.category === 'image') return profile;
-    }
-    return undefined;
+    return this.#publishedImageId === undefined ? undefined : this.#profiles.get(this.#publishedImageId);
+  }
+
+  #setPublished(next: readonly string[]): void {
+    this.#published = Object.freeze([...next]);
+    this.#publishedIds = new Set(next);
+    // Rule 2: at most one image profile is published (a category never changes).
+    this.#publishedImageId = next.find((id) => this.#profiles.get(id)?.category === 'image');
   }
 
   #assertNameFree(name: string, exceptId?: string): void {
@@ -130,13 +162,16 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
 
   create(input: ProfileInput, id?: string): Promise<StoredProfile> {
     return this.#writes.run(async () => {
+      if (this.#profiles.size >= MAX_PROFILES) {
+        throw new ProfileError('profile_limit', `there are ${this.#profiles.size} profiles, the most a service keeps is ${MAX_PROFILES}: delete one first`);
+      }
       this.#assertNameFree(input.name);
       const profileId = id ?? `p-${randomBytes(6).toString('hex')}`;
       if (this.#profiles.has(profileId)) throw new ProfileError('name_taken', `profile id ${profileId} exists`);
       const now = this.#now().toISOString();
       const profile = deepFreeze(storedProfileSchema.parse({ ...input, id: profileId, revision: 1, created_at: now, updated_at: now }));
       await writeJsonAtomic(this.#file(profileId), profile);
-      this.#profiles.set(profileId, profile);
+      this.#put(profileId, profile);
       return profile;
     });
   }
@@ -157,7 +192,7 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
         storedProfileSchema.parse({ ...input, id, revision: revision + 1, created_at: current.created_at, updated_at: this.#now().toISOString() }),
       );
       await writeJsonAtomic(this.#file(id), profile);
-      this.#profiles.set(id, profile);
+      this.#put(id, profile);
       this.emit('profile.changed', { id, revision: profile.revision });
       return profile;
     });
@@ -166,9 +201,9 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
   delete(id: string): Promise<void> {
     return this.#writes.run(async () => {
       if (!this.#profiles.has(id)) throw new ProfileError('not_found', `no profile with id ${id}`);
-      if (this.#published.includes(id)) await this.#writePublished(this.#published.filter((p) => p !== id));
+      if (this.#publishedIds.has(id)) await this.#writePublished(this.#published.filter((p) => p !== id));
       await rm(this.#file(id), { force: true });
-      this.#profiles.delete(id);
+      this.#put(id, undefined);
       this.emit('profile.changed', { id, revision: null });
     });
   }
@@ -183,7 +218,7 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
       if (!profile) throw new ProfileError('not_found', `no profile with id ${id}`);
       let next: string[];
       if (!enabled) next = this.#published.filter((p) => p !== id);
-      else if (this.#published.includes(id)) next = [...this.#published];
+      else if (this.#publishedIds.has(id)) next = [...this.#published];
       else if (profile.category === 'image') next = [...this.#published.filter((p) => this.#profiles.get(p)?.category !== 'image'), id];
       else next = [...this.#published, id];
       await this.#writePublished(next);
@@ -192,10 +227,11 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
   }
 
   async #writePublished(next: string[]): Promise<void> {
-    const removed = this.#published.filter((id) => !next.includes(id));
+    const nextIds = new Set(next);
+    const removed = this.#published.filter((id) => !nextIds.has(id));
     const changed = removed.length > 0 || next.length !== this.#published.length;
     await this.#endpoint.update({ published: next });
-    this.#published = Object.freeze(next);
+    this.#setPublished(next);
     if (changed) this.emit('publication.changed', { published: this.#published, removed });
   }
 }

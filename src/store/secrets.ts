@@ -19,7 +19,17 @@ const scryptAsync = promisify(scrypt) as (
 const SCRYPT = { N: 2 ** 15, r: 8, p: 1, keylen: 32 } as const;
 const SCRYPT_MAXMEM = 128 * SCRYPT.N * SCRYPT.r * 2;
 export const MIN_PASSWORD_LENGTH = 8;
+/**
+ * The shortest API token the first start takes from SERVICE_DECK_API_TOKEN (issue 15: a one-letter
+ * token was accepted). A generated token has 46 characters, 256 random bits.
+ */
+export const MIN_TOKEN_LENGTH = 32;
 const TOKEN_PREFIX = 'sd-';
+
+/** A password or token given at first start that is too weak to store: the message says what to do. */
+export class WeakSecretError extends Error {
+  override name = 'WeakSecretError';
+}
 
 const secretsSchema = z.looseObject({
   passwordHash: z.string().regex(/^scrypt\$\d+\$\d+\$\d+\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+$/).nullable(),
@@ -131,7 +141,7 @@ export class SecretStore {
     let generatedToken: string | undefined;
     if (secrets.passwordHash === null && first.password !== undefined && first.password !== '') {
       if (first.password.length < MIN_PASSWORD_LENGTH) {
-        throw new Error(`SERVICE_DECK_ADMIN_PASSWORD must have at least ${MIN_PASSWORD_LENGTH} characters`);
+        throw new WeakSecretError(`SERVICE_DECK_ADMIN_PASSWORD must have at least ${MIN_PASSWORD_LENGTH} characters`);
       }
       secrets.passwordHash = await hashPassword(first.password);
       changed = true;
@@ -140,6 +150,11 @@ export class SecretStore {
       let token = first.token;
       if ((token === undefined || token === '') && first.generateToken) token = generatedToken = newApiToken();
       if (token !== undefined && token !== '') {
+        if (token.length < MIN_TOKEN_LENGTH) {
+          throw new WeakSecretError(
+            `SERVICE_DECK_API_TOKEN must have at least ${MIN_TOKEN_LENGTH} characters, it has ${token.length}: use a long random value (e.g. \`openssl rand -base64 33\`), or leave it unset and a token is generated and shown once`,
+          );
+        }
         secrets.tokenHash = sha256(token).toString('hex');
         changed = true;
       }

@@ -1,55 +1,66 @@
 // What keeps a profile from being executable (CONTRACT section 4: computed `executable` and
 // `blockers`). A published profile with a blocker stays published but leaves the model lists
 // (spec 2.1 rule 4). Later issues add their own blockers here.
-import { open, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import { STT_LANGUAGES, type StoredProfile } from '../store/profile.schema.js';
 import { ENHANCER_TASKS, readInstalled, type EnhancerTask } from '../store/enhancers.js';
 import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
 import { findCommand, resolveRuntime, whisperProgram } from '../adapters/runtimes.js';
+import { fileKind, onProbeLane, openRegular, statStamp } from '../adapters/regularFile.js';
 
 const GGUF_MAGIC = Buffer.from('GGUF', 'latin1');
 
-/** Reads the first bytes of a file: undefined when it cannot be opened. */
-async function head(file: string, length: number): Promise<Buffer | undefined> {
-  let handle;
+/** What a probe found at a path: nothing, something other than a regular file, or a file and its first bytes. */
+type Probe = { missing: true } | { kind: string } | { head: Buffer | undefined };
+
+/** The first bytes of each probed file by its stat stamp: an unchanged file is stat'ed, not opened again. */
+const heads = new Map<string, { stamp: string; head: Buffer | undefined }>();
+
+/**
+ * Stats a profile's file, and opens it only when it is a regular file that changed since the last
+ * probe (src/adapters/regularFile.ts: a FIFO or device is never opened). `head` is undefined when
+ * the file cannot be read.
+ */
+function probe(file: string): Promise<Probe> {
+  return onProbeLane(async () => {
+    let stats;
+    try {
+      stats = await stat(file);
+    } catch {
+      return { missing: true };
+    }
+    if (!stats.isFile()) return { kind: fileKind(stats) };
+    const stamp = statStamp(stats);
+    const known = heads.get(file);
+    if (known?.stamp === stamp) return { head: known.head };
+    const head = await readHead(file, GGUF_MAGIC.length);
+    if (heads.size > 4096) heads.clear();
+    heads.set(file, { stamp, head });
+    return { head };
+  });
+}
+
+async function readHead(file: string, length: number): Promise<Buffer | undefined> {
+  let opened;
   try {
-    handle = await open(file, 'r');
-    const stats = await handle.stat();
-    if (!stats.isFile()) return undefined;
+    opened = await openRegular(file);
     const buffer = Buffer.alloc(length);
-    const { bytesRead } = await handle.read(buffer, 0, length, 0);
+    const { bytesRead } = await opened.handle.read(buffer, 0, length, 0);
     return buffer.subarray(0, bytesRead);
   } catch {
     return undefined;
   } finally {
-    await handle?.close();
+    await opened?.handle.close();
   }
 }
 
-/** GGUF verdicts by the file's stat stamp: an unchanged model file is not read again. */
-const ggufVerdicts = new Map<string, { stamp: string; verdict: string | undefined }>();
-
-/** Whether a chat model file exists and starts with the GGUF magic (one stat when it did not change). */
-async function ggufBlocker(file: string): Promise<string | undefined> {
-  let stamp: string;
-  try {
-    const s = await stat(file);
-    if (!s.isFile()) return `model file missing: ${file}`;
-    stamp = `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.mode}`;
-  } catch {
-    return `model file missing: ${file}`;
-  }
-  const known = ggufVerdicts.get(file);
-  if (known?.stamp === stamp) return known.verdict;
-  const bytes = await head(file, 4);
-  const verdict = bytes === undefined ? `model file missing: ${file}` : bytes.equals(GGUF_MAGIC) ? undefined : `model file is not a GGUF file: ${file}`;
-  if (ggufVerdicts.size > 256) ggufVerdicts.clear();
-  ggufVerdicts.set(file, { stamp, verdict });
-  return verdict;
-}
-
-async function fileBlocker(file: string, what = 'model file'): Promise<string | undefined> {
-  return (await head(file, 1)) === undefined ? `${what} missing: ${file}` : undefined;
+/** Why a file a profile names cannot be used, or undefined; `gguf` also wants the GGUF magic. */
+async function fileBlocker(file: string, what = 'model file', gguf = false): Promise<string | undefined> {
+  const found = await probe(file);
+  if ('missing' in found || ('head' in found && found.head === undefined)) return `${what} missing: ${file}`;
+  if ('kind' in found) return `${what} is a ${found.kind}, not a regular file: ${file}`;
+  if (gguf && !found.head?.equals(GGUF_MAGIC)) return `${what} is not a GGUF file: ${file}`;
+  return undefined;
 }
 
 /**
@@ -92,7 +103,7 @@ export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLoo
   const checks: Array<Promise<string | undefined>> = [runtimeBlocker(profile, lookup)];
   switch (profile.category) {
     case 'chat':
-      checks.push(ggufBlocker(profile.params.model));
+      checks.push(fileBlocker(profile.params.model, 'model file', true));
       break;
     case 'image': {
       checks.push(fileBlocker(profile.params.model));

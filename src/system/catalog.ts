@@ -1,11 +1,19 @@
 // What the inference API can see (spec 2.1, 2.2, 4.1): a profile is visible only while it is
 // published and executable. `service-image` names the published image profile. A request takes
 // the frozen profile snapshot it resolved here and keeps it (rule 6).
+//
+// Blockers are computed when asked, never stored: a model file that appears or a runtime that
+// goes makes the profile come or go at once (rule 4). So a request's look-up checks only the one
+// profile it names, found through the store's indexes: its cost does not grow with the number of
+// profiles (issue 15). Concurrent checks of one profile snapshot share one computation; a new
+// revision is a new snapshot and never joins an older check.
 import { FIT_TOOL_MISSING_NOTE } from '../../machines/supervisor/index.js';
 import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
 import { IMAGE_ALIAS, type Category, type ProfileView, type StoredProfile } from '../store/profile.schema.js';
 import type { ProfileStore } from '../store/profiles.js';
 import { profileBlockers } from './blockers.js';
+
+export type BlockersOf = (profile: StoredProfile, lookup: RuntimeLookup) => Promise<string[]>;
 
 export class Catalog {
   /**
@@ -16,10 +24,24 @@ export class Catalog {
     readonly profiles: ProfileStore,
     readonly lookup: RuntimeLookup,
     readonly gpusPresent: () => Promise<boolean> = async () => false,
+    readonly blockersOf: BlockersOf = profileBlockers,
   ) {}
 
+  /** Checks running now, by profile snapshot. */
+  readonly #checking = new Map<StoredProfile, Promise<string[]>>();
+
+  /** The profile's blockers now; a check of the same snapshot already running is joined. */
+  blockers(profile: StoredProfile): Promise<string[]> {
+    let check = this.#checking.get(profile);
+    if (!check) {
+      check = this.blockersOf(profile, this.lookup).finally(() => this.#checking.delete(profile));
+      this.#checking.set(profile, check);
+    }
+    return check;
+  }
+
   async view(profile: StoredProfile, gpus?: () => Promise<boolean>): Promise<ProfileView> {
-    const [blockers, notices] = await Promise.all([profileBlockers(profile, this.lookup), this.notices(profile, gpus ?? this.gpusPresent)]);
+    const [blockers, notices] = await Promise.all([this.blockers(profile), this.notices(profile, gpus ?? this.gpusPresent)]);
     return { ...profile, published: this.profiles.isPublished(profile.id), executable: blockers.length === 0, blockers, notices };
   }
 
@@ -47,17 +69,18 @@ export class Catalog {
       const profile = this.profiles.get(id);
       return profile?.category === category ? [profile] : [];
     });
-    const blockers = await Promise.all(candidates.map((p) => profileBlockers(p, this.lookup)));
+    const blockers = await Promise.all(candidates.map((p) => this.blockers(p)));
     return candidates.filter((_, i) => blockers[i]?.length === 0);
   }
 
   /**
    * The snapshot a request works on: the published, executable profile of this category named
    * `model` (or, for images, the alias `service-image`). Undefined means `model_not_found`.
+   * Names are unique, so the index finds the one profile there can be, and only it is checked.
    */
   async resolve(category: Category, model: string): Promise<StoredProfile | undefined> {
-    const listed = await this.listed(category);
-    if (category === 'image' && model === IMAGE_ALIAS) return listed[0];
-    return listed.find((p) => p.name === model);
+    const profile = category === 'image' && model === IMAGE_ALIAS ? this.profiles.publishedImage() : this.profiles.byName(model);
+    if (!profile || profile.category !== category || !this.profiles.isPublished(profile.id)) return undefined;
+    return (await this.blockers(profile)).length === 0 ? profile : undefined;
   }
 }

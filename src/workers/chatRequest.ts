@@ -174,20 +174,55 @@ export function completeAnswer(body: Buffer): Buffer {
   return Buffer.from(JSON.stringify(parsed));
 }
 
-/** The worker's own error answer (OpenAI shape), as ours: 4xx stay the client's error, 5xx become 502. */
-export function workerStatusError(status: number, body: Buffer): ApiError {
-  let message = `The chat worker answered ${status}.`;
+/** Where the worker's error text comes from llama.cpp's C++ internals rather than from words written for users. */
+const INTERNALS = /\[json\.exception\.|std::|unordered_map::|vector::|basic_string|what\(\)/;
+
+/** The JSON parser's exceptions that the request's own content causes (nlohmann::json's ids). */
+const CONTENT_UNREADABLE: ReadonlyArray<[RegExp, string]> = [
+  [/\[json\.exception\.parse_error\.\d+\]/, 'it holds text the chat worker cannot read (for example a lone UTF-16 surrogate such as \\ud800)'],
+  [/\[json\.exception\.out_of_range\.406\]/, 'it holds a number beyond the range the chat worker can read'],
+];
+
+/**
+ * The worker's text for the log: the JSON parser's quote of the request (`last read: '…'`,
+ * `parsing '…'`) is left out, as a prompt would be, and the rest is bounded.
+ */
+export function workerErrorDetail(message: string): string {
+  const unquoted = message.replace(/; last read: [\s\S]*$/, '; last read: (left out)').replace(/ parsing '[\s\S]*$/, ' parsing (value left out)');
+  return unquoted.length > 500 ? `${unquoted.slice(0, 500)}…` : unquoted;
+}
+
+/**
+ * The worker's own error answer (OpenAI shape), as ours. The class stays: 4xx are the client's
+ * error, 5xx become 502 `worker_failed`, except a JSON parser failure on the request's content,
+ * which is the client's 400. llama-server's message reaches the client only where it is written
+ * for users; the text of its C++ internals (`unordered_map::at`, the JSON parser's exception,
+ * which quotes the request back) is replaced by a summary, and the detail goes to `log` (issue 15).
+ */
+export function workerStatusError(status: number, body: Buffer, log: { warn: (fields: object, message: string) => void }): ApiError {
+  let message: string | undefined;
   let code: string | null = null;
   try {
     const parsed = JSON.parse(body.toString('utf8')) as { error?: { message?: unknown; code?: unknown; type?: unknown } };
     if (typeof parsed.error?.message === 'string') message = parsed.error.message;
     if (typeof parsed.error?.type === 'string') code = parsed.error.type;
   } catch {
-    // Not JSON: keep the generic message.
+    // Not JSON: the status alone says what happened.
+  }
+  if (message !== undefined) log.warn({ component: 'chat', worker_status: status, worker_error: workerErrorDetail(message) }, 'the chat worker answered with an error');
+  const internal = message !== undefined && INTERNALS.test(message);
+  // What came before the internals is llama-server's own words ("Failed to parse tool call arguments as JSON").
+  const lead = message?.split(INTERNALS)[0]?.replace(/[\s:]+$/, '');
+  const unreadable = message === undefined ? undefined : CONTENT_UNREADABLE.find(([pattern]) => pattern.test(message))?.[1];
+  if (unreadable) {
+    return errors.invalidValue(null, `The request was refused by the chat worker${lead ? ` (${lead})` : ''}: ${unreadable}.`);
   }
   if (status >= 400 && status < 500 && status !== 401 && status !== 403) {
-    return new ApiError(status === 404 ? 400 : status, 'invalid_request_error', code === 'exceed_context_size_error' ? 'context_length_exceeded' : 'invalid_value', message);
+    const text = message === undefined ? `The chat worker refused the request (${status}).` : internal ? `The chat worker refused the request${lead ? ` (${lead})` : ''}; the service log has its reason.` : message;
+    return new ApiError(status === 404 ? 400 : status, 'invalid_request_error', code === 'exceed_context_size_error' ? 'context_length_exceeded' : 'invalid_value', text);
   }
+  if (message === undefined) return errors.workerFailed(`The chat worker answered ${status}.`);
+  if (internal) return errors.workerFailed(`The chat worker failed on this request with an internal error${lead ? ` (${lead})` : ''}; the service log has the details.`);
   return errors.workerFailed(`The chat worker failed: ${message}`);
 }
 

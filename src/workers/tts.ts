@@ -20,36 +20,39 @@ import { workerEnv } from './llamaServer.js';
 
 export type TtsProfile = Extract<StoredProfile, { category: 'tts' }>;
 
+// Maps, not plain objects: a request's name is looked up as an own entry, so `constructor` or
+// `__proto__` finds nothing on a prototype (issue 15) and is refused like any unknown name.
+
 /** Spec 4.5 `language` (a name, default German) → espeak-ng's voice for it. */
-export const ESPEAK_LANGUAGES: Readonly<Record<string, string>> = {
-  German: 'de',
-  English: 'en-us',
-  French: 'fr',
-  Spanish: 'es',
-  Italian: 'it',
-  Portuguese: 'pt',
-  Dutch: 'nl',
-  Polish: 'pl',
-  Russian: 'ru',
-  Swedish: 'sv',
-  Japanese: 'ja',
-  Chinese: 'cmn',
-};
+export const ESPEAK_LANGUAGES: ReadonlyMap<string, string> = new Map([
+  ['German', 'de'],
+  ['English', 'en-us'],
+  ['French', 'fr'],
+  ['Spanish', 'es'],
+  ['Italian', 'it'],
+  ['Portuguese', 'pt'],
+  ['Dutch', 'nl'],
+  ['Polish', 'pl'],
+  ['Russian', 'ru'],
+  ['Swedish', 'sv'],
+  ['Japanese', 'ja'],
+  ['Chinese', 'cmn'],
+]);
 
 /** OpenAI's preset voice names → espeak-ng voice variants; `alloy` is the default preset. */
-export const ESPEAK_VOICES: Readonly<Record<string, string>> = {
-  alloy: 'm3',
-  ash: 'm1',
-  ballad: 'm5',
-  coral: 'f2',
-  echo: 'm2',
-  fable: 'm7',
-  nova: 'f3',
-  onyx: 'm6',
-  sage: 'f4',
-  shimmer: 'f1',
-  verse: 'm4',
-};
+export const ESPEAK_VOICES: ReadonlyMap<string, string> = new Map([
+  ['alloy', 'm3'],
+  ['ash', 'm1'],
+  ['ballad', 'm5'],
+  ['coral', 'f2'],
+  ['echo', 'm2'],
+  ['fable', 'm7'],
+  ['nova', 'f3'],
+  ['onyx', 'm6'],
+  ['sage', 'f4'],
+  ['shimmer', 'f1'],
+  ['verse', 'm4'],
+]);
 export const DEFAULT_VOICE = 'alloy';
 
 /** espeak-ng's words per minute at speed 1, and the range it can speak. */

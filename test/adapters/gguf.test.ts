@@ -2,6 +2,8 @@
 // llama-style model written, read back value by value and tensor by tensor; the big tokenizer
 // arrays stepped over; clear errors that name the file; and proof, with a spy on the file
 // handle's reads, that a 64 MiB data section is never read.
+import { execFileSync } from 'node:child_process';
+import { closeSync, constants, openSync } from 'node:fs';
 import { open, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t, { type Test } from 'tap';
@@ -477,4 +479,16 @@ t.test('errors name the file: not GGUF, unsupported version, truncated, unknown 
   const message = await failure(t, readGgufInfo(missing));
   t.match(message, /cannot open/);
   t.ok(message.startsWith(`${missing}: `));
+});
+
+t.test('a FIFO or a device named as the model is refused by its kind, never opened (issue 15)', async (t) => {
+  const fifo = path.join(await tempDir(t), 'model.gguf');
+  execFileSync('mkfifo', [fifo]);
+  // Opening the FIFO would wait for a writer: this one lets such an open go, so a failure ends.
+  const writer = setTimeout(() => closeSync(openSync(fifo, constants.O_RDWR | constants.O_NONBLOCK)), 2_000);
+  t.teardown(() => clearTimeout(writer));
+  const started = Date.now();
+  t.match(await failure(t, readGgufInfo(fifo)), `${fifo}: not a regular file (a FIFO)`);
+  t.ok(Date.now() - started < 1_000, 'at once, without waiting for a writer');
+  t.match(await failure(t, readGgufInfo('/dev/zero')), '/dev/zero: not a regular file (a character device)');
 });

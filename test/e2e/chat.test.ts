@@ -140,6 +140,30 @@ t.test('tools, structured output, reasoning headers and request errors', async (
   t.match(vision.body.error.message, /only text content/);
   const sdkError = await client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
   t.ok(sdkError instanceof OpenAI.NotFoundError, 'the openai client sees a NotFoundError');
+
+  // Requests llama-server's JSON parser refuses with its C++ exception text (issue 15): a lone
+  // surrogate in a message, a number out of range in tool call arguments. The client gets the
+  // class and a summary; the log gets the exception without the request's text.
+  const surrogate = await errorOf({ model: 'tiny', messages: [{ role: 'user', content: 'PROMPT-4242 \ud800' }], max_tokens: 2 });
+  const overflow = await errorOf({
+    model: 'tiny',
+    max_tokens: 2,
+    messages: [
+      { role: 'user', content: 'x' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'a', type: 'function', function: { name: 'f', arguments: '{"a":1e999}' } }] },
+      { role: 'tool', tool_call_id: 'a', content: 'y' },
+    ],
+  });
+  for (const [what, answer] of [['a lone surrogate', surrogate], ['1e999 in tool call arguments', overflow]] as const) {
+    t.same([answer.status, answer.body.error.code], [400, 'invalid_value'], `${what}: the client's 400`);
+    t.notMatch(answer.body.error.message, /json\.exception|last read|PROMPT-4242|1e999/, `${what}: no parser text and no request text in "${answer.body.error.message}"`);
+  }
+  t.match(overflow.body.error.message, /Failed to parse tool call arguments as JSON/, "llama-server's own words stay");
+  const log = b.logLines.join('');
+  t.match(log, /\[json\.exception\.parse_error\.101\][^"]*surrogate/, 'the log has the parser exception');
+  t.match(log, /\[json\.exception\.out_of_range\.406\] number overflow/, 'and the overflow');
+  t.notMatch(log, /PROMPT-4242|1e999/, "but not the request's text");
+  t.equal((await errorOf({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 1 })).status, 200, 'the worker answers the next request');
 });
 
 interface EndpointStatus {

@@ -11,6 +11,8 @@ import { llamaServerPath } from '../helpers/llama.js';
 import { spawnCli } from '../helpers/spawn.js';
 import { speech as spoken } from '../helpers/speech.js';
 
+const DEMO_TOKEN = 'sd-demo-token-0123456789abcdefghijklmnop';
+
 t.test('the demo serves a chat model out of the box', async (t) => {
   const stateDir = await tempDir(t);
   const uiPort = await freePort();
@@ -19,7 +21,7 @@ t.test('the demo serves a chat model out of the box', async (t) => {
   await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: false, port: apiPort, published: [] }), { mode: 0o600 });
   const env = {
     SERVICE_DECK_STATE_DIR: stateDir,
-    SERVICE_DECK_API_TOKEN: 'sd-demo-token',
+    SERVICE_DECK_API_TOKEN: DEMO_TOKEN,
     SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(),
     SERVICE_DECK_GPUS: 'none',
   };
@@ -27,13 +29,13 @@ t.test('the demo serves a chat model out of the box', async (t) => {
   await demo.waitFor(/Ctrl-C stops the service/, 60_000);
   t.match(demo.output(), /operator password \(shown once\)/);
   t.match(demo.output(), /tiny-chat \(chat, published\), speaker \(tts, published\), listener \(stt, published\), painter \(image, published\)/);
-  const client = new OpenAI({ apiKey: 'sd-demo-token', baseURL: `http://127.0.0.1:${apiPort}/v1`, maxRetries: 0 });
+  const client = new OpenAI({ apiKey: DEMO_TOKEN, baseURL: `http://127.0.0.1:${apiPort}/v1`, maxRetries: 0 });
   t.same((await client.models.list()).data.map((m) => m.id), ['tiny-chat']);
   const answer = await client.chat.completions.create({ model: 'tiny-chat', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8 });
   t.equal(answer.usage?.completion_tokens, 8, 'the demo model answers');
   const speech = await fetch(`http://127.0.0.1:${apiPort}/v1/audio/speech`, {
     method: 'POST',
-    headers: { authorization: 'Bearer sd-demo-token', 'content-type': 'application/json' },
+    headers: { authorization: `Bearer ${DEMO_TOKEN}`, 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'speaker', input: 'Hallo!' }),
   });
   t.equal(speech.headers.get('content-type'), 'audio/wav', 'the demo speaks');
@@ -48,7 +50,7 @@ t.test('the demo serves a chat model out of the box', async (t) => {
   t.same(await ids('/images/models'), [], 'the image profile is not executable: no service-image yet');
   const images = await fetch(`http://127.0.0.1:${apiPort}/v1/images/generations`, {
     method: 'POST',
-    headers: { authorization: 'Bearer sd-demo-token', 'content-type': 'application/json' },
+    headers: { authorization: `Bearer ${DEMO_TOKEN}`, 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'service-image', prompt: 'a cat' }),
   });
   t.equal(images.status, 404);

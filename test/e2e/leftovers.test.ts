@@ -12,7 +12,7 @@ import { spawnCli } from '../helpers/spawn.js';
 import { alive, until } from '../helpers/until.js';
 
 const PASSWORD = 'e2e-password-2';
-const TOKEN = 'sd-e2e-token-2';
+const TOKEN = 'sd-e2e-token-2-0123456789abcdefghijklmnop';
 
 /** A logged-in admin session on the service's admin port: `admin(method, route, body)`. */
 async function adminSession(uiPort: number) {

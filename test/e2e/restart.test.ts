@@ -8,7 +8,7 @@ import { failureOf, freePort, tempDir } from '../helpers/build.js';
 import { spawnCli } from '../helpers/spawn.js';
 
 const PASSWORD = 'e2e-password-1';
-const TOKEN = 'sd-e2e-token';
+const TOKEN = 'sd-e2e-token-0123456789abcdefghijklmnop';
 
 async function login(adminUrl: string, password = PASSWORD) {
   const response = await fetch(`${adminUrl}/api/v1/session`, {

@@ -49,7 +49,8 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
   const b = await setUp(t);
   const good = wav(Buffer.alloc(16_000 * 2 * 0.5));
   const stereo = encodeWav(new Int16Array(16_000), 16_000, 2);
-  const cases: Array<[string, Record<string, string>, { bytes: Buffer; name?: string } | undefined, number, string, string | null]> = [
+  type Case = [string, Record<string, string>, { bytes: Buffer; name?: string } | undefined, number, string, string | null];
+  const cases: Case[] = [
     ['de on an English-only backend', { model: 'listener', language: 'de' }, { bytes: good }, 400, 'invalid_value', 'language'],
     ['an unknown language', { model: 'listener', language: 'fr' }, { bytes: good }, 400, 'invalid_value', 'language'],
     ['response_format text', { model: 'listener', language: 'en', response_format: 'text' }, { bytes: good }, 400, 'invalid_value', 'response_format'],
@@ -64,6 +65,12 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
     ['an MP3 named .wav', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([Buffer.from('ID3'), Buffer.alloc(100)]), name: 'song.wav' }, 400, 'wav_not_riff', 'file'],
     ['a truncated WAV', { model: 'listener', language: 'en' }, { bytes: good.subarray(0, 1000) }, 400, 'wav_riff_size', 'file'],
     ['9 MiB', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([good, Buffer.alloc(9 * 1024 * 1024)]) }, 413, 'payload_too_large', 'file'],
+    // Names every plain object has (issue 15): neither a language nor a field name finds anything on a prototype.
+    ...['constructor', '__proto__', 'toString', 'hasOwnProperty'].flatMap((name): Case[] => [
+      [`the language ${name}`, { model: 'listener', language: name }, { bytes: good }, 400, 'invalid_value', 'language'],
+      // The multipart parser refuses these names before the route reads the form: no param to name.
+      [`a field named ${name}`, { model: 'listener', language: 'en', [name]: 'x' }, { bytes: good }, 400, 'unknown_parameter', null],
+    ]),
   ];
   for (const [name, fields, file, status, code, param] of cases) {
     const answer = await post(b, fields, file);

@@ -12,7 +12,7 @@ import { startService, type Service, type StartOptions } from '../../src/compose
 import type { ChatLimits } from '../../src/workers/chatRequest.js';
 
 export const PASSWORD = 'correct horse battery';
-export const TOKEN = 'sd-test-token-0123456789';
+export const TOKEN = 'sd-test-token-0123456789abcdefghijklmnop';
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -9,6 +9,7 @@ import type { Test } from 'tap';
 import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/system/log.js';
 import { startService } from '../../src/compose.js';
+import { MAX_PROFILES } from '../../src/store/profiles.js';
 import { build, PASSWORD, tempDir, type Built } from '../helpers/build.js';
 
 interface ErrorBody {
@@ -505,4 +506,46 @@ t.test('a half-written profile file stops the start with its path', async (t) =>
   t.ok(failure instanceof Error, 'startService rejects');
   t.match((failure as Error | undefined)?.message ?? '', file, 'the message names the file');
   t.equal(await readFile(file, 'utf8'), '{"id":', 'the damaged file is left as it was, not replaced with defaults');
+});
+
+t.test(`at most ${MAX_PROFILES} profiles: one more is a 409 profile_limit, and the lists keep answering at that count (issue 15)`, async (t) => {
+  const f = await fixture(t);
+  const stateDir = await tempDir(t, 'sd-state-');
+  await mkdir(path.join(stateDir, 'profiles'), { mode: 0o700 });
+  // All but one written as a restart finds them; half of them published.
+  const created = '2024-01-01T00:00:00.000Z';
+  const ids = Array.from({ length: MAX_PROFILES - 1 }, (_, i) => `p-many-${i}`);
+  await Promise.all(
+    ids.map((id, i) =>
+      writeFile(path.join(stateDir, 'profiles', `${id}.json`), JSON.stringify({ id, revision: 1, created_at: created, updated_at: created, ...chat(`chat-${i}`, f.gguf) }), { mode: 0o600 }),
+    ),
+  );
+  await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: false, port: 8120, published: ids.filter((_, i) => i % 2 === 0) }), { mode: 0o600 });
+  const b = await build(t, { env: f.env, stateDir });
+  await b.startEndpoint();
+
+  const last = await create(t, b, chat('the-last', f.gguf));
+  t.equal(last.revision, 1, `profile ${MAX_PROFILES} is created`);
+  const refused = await b.admin('POST', '/api/v1/profiles', chat('one-too-many', f.gguf));
+  t.equal(refused.status, 409);
+  const body = (await refused.json()) as ErrorBody;
+  t.same(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type'], 'the OpenAI error body');
+  t.match(body.error, { type: 'conflict', code: 'profile_limit', param: null, message: new RegExp(`${MAX_PROFILES}.*delete one first`) });
+  t.notOk(b.service.profiles.byName('one-too-many'), 'nothing was saved');
+
+  // The full list (every profile's blockers) and the model lists at the same time.
+  const started = Date.now();
+  const [list, ...models] = await Promise.all([b.admin('GET', '/api/v1/profiles'), ...Array.from({ length: 5 }, () => b.api('GET', '/v1/models'))]);
+  t.equal(((await list.json()) as { profiles: View[] }).profiles.length, MAX_PROFILES, 'the profile list holds them all');
+  for (const answer of models) t.equal(((await answer.json()) as ModelList).data.length, MAX_PROFILES / 2, '/v1/models lists the published half');
+  const elapsed = Date.now() - started;
+  t.ok(elapsed < 5_000, `all answered in ${elapsed} ms`);
+  const one = Date.now();
+  await expectError(t, await b.api('POST', '/v1/chat/completions', { model: 'chat-1', messages: [{ role: 'user', content: 'hi' }] }), 404, 'invalid_request_error', 'model_not_found', 'model', 'an unpublished profile among them');
+  t.equal(((await (await b.api('GET', '/v1/models/chat-998')).json()) as { id: string }).id, 'chat-998', 'a published one is found by name');
+  t.ok(Date.now() - one < 1_000, 'a single look-up is quick');
+
+  t.equal((await b.admin('DELETE', `/api/v1/profiles/${ids[0] ?? ''}`)).status, 204);
+  await create(t, b, chat('one-too-many', f.gguf));
+  t.equal((await b.admin('POST', '/api/v1/profiles', chat('and-another', f.gguf))).status, 409, 'at the limit again');
 });

@@ -1,11 +1,12 @@
 // CONTRACT section 2: atomic writes, private modes, and damaged files reported by name.
+import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { EndpointStore } from '../../src/store/endpoint.js';
 import { ensurePrivateDir, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from '../../src/store/files.js';
 import { normalisePublished } from '../../src/store/profiles.js';
-import { SecretStore } from '../../src/store/secrets.js';
+import { MIN_TOKEN_LENGTH, newApiToken, SecretStore, WeakSecretError } from '../../src/store/secrets.js';
 import { tempDir } from '../helpers/build.js';
 
 t.test('atomic writes leave 0600 files and no temp file behind', async (t) => {
@@ -99,17 +100,35 @@ t.test('publication rules 2 and 3 on a saved list', async (t) => {
 
 t.test('secrets: scrypt password, SHA-256 token, constant-time checks', async (t) => {
   const dir = await tempDir(t);
-  const { store } = await SecretStore.open(dir, { password: 'longenough', token: 'tok-abc' });
+  const token = 'tok-abc-0123456789-0123456789-01';
+  const { store } = await SecretStore.open(dir, { password: 'longenough', token });
   t.ok(await store.passwordMatches('longenough'));
   t.notOk(await store.passwordMatches('longenougH'));
-  t.ok(store.tokenMatches('tok-abc'));
-  t.notOk(store.tokenMatches('tok-abd'));
+  t.ok(store.tokenMatches(token));
+  t.notOk(store.tokenMatches(`${token.slice(0, -1)}2`));
   t.notOk(store.tokenMatches(''));
   const text = await readFile(path.join(dir, 'secrets.json'), 'utf8');
   t.notMatch(text, /longenough|tok-abc/);
   t.match(JSON.parse(text), { passwordHash: /^scrypt\$32768\$8\$1\$/, tokenHash: /^[0-9a-f]{64}$/ });
   const again = await SecretStore.open(dir, { password: 'other-password', token: 'other' });
   t.ok(await again.store.passwordMatches('longenough'), 'the environment only seeds a first start');
-  t.ok(again.store.tokenMatches('tok-abc'));
+  t.ok(again.store.tokenMatches(token));
   await t.rejects(SecretStore.open(await tempDir(t), { password: 'short' }), /at least 8/);
+});
+
+t.test('a first-start API token has at least 32 characters; a shorter one is refused and nothing is stored (issue 15)', async (t) => {
+  t.equal(MIN_TOKEN_LENGTH, 32);
+  for (const weak of ['x', 'a'.repeat(31)]) {
+    const dir = await tempDir(t);
+    const error = await SecretStore.open(dir, { password: 'longenough', token: weak }).then(() => undefined, (e: unknown) => e);
+    t.ok(error instanceof WeakSecretError, `${weak.length} characters: refused`);
+    t.match(error, { message: `SERVICE_DECK_API_TOKEN must have at least 32 characters, it has ${weak.length}` }, 'the message names the variable, the minimum and what was given');
+    t.notOk(existsSync(path.join(dir, 'secrets.json')), 'nothing was stored: the next start asks again');
+  }
+  const { store } = await SecretStore.open(await tempDir(t), { token: 'b'.repeat(32) });
+  t.ok(store.tokenMatches('b'.repeat(32)), '32 characters are taken');
+  t.ok(newApiToken().length >= MIN_TOKEN_LENGTH, 'a generated token is long enough itself');
+  const stored = await tempDir(t);
+  await SecretStore.open(stored, { token: 'c'.repeat(40) });
+  t.ok((await SecretStore.open(stored, { token: 'x' })).store.tokenMatches('c'.repeat(40)), 'once a token is stored, the variable is not read, so it is not checked either');
 });

@@ -21,6 +21,8 @@ function mapProfileError(error: unknown): unknown {
       return errors.conflict('name_taken', error.message);
     case 'category_change':
       return errors.invalidValue('category', error.message);
+    case 'profile_limit':
+      return errors.conflict('profile_limit', error.message);
   }
 }
 

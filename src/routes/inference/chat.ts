@@ -42,7 +42,7 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
     if (response.statusCode !== 200) {
       try {
         const text = await readBody(response, 64 * 1024).catch(() => Buffer.alloc(0));
-        throw workerStatusError(response.statusCode ?? 502, text);
+        throw workerStatusError(response.statusCode ?? 502, text, request.log);
       } finally {
         lease.release();
       }

@@ -47,10 +47,10 @@ export function speechJob(profile: TtsProfile, body: z.output<typeof speechReque
     if (languages && !languages.includes(languageName)) throw unsupported('language', languageName, languages);
     return { backend: 'openai-server', model: profile.params.model ?? 'tts-1', input: body.input, voice, speed, language: languageName };
   }
-  const language = ESPEAK_LANGUAGES[languageName];
-  if (!language) throw unsupported('language', languageName, Object.keys(ESPEAK_LANGUAGES));
-  const variant = ESPEAK_VOICES[voice];
-  if (!variant) throw unsupported('voice', voice, Object.keys(ESPEAK_VOICES));
+  const language = ESPEAK_LANGUAGES.get(languageName);
+  if (!language) throw unsupported('language', languageName, [...ESPEAK_LANGUAGES.keys()]);
+  const variant = ESPEAK_VOICES.get(voice);
+  if (!variant) throw unsupported('voice', voice, [...ESPEAK_VOICES.keys()]);
   return { backend: 'espeak-ng', text: body.input, language, variant, speed };
 }
 

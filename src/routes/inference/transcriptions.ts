@@ -16,15 +16,18 @@ import { clientGone } from '../client.js';
 import { readForm } from '../multipart.js';
 import { errors } from '../../errors.js';
 
-/** OpenAI fields this endpoint refuses, with the rule that refuses them. */
-const REFUSED: Record<string, string> = {
-  stream: 'streamed transcription is not supported: the answer is one JSON object',
-  'timestamp_granularities[]': 'timestamps are not supported: the answer is { "text": string }',
-  timestamp_granularities: 'timestamps are not supported: the answer is { "text": string }',
-  chunking_strategy: 'chunking is not supported: send one recording of at most 120 s',
-  include: 'logprobs are not supported',
-  'include[]': 'logprobs are not supported',
-};
+/**
+ * OpenAI fields this endpoint refuses, with the rule that refuses them. A Map: a field named
+ * `constructor` or `__proto__` must find nothing here (issue 15), it is an unknown parameter.
+ */
+const REFUSED: ReadonlyMap<string, string> = new Map([
+  ['stream', 'streamed transcription is not supported: the answer is one JSON object'],
+  ['timestamp_granularities[]', 'timestamps are not supported: the answer is { "text": string }'],
+  ['timestamp_granularities', 'timestamps are not supported: the answer is { "text": string }'],
+  ['chunking_strategy', 'chunking is not supported: send one recording of at most 120 s'],
+  ['include', 'logprobs are not supported'],
+  ['include[]', 'logprobs are not supported'],
+]);
 
 /** The uploaded file's bytes; over 8 MiB is a 413 naming the limit. */
 const readFile = async (part: MultipartFile): Promise<Buffer> => {
@@ -42,7 +45,7 @@ export const noFile = () => errors.invalidValue('file', "The field 'file' is req
  * Reads a multipart recording form: at most one file, in the field `file`, and the `accepted`
  * text fields; a field of `refused` is a 400 with its rule, any other an unknown parameter.
  */
-export async function readRecordingForm(request: FastifyRequest, accepted: readonly string[], refused: Record<string, string> = {}) {
+export async function readRecordingForm(request: FastifyRequest, accepted: readonly string[], refused: ReadonlyMap<string, string> = new Map()) {
   if (!request.isMultipart()) throw errors.mediaType(`Send the recording as multipart/form-data (fields ${[...accepted, 'file'].join(', ')}).`);
   return readForm(request, undefined, async (parts) => {
     const fields: Record<string, string> = {};
@@ -54,7 +57,7 @@ export async function readRecordingForm(request: FastifyRequest, accepted: reado
         file = await readFile(part);
         continue;
       }
-      const rule = refused[part.fieldname];
+      const rule = refused.get(part.fieldname);
       if (rule) throw errors.invalidValue(part.fieldname.replace(/\[\]$/, ''), `Not accepted: ${rule}.`);
       if (!accepted.includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
       fields[part.fieldname] = String(part.value);
