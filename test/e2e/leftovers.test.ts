@@ -61,7 +61,7 @@ t.test('the next start ends the chat worker a killed service left behind', async
   t.notOk(alive(worker!), 'the next start ended it');
   t.ok(alive(bystander.pid!), 'a pid that is not ours was left alone');
   t.same((await readdir(runtime)).filter((n) => n.startsWith('chat-')), [], 'no key or pid file is left');
-  t.match(second.output(), /ended chat workers left behind/);
+  t.match(second.output(), /ended llama-server workers \(chat, prompt enhancer\) left behind/);
   second.child.kill('SIGTERM');
   await second.exited;
 });
