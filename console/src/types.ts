@@ -6,15 +6,18 @@ import type { ChatTestJob } from '../../src/workers/chatTests.js';
 import type { ImageTestJob } from '../../src/workers/imageTests.js';
 import type { SupervisedWorker } from '../../src/system/diagnostics.js';
 import type { InstallView } from '../../src/system/enhancerInstalls.js';
+import type { EnhancerPreview } from '../../src/workers/enhancerPreviews.js';
 
 export type { SupervisedWorker, EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob };
 export type ProfileView = EndpointStatus['profiles'][number];
 export type WorkerView = EndpointStatus['workers'][number];
 export type Category = ProfileView['category'];
-export type { InstallView };
-/** GET /api/v1/prompt-enhancers. */
+export type { InstallView, EnhancerPreview };
+/** GET /api/v1/prompt-enhancers and the `enhancers` event: each task's install and the last preview. */
 export interface EnhancersView {
   t2i: InstallView;
   i2i: InstallView;
-  preview: unknown;
+  preview: EnhancerPreview | null;
 }
+/** POST /api/v1/prompt-enhancers/preview answers the preview without its bookkeeping. */
+export type PreviewAnswer = Pick<EnhancerPreview, 'original' | 'suggestion' | 'wh_ratio' | 'task'>;

@@ -6,37 +6,13 @@
 // unpublish, logout; an image test with its progress, a 409 while busy, then the picture. The
 // page's console shows no error, and no request leaves the service's origin.
 // SERVICE_DECK_SCREENSHOTS=docs/screenshots writes the README's screenshots.
-import { mkdir, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import type { Page } from 'playwright-core';
 import { PASSWORD, TOKEN, tempDir } from '../helpers/build.js';
 import { launch, openPage } from '../helpers/browser.js';
-import { goTo, login, startServe, unlabelledControls } from '../helpers/consoleServe.js';
+import { goTo, login, recordTexts, shot, startServe, unlabelledControls } from '../helpers/consoleServe.js';
 import { tinyModelIn } from '../helpers/llama.js';
-
-const SHOTS = process.env.SERVICE_DECK_SCREENSHOTS;
-
-async function shot(page: Page, name: string): Promise<void> {
-  if (!SHOTS) return;
-  await mkdir(SHOTS, { recursive: true });
-  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: false });
-}
-
-/** Every text the element showed, recorded in the page as it changed (a MutationObserver). */
-async function recordTexts(page: Page, selector: string): Promise<() => Promise<string[]>> {
-  // Page scripts as text: the tests' type check has no DOM library.
-  await page.evaluate(`(() => {
-    const seen = [];
-    window.__seen = seen;
-    const note = () => {
-      const text = document.querySelector(${JSON.stringify(selector)})?.textContent ?? '';
-      if (text && seen[seen.length - 1] !== text) seen.push(text);
-    };
-    new MutationObserver(note).observe(document.body, { subtree: true, childList: true, characterData: true });
-  })()`);
-  return () => page.evaluate('window.__seen') as Promise<string[]>;
-}
 
 t.test('the console in chromium: every admin task of a chat profile, live overview and state chart, then an image test', async (t) => {
   const { origin, apiPort } = await startServe(t);

@@ -8,25 +8,12 @@ import path from 'node:path';
 import t from 'tap';
 import { PASSWORD, TOKEN } from '../helpers/build.js';
 import { launch, openPage } from '../helpers/browser.js';
-import { goTo, login, startServe, unlabelledControls } from '../helpers/consoleServe.js';
+import { goTo, login, otherSession, startServe, unlabelledControls } from '../helpers/consoleServe.js';
 import { tinyModelIn } from '../helpers/llama.js';
 import { tempDir } from '../helpers/build.js';
 import { startHub } from '../helpers/hub.js';
 
 const NEW_PASSWORD = 'a brand new passphrase';
-
-/** A second operator session, outside the browser (what "someone else" does meanwhile). */
-async function otherSession(origin: string) {
-  const response = await fetch(`${origin}/api/v1/session`, { method: 'POST', headers: { 'x-service-deck': '1', 'content-type': 'application/json' }, body: JSON.stringify({ password: PASSWORD }) });
-  const cookie = (response.headers.get('set-cookie') ?? '').split(';')[0]!;
-  const { csrfToken } = (await response.json()) as { csrfToken: string };
-  return (method: string, path: string, body?: unknown) =>
-    fetch(`${origin}${path}`, {
-      method,
-      headers: { 'x-service-deck': '1', cookie, 'x-csrf-token': csrfToken, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-}
 
 t.test('the other admin tasks in chromium', async (t) => {
   // A local hub laid out like huggingface.co, for the enhancer install.

@@ -1,6 +1,7 @@
 // The real `service-deck serve` for the console's browser tests, and the page steps they share:
-// log in, go to a page by its navigation link.
-import { writeFile } from 'node:fs/promises';
+// log in, go to a page by its navigation link, a second operator session outside the browser,
+// the texts an element showed, a screenshot for the docs (SERVICE_DECK_SCREENSHOTS).
+import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Page } from 'playwright-core';
@@ -8,6 +9,8 @@ import type { Test } from 'tap';
 import { PASSWORD, TOKEN, freePort, tempDir } from './build.js';
 import { llamaServerPath } from './llama.js';
 import { spawnCli } from './spawn.js';
+
+const SHOTS = process.env.SERVICE_DECK_SCREENSHOTS;
 
 const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
 
@@ -55,4 +58,39 @@ export async function unlabelledControls(page: Page): Promise<string[]> {
   return (await page.evaluate(
     "[...document.querySelectorAll('input, select, textarea')].filter((el) => !el.labels?.length && !el.getAttribute('aria-label') && !el.getAttribute('aria-labelledby')).map((el) => el.outerHTML.slice(0, 80))",
   )) as string[];
+}
+
+/** A second operator session, outside the browser (what "someone else" does meanwhile, or a test's set-up). */
+export async function otherSession(origin: string) {
+  const response = await fetch(`${origin}/api/v1/session`, { method: 'POST', headers: { 'x-service-deck': '1', 'content-type': 'application/json' }, body: JSON.stringify({ password: PASSWORD }) });
+  const cookie = (response.headers.get('set-cookie') ?? '').split(';')[0]!;
+  const { csrfToken } = (await response.json()) as { csrfToken: string };
+  return (method: string, path: string, body?: unknown) =>
+    fetch(`${origin}${path}`, {
+      method,
+      headers: { 'x-service-deck': '1', cookie, 'x-csrf-token': csrfToken, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+}
+
+/** With SERVICE_DECK_SCREENSHOTS=docs/screenshots, the page as it is now, as `<name>.png` there. */
+export async function shot(page: Page, name: string): Promise<void> {
+  if (!SHOTS) return;
+  await mkdir(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: false });
+}
+
+/** Every text the element showed, recorded in the page as it changed (a MutationObserver). */
+export async function recordTexts(page: Page, selector: string): Promise<() => Promise<string[]>> {
+  // Page scripts as text: the tests' type check has no DOM library.
+  await page.evaluate(`(() => {
+    const seen = [];
+    window.__seen = seen;
+    const note = () => {
+      const text = document.querySelector(${JSON.stringify(selector)})?.textContent ?? '';
+      if (text && seen[seen.length - 1] !== text) seen.push(text);
+    };
+    new MutationObserver(note).observe(document.body, { subtree: true, childList: true, characterData: true });
+  })()`);
+  return () => page.evaluate('window.__seen') as Promise<string[]>;
 }

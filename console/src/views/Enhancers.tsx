@@ -1,11 +1,13 @@
 // The prompt enhancers (spec 4.7, CONTRACT section 8): each task's install with its progress as
 // the event stream pushes it, install, cancel; and per image profile the two switches (t2i, i2i),
-// saved with the profile's revision. The preview comes with the enhancer run (issue 14).
+// saved with the profile's revision; the last preview (made on the image test page), original
+// beside suggestion.
 import type { ComponentChildren } from 'preact';
 import { api } from '../api.js';
 import { enhancers, notify, status } from '../state.js';
-import type { InstallView, ProfileView } from '../types.js';
-import { Alert, ActionButton, Badge, Facts, Section, Table, attempt, bytes } from '../ui.js';
+import type { EnhancerPreview, InstallView, ProfileView } from '../types.js';
+import { Alert, ActionButton, Badge, Facts, Section, Table, attempt, bytes, clock, since } from '../ui.js';
+import { PreviewPrompts } from './enhancerPreview.js';
 
 const TASKS = [
   ['t2i', 'Text to image'],
@@ -65,6 +67,28 @@ function Switches({ profile }: { profile: ProfileView }) {
   );
 }
 
+/** The last preview: which profile and task, when, and the original beside the suggestion (RAM only). */
+function LastPreview({ preview, profiles }: { preview: EnhancerPreview | null; profiles: ProfileView[] }) {
+  return (
+    <Section title="Last preview" id="enhancer-preview">
+      {preview ? (
+        <>
+          <Facts
+            items={[
+              ['Profile', `${profiles.find((p) => p.id === preview.profile_id)?.name ?? preview.profile_id} (revision ${preview.revision})`],
+              ['Task', preview.images > 0 ? `${preview.task}, ${preview.images} reference image${preview.images === 1 ? '' : 's'}` : preview.task],
+              ['When', `${clock(preview.created_at)} (${since(preview.created_at)})`],
+            ]}
+          />
+          <PreviewPrompts preview={preview} />
+        </>
+      ) : (
+        <p class="empty">No preview since the service started: run one from the image test.</p>
+      )}
+    </Section>
+  );
+}
+
 export function Enhancers() {
   const view = enhancers.value;
   const profiles = (status.value?.profiles ?? []).filter((p) => p.category === 'image');
@@ -87,6 +111,7 @@ export function Enhancers() {
           </Table>
         )}
       </Section>
+      <LastPreview preview={view.preview} profiles={profiles} />
     </div>
   );
 }
