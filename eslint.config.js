@@ -31,6 +31,13 @@ export default tseslint.config(
     },
   },
   {
+    // The examples run on Node as they are: its globals, and top-level await.
+    files: ['examples/*.mjs'],
+    languageOptions: {
+      globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly', fetch: 'readonly', setTimeout: 'readonly' },
+    },
+  },
+  {
     files: ['bin/*.js', 'scripts/*.js', 'test/fixtures/*.mjs'],
     languageOptions: {
       globals: { process: 'readonly', console: 'readonly', URL: 'readonly', setInterval: 'readonly', clearInterval: 'readonly', setTimeout: 'readonly' },
