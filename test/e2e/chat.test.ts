@@ -161,9 +161,7 @@ t.test('tools, structured output, reasoning headers and request errors', async (
   }
   t.match(overflow.body.error.message, /Failed to parse tool call arguments as JSON/, "llama-server's own words stay");
   const log = b.logLines.join('');
-  t.match(log, /\[json\.exception\.[a-z_]+\.\d+\]/, "the log has the worker's parser exception");
-  t.notMatch(log, /PROMPT-4242/, 'and never the request text');
-  t.match(log, /\[json\.exception\.out_of_range\.406\] number overflow/, 'and the overflow');
+  t.match(log, /\[json\.exception\.out_of_range\.406\] number overflow/, "the log has the worker's parser exception");
   t.notMatch(log, /PROMPT-4242|1e999/, "but not the request's text");
   t.equal((await errorOf({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 1 })).status, 200, 'the worker answers the next request');
 });
