@@ -24,6 +24,11 @@ export interface TinyModelOptions {
   contextLength?: number;
   /** The bias of the `<tool_call>` token (default 4): higher makes calls come sooner. */
   toolCallBias?: number;
+  /**
+   * Extra bias per printable character (its byte token): e.g. `{ '"': 3 }` makes a JSON string end
+   * within a few dozen characters, so an answer bounded by a schema comes quickly (the enhancer tests).
+   */
+  charBias?: Record<string, number>;
   /** general.name (default "service-deck tiny test model"). */
   name?: string;
 }
@@ -129,7 +134,9 @@ export function tinyModel(options: TinyModelOptions = {}): GgufModel {
   // The rows of the control tokens (end of turn, end of text, ...) are all bias and that bias is
   // huge, so the norm's scale of the channel never brings them near the other logits.
   const control = (token: number) => types[token] === TOKEN_CONTROL || types[token] === TOKEN_UNKNOWN;
-  const bias = (token: number) => (control(token) ? -1e6 : token === toolCallOpen ? (options.toolCallBias ?? 4) : 0);
+  const charBias = new Map(Object.entries(options.charBias ?? {}).map(([char, value]) => [tokens.indexOf(`<0x${char.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}>`), value]));
+  charBias.delete(-1);
+  const bias = (token: number) => (control(token) ? -1e6 : token === toolCallOpen ? (options.toolCallBias ?? 4) : (charBias.get(token) ?? 0));
   const row = (i: number, width: number) => Math.floor(i / width);
   const tensors = [
     f32('token_embd.weight', [embedding, vocab], (i) => (i % embedding === 0 ? 1 : (random() * 2 - 1) * 1.7)),

@@ -39,7 +39,7 @@ interface Preview {
 t.test('the image test previews the enhancement and makes the image from the suggestion', async (t) => {
   const dir = await tempDir(t);
   const hub = await startHub(t);
-  hub.put(REPO, 'main', 'tiny.gguf', await readFile(await tinyModelIn(dir)));
+  hub.put(REPO, 'main', 'tiny.gguf', await readFile(await tinyModelIn(dir, 'tiny.gguf', { charBias: { '"': 3 } })));
   const recipes = path.join(dir, 'recipes.json');
   const recipe = { repo: REPO, revision: 'main', files: [{ path: 'tiny.gguf', role: 'model' }], context: 8192 };
   await writeFile(recipes, JSON.stringify({ t2i: recipe, i2i: recipe }));
