@@ -1,111 +1,147 @@
-// The `service-deck` command (CONTRACT section 1): serve, demo, set-password, rotate-token.
+// The `service-deck` command (CONTRACT section 1): serve, demo, set-password, rotate-token, and the
+// admin commands status and profiles, which talk to the running service on loopback or read the
+// state directory of a stopped one (src/cli/). Every command names the state directory it acted
+// on; a bad option, command or argument prints the usage on stderr and exits 2.
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type CliOptions } from './config.js';
 import { ensurePrivateDir, StateFileError } from './store/files.js';
 import { MIN_PASSWORD_LENGTH, SecretStore, WeakSecretError } from './store/secrets.js';
-import { serve } from './server.js';
+import { CliError, UsageError } from './cli/errors.js';
+import { readNewPassword, type CredentialSource } from './cli/password.js';
 
 const USAGE = `usage: service-deck <command> [options]
 
 commands:
-  serve          run the service in the foreground
-  demo           set up the embedded default and serve it
-  set-password   read the operator password from standard input
-  rotate-token   print a new API token once (the old one stops working)
+  serve                      run the service in the foreground
+  demo                       set up the embedded default and serve it
+  set-password               read the operator password from standard input
+  rotate-token               print a new API token once (the old one stops working)
+  status                     the service: inference listener and port, workers with state and
+                             memory, queue, blocked profiles and why
+  profiles [list]            every profile: category, publication, blockers
+  profiles show <id|name>    one profile with its parameters
+  profiles publish <id|name>     publish a profile (the service must be running)
+  profiles unpublish <id|name>   unpublish a profile (the service must be running)
 
 options:
   --state-dir DIR    state directory (default $SERVICE_DECK_STATE_DIR or ~/.local/state/service-deck)
   --ui-host HOST     admin listener address (default 127.0.0.1)
   --ui-port PORT     admin listener port (default 8110)
   --api-ports A-B    ports the inference listener may use (default 1024-65535)
+  --api-port PORT    inference port of the first start (default $SERVICE_DECK_API_PORT or 8120);
+                     later starts keep the port saved in endpoint.json
+  --json             status and profiles: JSON on stdout
+  --password-stdin   status and profiles: read the operator password from standard input
+                     (else $SERVICE_DECK_ADMIN_PASSWORD, else asked on a terminal)
+  -h, --help         this text
 `;
 
-async function readStdin(): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-async function readPassword(): Promise<string> {
-  if (!process.stdin.isTTY) return (await readStdin()).replace(/\r?\n$/, '');
-  process.stderr.write('New operator password: ');
-  process.stdin.setRawMode(true);
-  let password = '';
-  try {
-    for await (const chunk of process.stdin) {
-      for (const char of (chunk as Buffer).toString('utf8')) {
-        if (char === '\r' || char === '\n') return password;
-        if (char === '\u0003') throw new Error('cancelled');
-        if (char === '\u007f') password = password.slice(0, -1);
-        else password += char;
-      }
-    }
-  } finally {
-    process.stdin.setRawMode(false);
-    process.stderr.write('\n');
-  }
-  return password;
-}
-
-async function openSecrets(options: CliOptions): Promise<SecretStore> {
-  const config = loadConfig(options);
+async function openSecrets(options: CliOptions): Promise<{ store: SecretStore; stateDir: string }> {
+  const config = configOf(options);
   await ensurePrivateDir(config.stateDir);
-  return (await SecretStore.open(config.stateDir)).store;
+  return { store: (await SecretStore.open(config.stateDir)).store, stateDir: config.stateDir };
+}
+
+function parse(argv: string[]) {
+  try {
+    return parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        'state-dir': { type: 'string' },
+        'ui-host': { type: 'string' },
+        'ui-port': { type: 'string' },
+        'api-ports': { type: 'string' },
+        'api-port': { type: 'string' },
+        json: { type: 'boolean' },
+        'password-stdin': { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+  } catch (error) {
+    // node:util's parseArgs names the option in its message (ERR_PARSE_ARGS_*).
+    throw new UsageError((error as Error).message.split('. To specify')[0] ?? '');
+  }
+}
+
+/** The configuration from the options and the environment; a bad value is a usage error. */
+function configOf(options: CliOptions) {
+  try {
+    return loadConfig(options);
+  } catch (error) {
+    throw error instanceof ConfigError ? new UsageError(error.message) : error;
+  }
+}
+
+/** Commands that take no words after their name. */
+function noArguments(command: string, rest: string[]): void {
+  if (rest.length > 0) throw new UsageError(`${command}: unexpected argument "${rest[0]}"`);
 }
 
 export async function main(argv: string[]): Promise<number> {
-  const { positionals, values } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      'state-dir': { type: 'string' },
-      'ui-host': { type: 'string' },
-      'ui-port': { type: 'string' },
-      'api-ports': { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-  });
+  const { positionals, values } = parse(argv);
   const options: CliOptions = {
     ...(values['state-dir'] ? { stateDir: values['state-dir'] } : {}),
     ...(values['ui-host'] ? { uiHost: values['ui-host'] } : {}),
     ...(values['ui-port'] ? { uiPort: values['ui-port'] } : {}),
     ...(values['api-ports'] ? { apiPorts: values['api-ports'] } : {}),
+    ...(values['api-port'] ? { apiPort: values['api-port'] } : {}),
   };
-  const command = positionals[0];
-  if (values.help || command === undefined || command === 'help') {
+  const [command, ...rest] = positionals;
+  if (values.help || command === 'help') {
     process.stdout.write(USAGE);
-    return command === undefined && !values.help ? 2 : 0;
+    return 0;
   }
+  if (command === undefined) throw new UsageError('no command given');
+  const credential: CredentialSource = { passwordStdin: values['password-stdin'] ?? false, env: process.env };
+  const json = values.json ?? false;
   switch (command) {
-    case 'serve':
-      await serve(loadConfig(options));
+    // The service's modules load only for the commands that need them: usage and help stay quick.
+    case 'serve': {
+      noArguments(command, rest);
+      const { serve } = await import('./server.js');
+      await serve(configOf(options));
       return -1;
+    }
     case 'demo': {
-      const { setUpDemo } = await import('./demo.js');
-      const config = loadConfig(options);
+      noArguments(command, rest);
+      const [{ setUpDemo }, { serve }] = await Promise.all([import('./demo.js'), import('./server.js')]);
+      const config = configOf(options);
       const demo = await setUpDemo(config);
       await serve(config, { startEndpoint: true, banner: demo.banner });
       return -1;
     }
     case 'set-password': {
-      const password = await readPassword();
+      noArguments(command, rest);
+      const password = await readNewPassword();
       if (password.length < MIN_PASSWORD_LENGTH) {
         process.stderr.write(`service-deck: the password needs at least ${MIN_PASSWORD_LENGTH} characters\n`);
         return 1;
       }
-      await (await openSecrets(options)).setPassword(password);
-      process.stdout.write('service-deck: operator password saved (scrypt hash)\n');
+      const { store, stateDir } = await openSecrets(options);
+      await store.setPassword(password);
+      process.stdout.write(`service-deck: operator password saved (scrypt hash) in state directory ${stateDir}\n`);
       return 0;
     }
     case 'rotate-token': {
-      const token = await (await openSecrets(options)).rotateToken();
+      noArguments(command, rest);
+      const { store, stateDir } = await openSecrets(options);
+      const token = await store.rotateToken();
       process.stdout.write(`${token}\n`);
-      process.stderr.write('service-deck: new API token above (shown once); the old token no longer works\n');
+      process.stderr.write(`service-deck: new API token above (shown once) for state directory ${stateDir}; the old token no longer works\n`);
       return 0;
     }
+    case 'status': {
+      noArguments(command, rest);
+      const { statusCommand } = await import('./cli/status.js');
+      return statusCommand(configOf(options), { json, credential });
+    }
+    case 'profiles': {
+      const { profilesCommand } = await import('./cli/profiles.js');
+      return profilesCommand(configOf(options), rest, { json, credential });
+    }
     default:
-      process.stderr.write(`service-deck: unknown command "${command}"\n${USAGE}`);
-      return 2;
+      throw new UsageError(`unknown command "${command}"`);
   }
 }
 
@@ -115,7 +151,11 @@ export function run(argv: string[]): void {
       if (code >= 0) process.exitCode = code;
     },
     (error: unknown) => {
-      if (error instanceof StateFileError || error instanceof ConfigError || error instanceof WeakSecretError) {
+      if (error instanceof UsageError) {
+        process.stderr.write(`service-deck: ${error.message}\n${USAGE}`);
+        process.exit(2);
+      }
+      if (error instanceof CliError || error instanceof StateFileError || error instanceof WeakSecretError || error instanceof ConfigError) {
         process.stderr.write(`service-deck: ${error.message}\n`);
       } else {
         process.stderr.write(`service-deck: ${(error as Error).stack ?? String(error)}\n`);

@@ -17,11 +17,10 @@ import { expiryTimer, queueMachine } from '../machines/queue/index.js';
 import { sttWorkerMachine } from '../machines/sttWorker/index.js';
 import { supervisorMachine } from '../machines/supervisor/index.js';
 import { ttsWorkerMachine } from '../machines/ttsWorker/index.js';
-import type { RuntimeLookup } from './adapters/runtimes.js';
-import { probeGpus } from './adapters/gpus.js';
 import { buildAdminApp, buildInferenceApp, type App } from './app.js';
 import type { Config } from './config.js';
 import { AudioPolicyStore } from './store/audioPolicy.js';
+import { removeAdminRecord, writeAdminRecord } from './store/adminRecord.js';
 import { EndpointStore } from './store/endpoint.js';
 import { ensurePrivateDir } from './store/files.js';
 import { ProfileStore } from './store/profiles.js';
@@ -30,7 +29,7 @@ import { EnhancerInstalls } from './system/enhancerInstalls.js';
 import { SecretStore } from './store/secrets.js';
 import { AudioPolicies } from './system/audioPolicy.js';
 import { BuildWatcher } from './system/builds.js';
-import { Catalog } from './system/catalog.js';
+import { catalogOf } from './system/catalog.js';
 import { Counters } from './system/counters.js';
 import { ChartFeed } from './system/charts.js';
 import { HostFacts } from './system/host.js';
@@ -100,7 +99,9 @@ async function prepareStateDir(config: Config, log: Logger): Promise<void> {
 }
 
 async function openStores(config: Config) {
-  const endpoint = await EndpointStore.open(config.stateDir);
+  const endpoint = await EndpointStore.open(config.stateDir, config.firstApiPort);
+  // The first start remembers its inference port (`--api-port`) at once: later starts keep it.
+  if (!endpoint.existed) await endpoint.update({});
   const opened = await SecretStore.open(config.stateDir, { password: config.firstPassword, token: config.firstToken, generateToken: true });
   const profiles = await ProfileStore.open(config.stateDir, endpoint);
   const audioPolicy = await AudioPolicyStore.open(config.stateDir);
@@ -148,9 +149,8 @@ export async function startService(config: Config, options: StartOptions): Promi
     freeSpace: (dir) => service.host.freeBytes(dir),
     log,
   });
-  const lookup: RuntimeLookup = { env: config.env, cacheDir: config.cacheDir, enhancersDir: path.join(config.stateDir, 'enhancers') };
-  // The profile view notes a missing fit tool only where GPUs are present (real or simulated).
-  const catalog = new Catalog(profiles, lookup, () => probeGpus(config.env, new Set()).then((inventory) => inventory.gpus.length > 0, () => false));
+  const catalog = catalogOf(config, profiles);
+  const { lookup } = catalog;
   const hooks = new WorkerHooks();
   const counters = new Counters();
   const sessions = new SessionStore();
@@ -288,6 +288,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         for (const worker of [chat, stt, tts, image, enhancer]) worker.stop();
         await endpoint.flushed();
         await closeAdmin(admin);
+        await removeAdminRecord(config.stateDir, process.pid);
         await inspection.close();
       })();
       return shuttingDown;
@@ -296,7 +297,9 @@ export async function startService(config: Config, options: StartOptions): Promi
 
   const admin = await buildAdminApp(service);
   await admin.listen({ host: config.uiHost, port: options.adminPort ?? config.uiPort });
-  log.info({ host: config.uiHost, port: service.adminAddress()?.port }, 'admin listener started');
+  const bound = service.adminAddress() ?? { host: config.uiHost, port: config.uiPort };
+  log.info({ host: config.uiHost, port: bound.port }, 'admin listener started');
+  await writeAdminRecord(config.stateDir, { ...bound, pid: process.pid, started_at: new Date().toISOString() });
   supervisor.start();
   builds.start();
   stopSince = watchListener(listenerRef(), endpoint, log).stopSince;

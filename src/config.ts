@@ -48,6 +48,11 @@ export interface Config {
   uiPort: number;
   /** Ports the inference listener may use (native 1024-65535; a container installation narrows it). */
   apiPorts: PortRange;
+  /**
+   * The inference port of the first start (`--api-port`, `SERVICE_DECK_API_PORT`), used only while
+   * `endpoint.json` does not exist yet; later starts keep the saved port. Undefined: 8120.
+   */
+  firstApiPort: number | undefined;
   inspect: InspectMode;
   inspectPort: number;
   /** How long a stop waits for running answers before it closes their connections. */
@@ -105,6 +110,7 @@ export interface CliOptions {
   uiHost?: string;
   uiPort?: string;
   apiPorts?: string;
+  apiPort?: string;
 }
 
 function parseWhole(text: string, what: string, unit = 'MiB'): number {
@@ -168,11 +174,20 @@ function packageRoot(): string {
   return dir;
 }
 
+/** The first start's inference port: a port within the allowed range. */
+function parseFirstApiPort(text: string | undefined, range: PortRange): number | undefined {
+  if (text === undefined || text.trim() === '') return undefined;
+  const port = parsePort(text.trim(), '--api-port');
+  if (port < range.first || port > range.last) throw new ConfigError(`--api-port: ${port} is outside the allowed ports ${range.first}-${range.last}`);
+  return port;
+}
+
 export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process.env): Config {
   const home = os.homedir();
   const stateDir = path.resolve(options.stateDir ?? env.SERVICE_DECK_STATE_DIR ?? path.join(home, '.local', 'state', 'service-deck'));
   const cacheDir = path.resolve(env.SERVICE_DECK_CACHE_DIR ?? path.join(env.XDG_CACHE_HOME ?? path.join(home, '.cache'), 'service-deck'));
   const apiPortsText = options.apiPorts ?? env.SERVICE_DECK_API_PORTS;
+  const apiPorts = apiPortsText ? parsePortRange(apiPortsText) : NATIVE_PORTS;
   const drain = Number(env.SERVICE_DECK_DRAIN_LIMIT_MS ?? 30_000);
   if (!Number.isFinite(drain) || drain < 0) throw new ConfigError('SERVICE_DECK_DRAIN_LIMIT_MS must be a number of milliseconds');
   return {
@@ -180,7 +195,8 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     cacheDir,
     uiHost: options.uiHost ?? env.SERVICE_DECK_UI_HOST ?? '127.0.0.1',
     uiPort: parsePort(options.uiPort ?? env.SERVICE_DECK_UI_PORT ?? '8110', '--ui-port'),
-    apiPorts: apiPortsText ? parsePortRange(apiPortsText) : NATIVE_PORTS,
+    apiPorts,
+    firstApiPort: parseFirstApiPort(options.apiPort ?? env.SERVICE_DECK_API_PORT, apiPorts),
     inspect: parseInspect(env.SERVICE_DECK_INSPECT),
     inspectPort: parsePort(env.SERVICE_DECK_INSPECT_PORT ?? '8130', 'SERVICE_DECK_INSPECT_PORT'),
     drainLimitMs: drain,

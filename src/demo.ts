@@ -49,7 +49,7 @@ export async function setUpDemo(config: Config): Promise<Demo> {
     await writeTinyModel(model, { name: 'service-deck tiny demo model' });
     lines.push(`service-deck demo: generated the tiny chat model ${model} (random weights: its answers are noise, its timings are real)`);
   }
-  const endpoint = await EndpointStore.open(config.stateDir);
+  const endpoint = await EndpointStore.open(config.stateDir, config.firstApiPort);
   const profiles = await ProfileStore.open(config.stateDir, endpoint);
   if (!profiles.get(DEMO_CHAT.id) && !profiles.byName(DEMO_CHAT.name)) {
     await profiles.create({ name: DEMO_CHAT.name, category: 'chat', params: { model, context: 4096, slots: 2, gpuSplit: null, gpuLayers: null, sampling: {} } }, DEMO_CHAT.id);

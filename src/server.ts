@@ -19,7 +19,13 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
   const tail = options.log ? undefined : new LogTail();
   const log = options.log ?? createLogger({ level: config.logLevel, ...(tail ? { tail } : {}) });
   const { service, generatedToken } = await startService(config, { log, ...(tail ? { tail } : {}) });
-  const out: string[] = [];
+  const out: string[] = [`service-deck: state directory ${config.stateDir}`];
+  const saved = service.endpoint.record.port;
+  if (config.firstApiPort !== undefined && service.endpoint.existed && config.firstApiPort !== saved) {
+    out.push(
+      `service-deck: --api-port ${config.firstApiPort} applies only at the first start: ${service.endpoint.file} keeps port ${saved} (change it with POST /api/v1/endpoint/config while the listener is stopped)`,
+    );
+  }
   const admin = service.adminAddress();
   const adminUrl = `http://${config.uiHost}:${admin?.port ?? config.uiPort}`;
   out.push(`service-deck: operator console on ${adminUrl}/ (admin API on ${adminUrl}/api/v1)`);

@@ -18,22 +18,29 @@ export type EndpointRecord = z.output<typeof endpointRecordSchema>;
 export class EndpointStore {
   readonly file: string;
   #record: EndpointRecord;
+  /** Whether `endpoint.json` existed when it was opened (false: the first start). */
+  readonly existed: boolean;
   readonly #writes = new WriteQueue();
 
-  private constructor(file: string, record: EndpointRecord) {
+  private constructor(file: string, record: EndpointRecord, existed: boolean) {
     this.file = file;
     this.#record = record;
+    this.existed = existed;
   }
 
-  static async open(dir: string): Promise<EndpointStore> {
+  /**
+   * Reads `endpoint.json`; writes nothing. Without the file, the record of a first start: stopped,
+   * nothing published, on `firstPort` (`--api-port`) or 8120.
+   */
+  static async open(dir: string, firstPort: number = DEFAULT_INFERENCE_PORT): Promise<EndpointStore> {
     const file = path.join(dir, 'endpoint.json');
     const raw = await readJsonFile(file);
     if (raw === undefined) {
-      return new EndpointStore(file, { running: false, port: DEFAULT_INFERENCE_PORT, host: DEFAULT_INFERENCE_HOST, published: [] });
+      return new EndpointStore(file, { running: false, port: firstPort, host: DEFAULT_INFERENCE_HOST, published: [] }, false);
     }
     const parsed = endpointRecordSchema.safeParse(raw);
     if (!parsed.success) throw new StateFileError(file, `has unexpected content: ${z.prettifyError(parsed.error)}`);
-    return new EndpointStore(file, parsed.data);
+    return new EndpointStore(file, parsed.data, true);
   }
 
   get record(): Readonly<EndpointRecord> {

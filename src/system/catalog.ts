@@ -7,8 +7,11 @@
 // profile it names, found through the store's indexes: its cost does not grow with the number of
 // profiles (issue 15). Concurrent checks of one profile snapshot share one computation; a new
 // revision is a new snapshot and never joins an older check.
+import path from 'node:path';
 import { FIT_TOOL_MISSING_NOTE } from '../../machines/supervisor/index.js';
+import { probeGpus } from '../adapters/gpus.js';
 import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
+import type { Config } from '../config.js';
 import { IMAGE_ALIAS, type Category, type ProfileView, type StoredProfile } from '../store/profile.schema.js';
 import type { ProfileStore } from '../store/profiles.js';
 import { profileBlockers } from './blockers.js';
@@ -83,4 +86,19 @@ export class Catalog {
     if (!profile || profile.category !== category || !this.profiles.isPublished(profile.id)) return undefined;
     return (await this.blockers(profile)).length === 0 ? profile : undefined;
   }
+}
+
+/** Where the runtimes of a state directory's profiles are found (CONTRACT section 1). */
+export function runtimeLookup(config: Pick<Config, 'env' | 'cacheDir' | 'stateDir'>): RuntimeLookup {
+  return { env: config.env, cacheDir: config.cacheDir, enhancersDir: path.join(config.stateDir, 'enhancers') };
+}
+
+/**
+ * The catalog of a state directory's profiles, as the running service and the `service-deck`
+ * command for a stopped one both compute it. The profile view notes a missing fit tool only where
+ * GPUs are present (real or simulated).
+ */
+export function catalogOf(config: Pick<Config, 'env' | 'cacheDir' | 'stateDir'>, profiles: ProfileStore): Catalog {
+  const gpusPresent = () => probeGpus(config.env, new Set()).then((inventory) => inventory.gpus.length > 0, () => false);
+  return new Catalog(profiles, runtimeLookup(config), gpusPresent);
 }
