@@ -7,6 +7,7 @@ import fastifyCookie from '@fastify/cookie';
 import fastifyMultipart from '@fastify/multipart';
 import Fastify, {
   LogController,
+  type onRequestAsyncHookHandler,
   type FastifyBaseLogger,
   type FastifyInstance,
   type RawReplyDefaultExpression,
@@ -23,6 +24,7 @@ import { errors } from './errors.js';
 import { clientErrorHandler, installErrorHandling } from './routes/errors.js';
 import { hostGuard } from './routes/host.js';
 import { checkJsonBody } from './routes/jsonBody.js';
+import { refuseChunked } from './routes/chunked.js';
 import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
 import { adminImageTestRoutes } from './routes/admin/imageTests.js';
 import { adminSpeechTestRoutes } from './routes/admin/speechTests.js';
@@ -51,9 +53,11 @@ const TIMEOUT_CHECK_MS = 1_000;
 export interface ListenerOptions {
   onAccess?: (route: string, status: number) => void;
   http?: HttpConfig;
+  /** The listener's own admission check (the inference token), before any body is read. */
+  gate?: onRequestAsyncHookHandler;
 }
 
-export function createListenerApp(name: 'admin' | 'inference', log: Logger, { onAccess, http = DEFAULT_HTTP }: ListenerOptions = {}): App {
+export function createListenerApp(name: 'admin' | 'inference', log: Logger, { onAccess, http = DEFAULT_HTTP, gate }: ListenerOptions = {}): App {
   const app = Fastify({
     loggerInstance: log.child({ listener: name }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
@@ -85,11 +89,10 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, { on
   app.addHook('preValidation', checkJsonBody);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
-    if (request.headers['transfer-encoding'] !== undefined) {
-      reply.header('connection', 'close');
-      throw errors.chunked();
-    }
   });
+  if (gate) app.addHook('onRequest', gate);
+  // After the gate: only a request that may be answered gets its chunked body read before the refusal.
+  app.addHook('onRequest', refuseChunked);
   // An answer sent before the body was read (a 401, a refused Host) ends the connection: a client
   // must not keep it by trickling the rest of a body nobody reads.
   app.addHook('onSend', async (request, reply) => {
@@ -101,17 +104,17 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, { on
 
 /** The inference listener (spec 4.1): bearer token on every route, no CORS, open only while running. */
 export async function buildInferenceApp(service: Service): Promise<App> {
+  const authenticate = bearerAuth(service.secrets);
   const app = createListenerApp('inference', service.log, {
     onAccess: (route, status) => service.counters.record(route, status),
     http: service.config.http,
-  });
-  const authenticate = bearerAuth(service.secrets);
-  app.addHook('onRequest', async (request, reply) => {
-    // What an endpoint stop waits for: every request until its answer is over or its client gone.
-    service.counters.opened();
-    reply.raw.once('close', () => service.counters.closed());
-    await authenticate(request);
-    if (!service.accepting()) throw errors.unavailable('endpoint_stopped', 'The endpoint is stopping or stopped: no new requests are accepted.');
+    gate: async (request, reply) => {
+      // What an endpoint stop waits for: every request until its answer is over or its client gone.
+      service.counters.opened();
+      reply.raw.once('close', () => service.counters.closed());
+      await authenticate(request);
+      if (!service.accepting()) throw errors.unavailable('endpoint_stopped', 'The endpoint is stopping or stopped: no new requests are accepted.');
+    },
   });
   await app.register(healthRoutes, { service });
   await app.register(modelRoutes, { service });

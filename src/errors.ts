@@ -45,13 +45,25 @@ export const errors = {
   wrongPassword: () => new ApiError(401, 'authentication_error', 'invalid_password', 'Wrong password.'),
   forbidden: (code: string, message: string) => new ApiError(403, 'permission_error', code, message),
   notFound: (code: string, message: string) => new ApiError(404, 'invalid_request_error', code, message),
-  modelNotFound: (model: string) =>
-    new ApiError(404, 'invalid_request_error', 'model_not_found', `The model '${model}' does not exist or is not published.`, 'model'),
+  modelNotFound: (model: string, why = `The model '${model}' does not exist or is not published.`) =>
+    new ApiError(404, 'invalid_request_error', 'model_not_found', why, 'model'),
   conflict: (code: string, message: string) => new ApiError(409, 'conflict', code, message),
   misdirected: (message: string) => new ApiError(421, 'invalid_request_error', 'misdirected_request', message),
   tooLarge: (message: string, param: string | null = null) => new ApiError(413, 'invalid_request_error', 'payload_too_large', message, param),
-  chunked: () =>
-    new ApiError(400, 'invalid_request_error', 'chunked_upload', 'Chunked request bodies are not accepted: send Content-Length.'),
+  /** A chunked body (src/routes/chunked.ts); a multipart upload is told how the openai client sends a file with a length. */
+  chunked: (multipart = false) =>
+    new ApiError(
+      400,
+      'invalid_request_error',
+      'chunked_upload',
+      `Chunked request bodies are not accepted: send the body with a Content-Length.${
+        multipart
+          ? ' With the openai client, pass the file as a Buffer, e.g. `file: await toFile(await fs.promises.readFile(path), "name.wav")`, not as `fs.createReadStream(path)`, whose upload is chunked.'
+          : ''
+      }`,
+      null,
+      { 'x-should-retry': 'false' },
+    ),
   mediaType: (message: string) => new ApiError(415, 'invalid_request_error', 'unsupported_media_type', message),
   tooManyRequests: (code: string, message: string, retryAfterSeconds: number) =>
     new ApiError(429, 'rate_limit_error', code, message, null, { 'retry-after': String(retryAfterSeconds) }),

@@ -63,6 +63,25 @@ export async function resolveRuntime(name: RuntimeName, lookup: RuntimeLookup): 
   return findCommand(file, lookup.env);
 }
 
+/**
+ * Why a runtime was not found where its variable points: `SERVICE_DECK_LLAMA_SERVER is set to
+ * /x, which is not an executable file`, or undefined when the variable is not set (the lookup then
+ * went to the cache and PATH). `withPath: false` leaves the value out, for messages that reach API
+ * clients (a path on the server is no business of theirs).
+ */
+export function runtimeVariableProblem(name: RuntimeName, env: NodeJS.ProcessEnv, withPath = true): string | undefined {
+  const variable = RUNTIMES[name];
+  const value = env[variable];
+  if (!value) return undefined;
+  return withPath ? `${variable} is set to ${value}, which is not an executable file` : `${variable} is set but names no executable file: point it at ${name}, or unset it`;
+}
+
+/** A worker's runtime_missing message: the variable that points nowhere (without its value), else `notInstalled`. */
+export function runtimeMissingMessage(worker: string, names: RuntimeName[], env: NodeJS.ProcessEnv, notInstalled: string): string {
+  const problems = names.flatMap((name) => runtimeVariableProblem(name, env, false) ?? []);
+  return `The ${worker} cannot start: ${problems.length > 0 ? problems.join('; ') : notInstalled}.`;
+}
+
 /** A command as a shell finds it: a path with a slash as it is, a bare name on PATH. */
 export async function findCommand(command: string, env: NodeJS.ProcessEnv): Promise<string | undefined> {
   if (command.includes('/')) return (await isExecutableFile(command)) ? path.resolve(command) : undefined;

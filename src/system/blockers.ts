@@ -5,7 +5,7 @@ import { stat } from 'node:fs/promises';
 import { STT_LANGUAGES, type StoredProfile } from '../store/profile.schema.js';
 import { ENHANCER_TASKS, readInstalled, type EnhancerTask } from '../store/enhancers.js';
 import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
-import { findCommand, resolveRuntime, whisperProgram } from '../adapters/runtimes.js';
+import { findCommand, resolveRuntime, runtimeVariableProblem, whisperProgram } from '../adapters/runtimes.js';
 import { fileKind, onProbeLane, openRegular, statStamp } from '../adapters/regularFile.js';
 
 const GGUF_MAGIC = Buffer.from('GGUF', 'latin1');
@@ -67,8 +67,8 @@ async function fileBlocker(file: string, what = 'model file', gguf = false): Pro
  * The program a profile's worker runs, by its runtime name, and where the lookup (environment
  * variable, the project's cache, PATH) finds it now: undefined when it is not installed.
  */
-export async function programOf(profile: StoredProfile, lookup: RuntimeLookup): Promise<{ runtime: string; path: string | undefined }> {
-  const runtime = async (name: RuntimeName) => ({ runtime: name, path: await resolveRuntime(name, lookup) });
+export async function programOf(profile: StoredProfile, lookup: RuntimeLookup): Promise<{ runtime: string; path: string | undefined; looked?: RuntimeName[] }> {
+  const runtime = async (name: RuntimeName) => ({ runtime: name, path: await resolveRuntime(name, lookup), looked: [name] });
   switch (profile.category) {
     case 'chat':
       return runtime('llama-server');
@@ -83,14 +83,17 @@ export async function programOf(profile: StoredProfile, lookup: RuntimeLookup): 
     case 'stt': {
       if (profile.params.backend === 'pocketsphinx') return runtime('pocketsphinx');
       const program = await whisperProgram(lookup);
-      return { runtime: program ? `whisper-${program.mode}` : 'whisper-server or whisper-cli', path: program?.binary };
+      return { runtime: program ? `whisper-${program.mode}` : 'whisper-server or whisper-cli', path: program?.binary, looked: ['whisper-server', 'whisper-cli'] };
     }
   }
 }
 
 async function runtimeBlocker(profile: StoredProfile, lookup: RuntimeLookup): Promise<string | undefined> {
   const program = await programOf(profile, lookup);
-  return program.path === undefined ? `runtime missing: ${program.runtime}` : undefined;
+  if (program.path !== undefined) return undefined;
+  // A variable that points nowhere is named: the operator set it, and may not know it is wrong.
+  const problems = (program.looked ?? []).flatMap((name) => runtimeVariableProblem(name, lookup.env) ?? []);
+  return `runtime missing: ${program.runtime}${problems.length > 0 ? ` (${problems.join('; ')})` : ''}`;
 }
 
 /** An active enhancer task whose recipe is not installed (or another repository is). */

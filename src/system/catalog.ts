@@ -10,11 +10,20 @@
 import path from 'node:path';
 import { FIT_TOOL_MISSING_NOTE } from '../../machines/supervisor/index.js';
 import { probeGpus } from '../adapters/gpus.js';
+import { errors, type ApiError } from '../errors.js';
 import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
 import type { Config } from '../config.js';
 import { IMAGE_ALIAS, type Category, type ProfileView, type StoredProfile } from '../store/profile.schema.js';
 import type { ProfileStore } from '../store/profiles.js';
 import { profileBlockers } from './blockers.js';
+
+/** What each category is, and the route and list that take it, for a model_not_found that says where to go. */
+const CATEGORY_WORDS: Record<Category, { what: string; where: string }> = {
+  chat: { what: 'a chat profile', where: 'POST /v1/chat/completions (GET /v1/models lists them)' },
+  image: { what: 'an image profile', where: `POST /v1/images/generations and /v1/images/edits, as '${IMAGE_ALIAS}'` },
+  tts: { what: 'a speech (TTS) profile', where: 'POST /v1/audio/speech (GET /v1/audio/speech/models lists them)' },
+  stt: { what: 'a transcription (STT) profile', where: 'POST /v1/audio/transcriptions (GET /v1/audio/transcriptions/models lists them)' },
+};
 
 export type BlockersOf = (profile: StoredProfile, lookup: RuntimeLookup) => Promise<string[]>;
 
@@ -85,6 +94,36 @@ export class Catalog {
     const profile = category === 'image' && model === IMAGE_ALIAS ? this.profiles.publishedImage() : this.profiles.byName(model);
     if (!profile || profile.category !== category || !this.profiles.isPublished(profile.id)) return undefined;
     return (await this.blockers(profile)).length === 0 ? profile : undefined;
+  }
+
+  /** The snapshot a request works on (see resolve), or the model_not_found that says why there is none. */
+  async require(category: Category, model: string): Promise<StoredProfile> {
+    const profile = await this.resolve(category, model);
+    if (profile) return profile;
+    throw this.notFound(category, model);
+  }
+
+  /**
+   * Why `model` names no profile for this category, in words for an API client: a published
+   * profile of another category says where it belongs; a published one that cannot run says where
+   * the operator sees why (its blockers name server paths, so they stay on the admin side). An
+   * unpublished profile is not told apart from one that does not exist.
+   */
+  private notFound(category: Category, model: string): ApiError {
+    const alias = category === 'image' && model === IMAGE_ALIAS;
+    const profile = alias ? this.profiles.publishedImage() : this.profiles.byName(model);
+    if (alias && !profile) {
+      return errors.modelNotFound(model, `No image profile is published: '${IMAGE_ALIAS}' names the published one; the operator publishes one in the console (Endpoint, or POST /api/v1/endpoint/profile).`);
+    }
+    if (!profile || !this.profiles.isPublished(profile.id)) return errors.modelNotFound(model);
+    if (profile.category !== category) {
+      const theirs = CATEGORY_WORDS[profile.category];
+      return errors.modelNotFound(model, `The model '${model}' is ${theirs.what}, not ${CATEGORY_WORDS[category].what}: send it to ${theirs.where}.`);
+    }
+    return errors.modelNotFound(
+      model,
+      `The model '${model}' is published but not executable now (something it needs is missing): the operator sees why in the console's profile list, or at GET /api/v1/profiles/${profile.id} of the admin API (its blockers).`,
+    );
   }
 }
 

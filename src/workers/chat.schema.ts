@@ -1,12 +1,16 @@
-// Spec 4.2: the chat completion request, strict. It accepts OpenAI's ordinary messages (text
-// content only: there is no vision input), tools and tool_choice, response_format (text,
-// json_object, json_schema), the sampling overrides, stop, seed, max_tokens and
-// max_completion_tokens, stream and stream_options, reasoning_effort. Any other field is an
-// unknown extension field and is rejected with 400 unknown_parameter (spec 4.2, 7). `null`
-// counts as not set, as in OpenAI's schema. The extension sampling fields top_k, min_p and
-// repeat_penalty are accepted because the profile's sampling defaults name them.
+// Spec 4.2: the chat completion request, strict. Every field of OpenAI's
+// CreateChatCompletionRequest is known and has its fate (CHAT_FIELDS, issue 16): the ordinary
+// messages (text content only: there is no vision input), tools and tool_choice, response_format,
+// the sampling overrides, stop, seed, the token limits, stream and stream_options and
+// reasoning_effort are honoured or passed to llama-server; identifiers, cache and tier hints,
+// verbosity and predicted output are accepted and ignored; audio output, web search, moderation
+// and the deprecated functions are refused with a 400 that says so. Any other field is an unknown
+// extension field and is rejected with 400 unknown_parameter (spec 4.2, 7). `null` counts as not
+// set, as in OpenAI's schema. The extension sampling fields top_k, min_p and repeat_penalty are
+// accepted because the profile's sampling defaults name them.
 import { z } from 'zod';
 import type { ChatParams } from '../store/profile.schema.js';
+import { notOffered, refusedField, type FieldFates } from './fields.js';
 
 const onlyText = "only text content parts ({ type: 'text', text }) are accepted: this endpoint has no vision, audio or file input";
 const textPart = z.strictObject({ type: z.literal('text', onlyText), text: z.string() });
@@ -106,15 +110,84 @@ export const chatRequestSchema = z.strictObject({
   stream: z.boolean().nullish(),
   stream_options: z.strictObject({ include_usage: z.boolean().optional(), include_obfuscation: z.boolean().optional() }).nullish(),
   reasoning_effort: z.enum([...REASONING_EFFORTS, 'ultra']).nullish(),
-  // Accepted and not passed on: nothing is stored, and the user id is only the client's.
+  // Text is the only output: audio output is refused.
+  modalities: z
+    .array(z.enum(['text', 'audio']))
+    .refine((kinds) => !kinds.includes('audio'), notOffered('audio output (modalities "audio")', 'the answer is text'))
+    .nullish(),
+  // Accepted and not passed on: nothing is stored, and the ids, hints and tiers are only the client's.
   user: z.string().max(256).nullish(),
   store: z.literal(false, 'nothing is stored: store must be false or absent').nullish(),
+  metadata: z.record(z.string().max(64), z.string().max(512)).nullish(),
+  safety_identifier: z.string().max(64).nullish(),
+  prompt_cache_key: z.string().max(1024).nullish(),
+  prompt_cache_retention: z.enum(['in_memory', '24h']).nullish(),
+  prompt_cache_options: z.strictObject({ ttl: z.enum(['30m']).optional(), mode: z.enum(['implicit', 'explicit']).optional() }).nullish(),
+  service_tier: z.enum(['auto', 'default', 'flex', 'scale', 'priority', 'fast']).nullish(),
+  verbosity: z.enum(['low', 'medium', 'high']).nullish(),
+  prediction: z.strictObject({ type: z.literal('content'), content }).nullish(),
+  // Refused whatever their value (null aside).
+  audio: refusedField('audio', 'the answer is text; there is no audio output'),
+  web_search_options: refusedField('web_search_options', 'the model has no web search'),
+  moderation: refusedField('moderation', 'nothing moderates the request or the answer'),
+  functions: refusedField('functions', 'send tools (the deprecated functions are not translated)'),
+  function_call: refusedField('function_call', 'send tool_choice (the deprecated function_call is not translated)'),
 }).refine((r) => r.stream_options == null || r.stream === true, {
   path: ['stream_options'],
   message: 'stream_options is only allowed when stream is true',
 });
 
 export type ChatRequest = z.output<typeof chatRequestSchema>;
+
+/**
+ * The fate of every field of OpenAI's CreateChatCompletionRequest (fields.ts). Ignoring is
+ * harmless for each `ignored` one: identifiers and metadata (nothing is stored, nothing is
+ * moderated), prompt cache hints (llama-server keeps each slot's prompt cache itself), the
+ * service tier (one FIFO queue serves every request), verbosity (a length hint; max_tokens and
+ * the prompt decide), and a predicted output (it only speeds an answer up, never changes it).
+ */
+export const CHAT_FIELDS = {
+  model: 'honoured',
+  messages: 'passed',
+  temperature: 'passed',
+  top_p: 'passed',
+  frequency_penalty: 'passed',
+  presence_penalty: 'passed',
+  logit_bias: 'passed',
+  seed: 'passed',
+  stop: 'passed',
+  logprobs: 'passed',
+  top_logprobs: 'passed',
+  tools: 'passed',
+  tool_choice: 'passed',
+  parallel_tool_calls: 'passed',
+  response_format: 'passed',
+  max_tokens: 'honoured',
+  max_completion_tokens: 'honoured',
+  n: 'honoured',
+  stream: 'honoured',
+  stream_options: 'honoured',
+  reasoning_effort: 'honoured',
+  modalities: 'honoured',
+  store: 'honoured',
+  user: 'ignored',
+  metadata: 'ignored',
+  safety_identifier: 'ignored',
+  prompt_cache_key: 'ignored',
+  prompt_cache_retention: 'ignored',
+  prompt_cache_options: 'ignored',
+  service_tier: 'ignored',
+  verbosity: 'ignored',
+  prediction: 'ignored',
+  audio: 'refused',
+  web_search_options: 'refused',
+  moderation: 'refused',
+  functions: 'refused',
+  function_call: 'refused',
+} as const satisfies FieldFates;
+
+/** The extension fields the schema takes beyond OpenAI's: the profile's sampling names, passed on. */
+export const CHAT_EXTENSIONS = ['top_k', 'min_p', 'repeat_penalty'] as const;
 
 /** The effort the worker gets (spec 4.2), or null when the request set none. */
 export function effectiveEffort(requested: ChatRequest['reasoning_effort']): ReasoningEffort | null {

@@ -12,6 +12,7 @@ import type { Service } from './service.js';
 import { ReservationRevoked, type Lease } from '../system/scheduler.js';
 import { ApiError, errors } from '../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
+import type { ChatParams } from '../store/profile.schema.js';
 
 export const CHAT_LIMITS = {
   /** Spec 8: 120 s without response data from the worker. */
@@ -193,13 +194,29 @@ export function workerErrorDetail(message: string): string {
 }
 
 /**
+ * What the context a request did not fit is: the profile's params.context (shared by its slots:
+ * the worker's KV cache is unified), which only the operator changes. llama-server's own words
+ * ("try increasing it") do not say that the client cannot.
+ */
+function contextNote(profile: { name: string; params: Pick<ChatParams, 'context' | 'slots'> } | undefined): string {
+  if (!profile) return '';
+  const { context, slots } = profile.params;
+  return ` (The context is the chat profile ${profile.name}'s params.context, ${context} tokens shared by its ${slots} slot(s): send fewer or shorter messages or a smaller max_tokens, or ask the operator to raise params.context.)`;
+}
+
+/**
  * The worker's own error answer (OpenAI shape), as ours. The class stays: 4xx are the client's
  * error, 5xx become 502 `worker_failed`, except a JSON parser failure on the request's content,
  * which is the client's 400. llama-server's message reaches the client only where it is written
  * for users; the text of its C++ internals (`unordered_map::at`, the JSON parser's exception,
  * which quotes the request back) is replaced by a summary, and the detail goes to `log` (issue 15).
  */
-export function workerStatusError(status: number, body: Buffer, log: { warn: (fields: object, message: string) => void }): ApiError {
+export function workerStatusError(
+  status: number,
+  body: Buffer,
+  log: { warn: (fields: object, message: string) => void },
+  profile?: { name: string; params: Pick<ChatParams, 'context' | 'slots'> },
+): ApiError {
   let message: string | undefined;
   let code: string | null = null;
   try {
@@ -219,7 +236,8 @@ export function workerStatusError(status: number, body: Buffer, log: { warn: (fi
   }
   if (status >= 400 && status < 500 && status !== 401 && status !== 403) {
     const text = message === undefined ? `The chat worker refused the request (${status}).` : internal ? `The chat worker refused the request${lead ? ` (${lead})` : ''}; the service log has its reason.` : message;
-    return new ApiError(status === 404 ? 400 : status, 'invalid_request_error', code === 'exceed_context_size_error' ? 'context_length_exceeded' : 'invalid_value', text);
+    if (code === 'exceed_context_size_error') return new ApiError(status === 404 ? 400 : status, 'invalid_request_error', 'context_length_exceeded', `${text}${contextNote(profile)}`);
+    return new ApiError(status === 404 ? 400 : status, 'invalid_request_error', 'invalid_value', text);
   }
   if (message === undefined) return errors.workerFailed(`The chat worker answered ${status}.`);
   if (internal) return errors.workerFailed(`The chat worker failed on this request with an internal error${lead ? ` (${lead})` : ''}; the service log has the details.`);

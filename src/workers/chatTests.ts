@@ -191,7 +191,7 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
       try {
         if (opened.response.statusCode !== 200) {
           const text = await readBody(opened.response, 64 * 1024).catch(() => Buffer.alloc(0));
-          const failure = workerStatusError(opened.response.statusCode ?? 502, text, this.service.log);
+          const failure = workerStatusError(opened.response.statusCode ?? 502, text, this.service.log, profile);
           this.#end(job, 'failed', { code: failure.code, message: failure.message });
           return;
         }

@@ -21,7 +21,7 @@ import {
   type ImageWorkerEvent,
 } from '../../machines/imageWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
-import { resolveRuntime } from '../adapters/runtimes.js';
+import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
@@ -94,7 +94,7 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
         const job = jobs.get(generation);
         if (!job) return gone('unclear', 'The image worker has no job for this start.');
         const binary = await resolveRuntime('sd-cli', deps.lookup);
-        if (!binary) return gone('runtime_missing', 'The image worker cannot start: sd-cli (stable-diffusion.cpp) is not installed.');
+        if (!binary) return gone('runtime_missing', runtimeMissingMessage('image worker', ['sd-cli'], deps.lookup.env, 'sd-cli (stable-diffusion.cpp) is not installed'));
         const before = await readOomKills().catch(() => null);
         if (stopped || stopRequested) return gone('stopped', 'The image worker was stopped before it started.');
         const output = path.join(job.dir, IMAGE_OUTPUT);

@@ -19,7 +19,7 @@ import { serverArgs, type ChatLaunch, type EngineCommand } from '../../machines/
 import type { ServerPlace } from '../../machines/chatWorker/args.js';
 import type { LifecycleEvent } from '../../machines/worker/lifecycle.js';
 import { readOomKills } from '../adapters/memory.js';
-import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
+import { resolveRuntime, runtimeMissingMessage, type RuntimeLookup } from '../adapters/runtimes.js';
 import { diagnoseExit, type WorkerKind } from '../system/diagnose.js';
 import type { ExitReport } from '../../machines/worker.types.js';
 import type { Logger } from '../system/log.js';
@@ -212,7 +212,7 @@ export function llamaServerActor<L extends ChatLaunch = ChatLaunch>(deps: Server
       const binary = await resolveRuntime('llama-server', deps.lookup);
       if (!binary) {
         exited = true;
-        const message = `The ${role.name} cannot start: llama-server is not installed (run scripts/build-llama.sh or set SERVICE_DECK_LLAMA_SERVER).`;
+        const message = runtimeMissingMessage(role.name, ['llama-server'], deps.lookup.env, 'llama-server is not installed (run scripts/build-llama.sh or set SERVICE_DECK_LLAMA_SERVER)');
         if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message } });
         return;
       }

@@ -11,7 +11,7 @@ import { execa, type ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
 import { sttWorkerMachine, type EngineCommand, type EngineInput, type SttLaunch, type SttWorkerEvent } from '../../machines/sttWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
-import { resolveRuntime } from '../adapters/runtimes.js';
+import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
@@ -111,7 +111,7 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
         const binary = await resolveRuntime('pocketsphinx', deps.lookup);
         if (!binary) {
           exited = true;
-          const message = 'The speech-to-text worker cannot start: the pocketsphinx engine is not built (run scripts/build-pocketsphinx.sh).';
+          const message = runtimeMissingMessage('speech-to-text worker', ['pocketsphinx'], deps.lookup.env, 'the pocketsphinx engine is not built (run scripts/build-pocketsphinx.sh)');
           if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message } });
           return;
         }

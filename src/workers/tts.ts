@@ -11,7 +11,7 @@ import { execa, type ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
 import { ttsWorkerMachine, type EngineCommand, type EngineInput, type TtsLaunch, type TtsWorkerEvent } from '../../machines/ttsWorker/index.js';
 import { fixStreamedWav } from '../adapters/wav.js';
-import { resolveRuntime } from '../adapters/runtimes.js';
+import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
@@ -105,7 +105,7 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
       });
       const start = async () => {
         const binary = await resolveRuntime('espeak-ng', deps.lookup);
-        if (!binary) return { cause: 'runtime_missing', message: 'The text-to-speech worker cannot start: espeak-ng is not installed (apt-get install espeak-ng).' };
+        if (!binary) return { cause: 'runtime_missing', message: runtimeMissingMessage('text-to-speech worker', ['espeak-ng'], deps.lookup.env, 'espeak-ng is not installed (apt-get install espeak-ng)') };
         const probe = await execa(binary, ['--version'], { env: workerEnv(deps.env), extendEnv: false, reject: false, timeout: 10_000 });
         if (probe.exitCode !== 0) return { cause: 'model_error', message: `espeak-ng does not run: ${String(probe.stderr).split('\n')[0] ?? ''}` };
         binaries.set(launch.generation, binary);

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import type { EngineCommand, SttLaunch, SttWorkerEvent } from '../../machines/sttWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
-import { whisperProgram, type RuntimeLookup } from '../adapters/runtimes.js';
+import { runtimeMissingMessage, whisperProgram, type RuntimeLookup } from '../adapters/runtimes.js';
 import { encodeWav } from '../adapters/wav.js';
 import type { Logger } from '../system/log.js';
 import { ProcessRecord } from './leftovers.js';
@@ -119,8 +119,12 @@ export function runWhisper(
   });
   const run = async () => {
     const program = await whisperProgram(deps.lookup);
-    if (!program || !launch.model) {
-      report(null, null, 'runtime_missing', 'The speech-to-text worker cannot start: whisper.cpp (whisper-server or whisper-cli) is not installed, or the profile names no model.');
+    if (!program) {
+      report(null, null, 'runtime_missing', runtimeMissingMessage('speech-to-text worker', ['whisper-server', 'whisper-cli'], deps.lookup.env, 'whisper.cpp (whisper-server or whisper-cli) is not installed'));
+      return;
+    }
+    if (!launch.model) {
+      report(null, null, 'runtime_missing', 'The speech-to-text worker cannot start: the profile names no whisper.cpp model (params.model).');
       return;
     }
     if (program.mode === 'cli') {

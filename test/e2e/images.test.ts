@@ -5,13 +5,13 @@
 // prompt in no log, the references in order in a private folder, and every error of 4.3/4.4.
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { deflateSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import OpenAI, { toFile } from 'openai';
 import t, { type Test } from 'tap';
 import { encodeWav } from '../../src/adapters/wav.js';
-import { METADATA_CHUNKS, pngChunk, pngChunks, pngSize } from '../../src/adapters/png.js';
+import { METADATA_CHUNKS, pngChunks, pngSize } from '../../src/adapters/png.js';
 import { build, failureOf, tempDir, TOKEN, type Built } from '../helpers/build.js';
+import { png } from '../helpers/png.js';
 import { openapiErrors } from '../helpers/openapi.js';
 import { alive, until } from '../helpers/until.js';
 
@@ -23,18 +23,6 @@ interface Run {
   args: string[];
   refs: Array<{ file: string; bytes: number; mode: string }>;
   outputDirMode: string;
-}
-
-/** A tiny real PNG (the references need real magic bytes). */
-function png(width = 8, height = 8, fill = 0x80): Buffer {
-  const ihdr = Buffer.alloc(13);
-  ihdr.writeUInt32BE(width, 0);
-  ihdr.writeUInt32BE(height, 4);
-  ihdr[8] = 8;
-  ihdr[9] = 0;
-  const rows = Buffer.alloc((width + 1) * height, fill);
-  for (let y = 0; y < height; y++) rows[y * (width + 1)] = 0;
-  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), pngChunk('IHDR', ihdr), pngChunk('IDAT', deflateSync(rows)), pngChunk('IEND', Buffer.alloc(0))]);
 }
 
 async function painter(b: Built, dir: string, name: string, over: { behaviour?: string; referenceImages?: number; publish?: boolean } = {}) {
@@ -125,13 +113,15 @@ t.test('edit with several references through the openai client: in order, privat
 t.test('every refusal of spec 4.3, 4.4 and 7', async (t) => {
   const { b, dir } = await setUp(t);
   const post = (body: unknown) => b.api('POST', '/v1/images/generations', body);
-  await expectError(t, await post({ model: 'service-image', prompt: 'x' }), 404, 'model_not_found', 'model');
+  const unpublished = await expectError(t, await post({ model: 'service-image', prompt: 'x' }), 404, 'model_not_found', 'model');
+  t.match(unpublished.message, /No image profile is published/, 'the alias with nothing behind it says so');
   const { id } = await painter(b, dir, 'flat', { referenceImages: 0 });
 
   await expectError(t, await post({ model: 'service-image', prompt: 'x', n: 2 }), 400, 'invalid_value', 'n');
   await expectError(t, await post({ model: 'service-image', prompt: 'x', response_format: 'url' }), 400, 'invalid_value', 'response_format');
   await expectError(t, await post({ model: 'service-image', prompt: 'x', size: 'huge' }), 400, 'invalid_value', 'size');
-  await expectError(t, await post({ model: 'service-image', prompt: 'x', quality: 'hd' }), 400, 'unknown_parameter', 'quality');
+  await expectError(t, await post({ model: 'service-image', prompt: 'x', steps: 30 }), 400, 'unknown_parameter', 'steps');
+  await expectError(t, await post({ model: 'service-image', prompt: 'x', output_format: 'jpeg' }), 400, 'invalid_value', 'output_format');
   await expectError(t, await post({ model: 'service-image', prompt: '  ' }), 400, 'invalid_value', 'prompt');
   await expectError(t, await post({ model: 'service-image' }), 400, 'invalid_value', 'prompt');
   await expectError(t, await post({ model: 'service-image', prompt: 'TOPSECRET\u0000x' }), 400, 'invalid_value', 'prompt');
@@ -147,7 +137,7 @@ t.test('every refusal of spec 4.3, 4.4 and 7', async (t) => {
   };
   const one = [{ bytes: png(), name: 'a.png' }];
   let error = await expectError(t, await edit(one), 400, 'invalid_value', 'image');
-  t.match(error.message, /takes no reference images/, 'capability zero');
+  t.match(error.message, /takes no reference images \(its params\.referenceImages is 0\)/, 'capability zero, named by the profile setting');
 
   await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: false });
   await painter(b, dir, 'kontext', { referenceImages: 4 });
@@ -161,7 +151,11 @@ t.test('every refusal of spec 4.3, 4.4 and 7', async (t) => {
   await expectError(t, await edit([]), 400, 'invalid_value', 'image');
   await expectError(t, await edit(one, { n: '2' }), 400, 'invalid_value', 'n');
   await expectError(t, await edit(one, { response_format: 'url' }), 400, 'invalid_value', 'response_format');
-  await expectError(t, await edit(one, { background: 'transparent' }), 400, 'unknown_parameter', 'background');
+  error = await expectError(t, await edit(one, { background: 'transparent' }), 400, 'invalid_value', 'background');
+  t.match(error.message, /a transparent background is not offered/);
+  error = await expectError(t, await edit(one, { mask: 'x' }), 400, 'invalid_value', 'mask');
+  t.match(error.message, /mask is not offered/);
+  await expectError(t, await edit(one, { seed: '3' }), 400, 'unknown_parameter', 'seed');
   const wav = encodeWav(new Int16Array(16), 16_000);
   await expectError(t, await edit([{ bytes: wav, name: 'sound.png' }]), 400, 'invalid_value', 'image');
   const json = await b.api('POST', '/v1/images/edits', { model: 'service-image', prompt: 'x' });

@@ -51,3 +51,29 @@ export function openapiErrors(name: string, body: unknown): string[] {
   if (validate(body)) return [];
   return (validate.errors ?? []).map((e) => `${e.instancePath || '/'} ${e.message ?? ''} ${JSON.stringify(e.params)}`);
 }
+
+/** A `$ref` inside the document, resolved. */
+function resolveRef(document: Record<string, unknown>, ref: string): Record<string, unknown> {
+  let node: unknown = document;
+  for (const key of ref.replace(/^#\//, '').split('/')) node = (node as Record<string, unknown>)[key];
+  if (!node || typeof node !== 'object') throw new Error(`no ${ref} in ${OPENAPI_FILE}`);
+  return node as Record<string, unknown>;
+}
+
+/**
+ * Every field name of a request schema: its properties and those of every allOf/anyOf/oneOf part
+ * and $ref it is made of (CreateChatCompletionRequest is CreateModelResponseProperties, itself
+ * ModelResponseProperties, and its own properties).
+ */
+export function requestFields(name: string): string[] {
+  const document = JSON.parse(readFileSync(OPENAPI_FILE, 'utf8')) as Record<string, unknown>;
+  const fields = new Set<string>();
+  const visit = (node: Record<string, unknown>) => {
+    if (typeof node.$ref === 'string') return visit(resolveRef(document, node.$ref));
+    for (const key of Object.keys((node.properties as object | undefined) ?? {})) fields.add(key);
+    for (const part of ['allOf', 'anyOf', 'oneOf'] as const) for (const sub of (node[part] as Array<Record<string, unknown>> | undefined) ?? []) visit(sub);
+  };
+  visit(resolveRef(document, `#/components/schemas/${name}`));
+  if (fields.size === 0) throw new Error(`${name} has no fields in ${OPENAPI_FILE}`);
+  return [...fields].sort();
+}

@@ -106,7 +106,7 @@ t.test('a chunked request body is 400 chunked_upload on both listeners', async (
   const admin = await postChunked(b.adminUrl, '/api/v1/profiles', await session(b), [profile.slice(0, 10), profile.slice(10)]);
   t.equal(admin.status, 400, 'admin: status 400');
   assertErrorBody(t, admin.body, invalid('chunked_upload'), 'admin');
-  t.equal(admin.headers.connection, 'close', 'admin: the connection is closed rather than reading on');
+  t.equal(admin.headers.connection, 'close', 'admin: the connection is closed after the refusal');
   t.same(((await (await b.admin('GET', '/api/v1/profiles')).json()) as { profiles: unknown[] }).profiles, [], 'the chunked profile was not saved');
 
   const chat = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });

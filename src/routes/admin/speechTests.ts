@@ -18,7 +18,7 @@ import { speechJob, speechRequestSchema } from '../inference/speech.js';
 import { noFile, readRecordingForm, requestedLanguage } from '../inference/transcriptions.js';
 import { testProfile } from './testProfile.js';
 
-const speechTestBody = speechRequestSchema.omit({ model: true, response_format: true }).extend({ profile_id: z.string().min(1).max(100) });
+const speechTestBody = speechRequestSchema.omit({ model: true, response_format: true, stream_format: true, instructions: true }).extend({ profile_id: z.string().min(1).max(100) });
 
 export const adminSpeechTestRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();

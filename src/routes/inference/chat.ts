@@ -11,7 +11,6 @@ import type { Service } from '../../workers/service.js';
 import type { ChatProfile } from '../../workers/chat.js';
 import { CHAT_LIMITS, completeAnswer, openChat, readBody, relayStream, workerError, workerStatusError, type ChatLimits } from '../../workers/chatRequest.js';
 import { clientGone } from '../client.js';
-import { errors } from '../../errors.js';
 import { chatRequestSchema, effectiveEffort, upstreamBody, type ChatRequest } from '../../workers/chat.schema.js';
 
 /** Spec 4.2: the three headers of an answer whose request set a reasoning effort. */
@@ -32,8 +31,7 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
     // First, so that a client that leaves at any later point is noticed.
     const signal = clientGone(reply);
     const body = request.body;
-    const profile = (await service.catalog.resolve('chat', body.model)) as ChatProfile | undefined;
-    if (!profile) throw errors.modelNotFound(body.model);
+    const profile = (await service.catalog.require('chat', body.model)) as ChatProfile;
     const stream = body.stream === true;
     const opened = await openChat(service, profile, upstreamBody(body, profile), { source: 'api', stream, signal, limits });
     const { response, lease } = opened;
@@ -42,7 +40,7 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
     if (response.statusCode !== 200) {
       try {
         const text = await readBody(response, 64 * 1024).catch(() => Buffer.alloc(0));
-        throw workerStatusError(response.statusCode ?? 502, text, request.log);
+        throw workerStatusError(response.statusCode ?? 502, text, request.log, profile);
       } finally {
         lease.release();
       }

@@ -18,7 +18,8 @@ import type { ImageProfile } from '../../workers/image.js';
 import { runImageJob, type ImageResult } from '../../workers/imageJob.js';
 import { clientGone } from '../client.js';
 import { readForm } from '../multipart.js';
-import { ApiError, errors } from '../../errors.js';
+import { errors } from '../../errors.js';
+import { notOffered, type FieldFates } from '../../workers/fields.js';
 
 export const IMAGE_LIMITS = { maxReferences: 4, maxReferenceBytes: 10 * 1024 * 1024, maxPromptChars: 32_000 } as const;
 
@@ -32,14 +33,70 @@ export const imagePrompt = z
   .refine((text) => text.length <= IMAGE_LIMITS.maxPromptChars, `prompt has at most ${IMAGE_LIMITS.maxPromptChars} characters`)
   .refine((text) => !text.includes('\0'), 'prompt must not contain NUL characters');
 
-export const generationSchema = z.strictObject({
+/** The fields generations and edits share; `null` counts as not set, as in OpenAI's schema. */
+const imageFields = {
   model: z.string().min(1),
   prompt: imagePrompt,
-  n: z.literal(1, 'n must be 1: one image per request').optional(),
-  size: z.string().regex(SIZE, 'size is WIDTHxHEIGHT or auto').optional(),
-  response_format: z.literal('b64_json', URL_REFUSED).optional(),
-  user: z.string().max(256).optional(),
+  n: z.literal(1, 'n must be 1: one image per request').nullish(),
+  size: z.string().regex(SIZE, 'size is WIDTHxHEIGHT or auto').nullish(),
+  response_format: z.literal('b64_json', URL_REFUSED).nullish(),
+  output_format: z.literal('png', notOffered('jpeg and webp output', 'the image is a PNG')).nullish(),
+  background: z
+    .enum(['auto', 'opaque', 'transparent'])
+    .refine((background) => background !== 'transparent', notOffered('a transparent background', 'the image is opaque'))
+    .nullish(),
+  stream: z.literal(false, notOffered('streaming (stream: true)', 'the answer is the finished image')).nullish(),
+  partial_images: z.literal(0, notOffered('partial images', 'the answer is the finished image')).nullish(),
+  // Accepted and ignored: the profile's steps decide the quality, and a PNG has nothing to compress lossily.
+  quality: z.enum(['standard', 'hd', 'low', 'medium', 'high', 'auto']).nullish(),
+  output_compression: z.number().int().min(0).max(100).nullish(),
+  user: z.string().max(256).nullish(),
+};
+
+export const generationSchema = z.strictObject({
+  ...imageFields,
+  // Accepted and ignored: nothing filters the images, and the prompt decides the style.
+  moderation: z.enum(['low', 'auto']).nullish(),
+  style: z.enum(['vivid', 'natural']).nullish(),
 });
+
+/** The text fields of an edit's form (its images come as files). */
+const editSchema = z.strictObject({
+  ...imageFields,
+  // Accepted and ignored: every reference image is used as it is.
+  input_fidelity: z.enum(['high', 'low']).nullish(),
+});
+
+/** The fate of the fields OpenAI's CreateImageRequest and CreateImageEditRequest share (src/workers/fields.ts). */
+const SHARED_FIELDS = {
+  model: 'honoured',
+  prompt: 'honoured',
+  n: 'honoured',
+  response_format: 'honoured',
+  output_format: 'honoured',
+  background: 'honoured',
+  stream: 'honoured',
+  partial_images: 'honoured',
+  // Echoed as service_deck.requested_size: the profile's resolution always applies (spec 4.3).
+  size: 'ignored',
+  quality: 'ignored',
+  output_compression: 'ignored',
+  user: 'ignored',
+} as const satisfies FieldFates;
+
+/** The fate of every field of OpenAI's CreateImageRequest. */
+export const IMAGE_GENERATION_FIELDS = { ...SHARED_FIELDS, moderation: 'ignored', style: 'ignored' } as const satisfies FieldFates;
+
+/** The fate of every field of OpenAI's CreateImageEditRequest. */
+export const IMAGE_EDIT_FIELDS = { ...SHARED_FIELDS, image: 'honoured', mask: 'refused', input_fidelity: 'ignored' } as const satisfies FieldFates;
+
+/** A form's text values as the schema's types: the numbers and booleans OpenAI's clients write as text. */
+function formValues(fields: Record<string, string>): Record<string, unknown> {
+  const values: Record<string, unknown> = { ...fields };
+  for (const key of ['n', 'output_compression', 'partial_images']) if (fields[key] !== undefined) values[key] = Number(fields[key]);
+  if (fields.stream === 'true' || fields.stream === 'false') values.stream = fields.stream === 'true';
+  return values;
+}
 
 /** The OpenAI images response with the service's size note. */
 function answer(result: ImageResult, requested: string | undefined) {
@@ -58,25 +115,17 @@ function answer(result: ImageResult, requested: string | undefined) {
   };
 }
 
-async function imageProfile(service: Service, model: string): Promise<ImageProfile> {
-  const profile = (await service.catalog.resolve('image', model)) as ImageProfile | undefined;
-  if (!profile) {
-    throw new ApiError(404, 'invalid_request_error', 'model_not_found', `No published, executable image profile answers to '${model}'.`, 'model');
-  }
-  return profile;
-}
+const imageProfile = async (service: Service, model: string) => (await service.catalog.require('image', model)) as ImageProfile;
 
 /** The multipart fields of an edit, as text, and the reference images in order. */
 async function readParts(parts: AsyncIterable<Multipart>, allowed: readonly string[]) {
   const fields: Record<string, string> = {};
   const images: Buffer[] = [];
   for await (const part of parts) {
+    if (part.fieldname === 'mask') throw errors.invalidValue('mask', notOffered('mask', 'the reference images guide the whole picture') + '.');
     if (part.type === 'file') {
       const file = part as MultipartFile;
-      if (file.fieldname !== 'image' && file.fieldname !== 'image[]') {
-        if (file.fieldname === 'mask') throw errors.invalidValue('mask', 'Masks are not supported: the reference images guide the whole picture.');
-        throw errors.unknownParameter(file.fieldname);
-      }
+      if (file.fieldname !== 'image' && file.fieldname !== 'image[]') throw errors.unknownParameter(file.fieldname);
       const chunks: Buffer[] = [];
       for await (const chunk of file.file) chunks.push(chunk as Buffer);
       if (file.file.truncated) {
@@ -96,7 +145,7 @@ async function readParts(parts: AsyncIterable<Multipart>, allowed: readonly stri
 }
 
 /** The text fields an edit takes beside its images. */
-const EDIT_FIELDS = ['model', 'prompt', 'n', 'size', 'response_format', 'user'] as const;
+const EDIT_FIELDS = Object.keys(editSchema.shape);
 
 /**
  * A multipart form with reference images (`image[]`, one to four, 10 MiB each, PNG, JPEG or WebP
@@ -106,7 +155,7 @@ export async function readImageForm(request: FastifyRequest, allowed: readonly s
   try {
     return await readForm(
       request,
-      { limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 12, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 20 } },
+      { limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 20, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 24 } },
       (parts) => readParts(parts, allowed),
     );
   } catch (error) {
@@ -128,10 +177,13 @@ export async function readImageForm(request: FastifyRequest, allowed: readonly s
 export function checkReferenceCount(profile: ImageProfile, count: number): void {
   const capability = profile.params.referenceImages;
   if (count > 0 && capability === 0) {
-    throw errors.invalidValue('image', `The image profile ${profile.name} takes no reference images: edits need a profile with the reference-image capability.`);
+    throw errors.invalidValue(
+      'image',
+      `The image profile ${profile.name} takes no reference images (its params.referenceImages is 0): edits need an image profile whose params.referenceImages is 1 to 4, set by the operator.`,
+    );
   }
   if (count > capability) {
-    throw errors.invalidValue('image', `The image profile ${profile.name} takes at most ${capability} reference image(s); ${count} were sent.`);
+    throw errors.invalidValue('image', `The image profile ${profile.name} takes at most ${capability} reference image(s) (its params.referenceImages); ${count} were sent.`);
   }
 }
 
@@ -143,18 +195,16 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
     const body = request.body;
     const profile = await imageProfile(service, body.model);
     const result = await runImageJob(service, profile, { prompt: body.prompt, references: [] }, { source: 'api', whenBusy: 'wait', signal });
-    return answer(result, body.size);
+    return answer(result, body.size ?? undefined);
   });
 
-  app.post('/v1/images/edits', async (request, reply) => {
+  // A chunked upload is read up to four references and the text fields before its refusal (src/routes/chunked.ts).
+  app.post('/v1/images/edits', { config: { uploadLimit: IMAGE_LIMITS.maxReferences * IMAGE_LIMITS.maxReferenceBytes + 2 * 1024 * 1024 } }, async (request, reply) => {
     const signal = clientGone(reply);
     if (!request.isMultipart()) throw errors.mediaType('Send the edit as multipart/form-data (fields model, prompt, image[]).');
     const read = await readImageForm(request, EDIT_FIELDS);
     const { fields, images } = read;
-    const parsed = generationSchema.safeParse({
-      ...fields,
-      ...(fields.n === undefined ? {} : { n: Number(fields.n) }),
-    });
+    const parsed = editSchema.safeParse(formValues(fields));
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
       const param = issue?.path.join('.') || null;
@@ -165,6 +215,6 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
     const profile = await imageProfile(service, parsed.data.model);
     checkReferenceCount(profile, images.length);
     const result = await runImageJob(service, profile, { prompt: parsed.data.prompt, references: images }, { source: 'api', whenBusy: 'wait', signal });
-    return answer(result, parsed.data.size);
+    return answer(result, parsed.data.size ?? undefined);
   });
 };

@@ -5,7 +5,6 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { IMAGE_ALIAS, type Category, type StoredProfile } from '../../store/profile.schema.js';
 import type { Service } from '../../workers/service.js';
-import { errors } from '../../errors.js';
 
 const OWNER = 'service-deck';
 
@@ -36,8 +35,7 @@ export const modelRoutes: FastifyPluginAsync<{ service: Service }> = async (base
   app.get('/v1/audio/transcriptions/models', async () => list('stt'));
 
   app.get('/v1/models/:model', { schema: { params: z.object({ model: z.string().min(1) }) } }, async (request) => {
-    const profile = await catalog.resolve('chat', request.params.model);
-    if (!profile) throw errors.modelNotFound(request.params.model);
+    const profile = await catalog.require('chat', request.params.model);
     return entry(profile.name, profile);
   });
 };

@@ -1,7 +1,8 @@
 // Spec 4.5: POST /v1/audio/speech (JSON) answers a WAV file. `model` is an explicitly published TTS
 // profile; `input` 1 to 1000 characters; `voice` optional (the preset `alloy` by default, or the
 // profile's); `language` optional, default German; `speed` 0.25 to 4, else the profile's;
-// `response_format` only wav. Anything else (mp3, stream_format, unknown fields) is a 400. The job
+// `response_format` only wav, `stream_format` only audio (one file), `instructions` accepted and
+// ignored. Anything else (mp3, sse, unknown fields) is a 400. The job
 // goes through the scheduler to the TTS worker, which stays ready for further requests. espeak-ng
 // maps language names and OpenAI's preset voices to its own; an openai-server profile passes the
 // voice on and checks the language against the names it lists.
@@ -16,6 +17,7 @@ import { DEFAULT_VOICE, ESPEAK_LANGUAGES, ESPEAK_VOICES, type SpeechRequest, typ
 const DEFAULT_LANGUAGE = 'German';
 import { clientGone } from '../client.js';
 import { errors } from '../../errors.js';
+import { notOffered, type FieldFates } from '../../workers/fields.js';
 
 const characters = (text: string) => [...text].length;
 
@@ -29,7 +31,25 @@ export const speechRequestSchema = z.strictObject({
   language: z.string().min(1).max(100).optional(),
   speed: z.number().min(0.25).max(4).optional(),
   response_format: z.literal('wav', 'only wav is supported (no mp3, opus, aac, flac or pcm)').optional(),
+  // `audio` (one whole file) is what every answer is; `sse` is refused.
+  stream_format: z.literal('audio', notOffered('streamed audio (stream_format sse)', 'the answer is one WAV file')).optional(),
+  // Accepted and ignored: neither espeak-ng nor the speech server's plain request takes a voice direction.
+  instructions: z.string().max(4096).optional(),
 });
+
+/** The extension field beyond OpenAI's: the language (spec 4.5). */
+export const SPEECH_EXTENSIONS = ['language'] as const;
+
+/** The fate of every field of OpenAI's CreateSpeechRequest (src/workers/fields.ts). */
+export const SPEECH_FIELDS = {
+  model: 'honoured',
+  input: 'honoured',
+  voice: 'honoured',
+  response_format: 'honoured',
+  speed: 'honoured',
+  stream_format: 'honoured',
+  instructions: 'ignored',
+} as const satisfies FieldFates;
 
 /** A language name the backend does not speak, or a voice it does not have: a 400 naming what it has. */
 function unsupported(param: 'language' | 'voice', name: string, supported: readonly string[]) {
@@ -60,8 +80,7 @@ export const speechRoutes: FastifyPluginAsync<{ service: Service }> = async (bas
   app.post('/v1/audio/speech', { schema: { body: speechRequestSchema } }, async (request, reply) => {
     const signal = clientGone(reply);
     const body = request.body;
-    const profile = (await service.catalog.resolve('tts', body.model)) as TtsProfile | undefined;
-    if (!profile) throw errors.modelNotFound(body.model);
+    const profile = (await service.catalog.require('tts', body.model)) as TtsProfile;
     const speed = body.speed ?? profile.params.speed;
     const job = speechJob(profile, body, speed);
 
