@@ -19,6 +19,7 @@ import { supervisorMachine } from '../machines/supervisor/index.js';
 import { ttsWorkerMachine } from '../machines/ttsWorker/index.js';
 import type { RuntimeLookup } from './adapters/runtimes.js';
 import { probeGpus } from './adapters/gpus.js';
+import { parentDeathLauncher, SETPRIV_VARIABLE } from './adapters/parentDeath.js';
 import { buildAdminApp, buildInferenceApp, type App } from './app.js';
 import type { Config } from './config.js';
 import { AudioPolicyStore } from './store/audioPolicy.js';
@@ -99,6 +100,15 @@ async function prepareStateDir(config: Config, log: Logger): Promise<void> {
   await sweepWorkerProcesses(path.join(config.stateDir, 'runtime'), log);
 }
 
+/** Workers die with the service through setpriv (src/adapters/parentDeath.ts); without it, the log says so once. */
+async function checkWorkerLifetime(env: NodeJS.ProcessEnv, log: Logger): Promise<void> {
+  if (await parentDeathLauncher(env)) return;
+  log.warn(
+    { setting: env[SETPRIV_VARIABLE] ?? null },
+    'workers are started without setpriv --pdeathsig (util-linux 2.33 or newer; SERVICE_DECK_SETPRIV): a worker may outlive a killed service until its next start ends it',
+  );
+}
+
 async function openStores(config: Config) {
   const endpoint = await EndpointStore.open(config.stateDir);
   const opened = await SecretStore.open(config.stateDir, { password: config.firstPassword, token: config.firstToken, generateToken: true });
@@ -134,6 +144,7 @@ async function closeAdmin(admin: App, graceMs = 1_000): Promise<void> {
 export async function startService(config: Config, options: StartOptions): Promise<Started> {
   const { log } = options;
   await prepareStateDir(config, log);
+  await checkWorkerLifetime(config.env, log);
   const stores = await openStores(config);
   const { endpoint, secrets, profiles } = stores;
   /** What `endpoint.json` remembered from before this start. */

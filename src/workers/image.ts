@@ -21,6 +21,7 @@ import {
   type ImageWorkerEvent,
 } from '../../machines/imageWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
+import { diesWithService } from '../adapters/parentDeath.js';
 import { resolveRuntime } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
@@ -95,11 +96,12 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
         if (!job) return gone('unclear', 'The image worker has no job for this start.');
         const binary = await resolveRuntime('sd-cli', deps.lookup);
         if (!binary) return gone('runtime_missing', 'The image worker cannot start: sd-cli (stable-diffusion.cpp) is not installed.');
+        const output = path.join(job.dir, IMAGE_OUTPUT);
+        const [file, argv] = await diesWithService(binary, sdArgs(launch, job.prompt, output), deps.env);
         const before = await readOomKills().catch(() => null);
         if (stopped || stopRequested) return gone('stopped', 'The image worker was stopped before it started.');
-        const output = path.join(job.dir, IMAGE_OUTPUT);
         const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'image', generation) : undefined;
-        child = execa(binary, sdArgs(launch, job.prompt, output), {
+        child = execa(file, argv, {
           ...WORKER_PROCESS,
           cwd: job.dir,
           env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(','), ...record?.env() },
