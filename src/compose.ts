@@ -20,6 +20,7 @@ import { ttsWorkerMachine } from '../machines/ttsWorker/index.js';
 import type { RuntimeLookup } from './adapters/runtimes.js';
 import { probeGpus } from './adapters/gpus.js';
 import { parentDeathLauncher, SETPRIV_VARIABLE } from './adapters/parentDeath.js';
+import { localCommandLinesHidden } from './adapters/procVisibility.js';
 import { buildAdminApp, buildInferenceApp, type App } from './app.js';
 import type { Config } from './config.js';
 import { AudioPolicyStore } from './store/audioPolicy.js';
@@ -100,13 +101,21 @@ async function prepareStateDir(config: Config, log: Logger): Promise<void> {
   await sweepWorkerProcesses(path.join(config.stateDir, 'runtime'), log);
 }
 
-/** Workers die with the service through setpriv (src/adapters/parentDeath.ts); without it, the log says so once. */
-async function checkWorkerLifetime(env: NodeJS.ProcessEnv, log: Logger): Promise<void> {
-  if (await parentDeathLauncher(env)) return;
-  log.warn(
-    { setting: env[SETPRIV_VARIABLE] ?? null },
-    'workers are started without setpriv --pdeathsig (util-linux 2.33 or newer; SERVICE_DECK_SETPRIV): a worker may outlive a killed service until its next start ends it',
-  );
+/**
+ * What the machine leaves open to its local users, said once at the start: workers that may
+ * outlive a killed service without setpriv (src/adapters/parentDeath.ts), and image prompts on
+ * sd-cli's command line while /proc shows every user's (src/adapters/procVisibility.ts).
+ */
+async function reportLocalExposure(env: NodeJS.ProcessEnv, log: Logger): Promise<void> {
+  if (!(await parentDeathLauncher(env))) {
+    log.warn(
+      { setting: env[SETPRIV_VARIABLE] ?? null },
+      'workers are started without setpriv --pdeathsig (util-linux 2.33 or newer; SERVICE_DECK_SETPRIV): a worker may outlive a killed service until its next start ends it',
+    );
+  }
+  if (!(await localCommandLinesHidden())) {
+    log.info('/proc is mounted without hidepid: while an image is made, local users can read its prompt on the sd-cli command line (mount -o remount,hidepid=invisible /proc hides it)');
+  }
 }
 
 async function openStores(config: Config) {
@@ -144,7 +153,7 @@ async function closeAdmin(admin: App, graceMs = 1_000): Promise<void> {
 export async function startService(config: Config, options: StartOptions): Promise<Started> {
   const { log } = options;
   await prepareStateDir(config, log);
-  await checkWorkerLifetime(config.env, log);
+  await reportLocalExposure(config.env, log);
   const stores = await openStores(config);
   const { endpoint, secrets, profiles } = stores;
   /** What `endpoint.json` remembered from before this start. */

@@ -2,9 +2,10 @@
 // the real sd-cli process, one process per image, forwards its reports to the supervisor and
 // carries the supervisor's unload commands to it.
 //
-// The prompt reaches sd-cli as its `-p` argument (the program has no other way in); it is kept
-// here by the start's generation, never in a machine's context, a log line or a file outside the
-// job folder. sd-cli's output is read for its progress (steps done), shown in the job's
+// The prompt reaches sd-cli as its `-p` argument (the program has no other way in), so a local
+// user can read it in the process list while the image is made, unless /proc hides other users'
+// processes (hidepid; docs/operations.md, "What a local user can see"). It is kept here by the
+// start's generation, never in a machine's context, a log line or a file outside the job folder. sd-cli's output is read for its progress (steps done), shown in the job's
 // diagnostics; the output tail is used only to diagnose a failure, and never logged.
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
