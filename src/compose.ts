@@ -17,6 +17,8 @@ import { expiryTimer, queueMachine } from '../machines/queue/index.js';
 import { sttWorkerMachine } from '../machines/sttWorker/index.js';
 import { supervisorMachine } from '../machines/supervisor/index.js';
 import { ttsWorkerMachine } from '../machines/ttsWorker/index.js';
+import { parentDeathLauncher, SETPRIV_VARIABLE } from './adapters/parentDeath.js';
+import { localCommandLinesHidden } from './adapters/procVisibility.js';
 import { buildAdminApp, buildInferenceApp, type App } from './app.js';
 import type { Config } from './config.js';
 import { AudioPolicyStore } from './store/audioPolicy.js';
@@ -98,6 +100,23 @@ async function prepareStateDir(config: Config, log: Logger): Promise<void> {
   await sweepWorkerProcesses(path.join(config.stateDir, 'runtime'), log);
 }
 
+/**
+ * What the machine leaves open to its local users, said once at the start: workers that may
+ * outlive a killed service without setpriv (src/adapters/parentDeath.ts), and image prompts on
+ * sd-cli's command line while /proc shows every user's (src/adapters/procVisibility.ts).
+ */
+async function reportLocalExposure(env: NodeJS.ProcessEnv, log: Logger): Promise<void> {
+  if (!(await parentDeathLauncher(env))) {
+    log.warn(
+      { setting: env[SETPRIV_VARIABLE] ?? null },
+      'workers are started without setpriv --pdeathsig (util-linux 2.33 or newer; SERVICE_DECK_SETPRIV): a worker may outlive a killed service until its next start ends it',
+    );
+  }
+  if (!(await localCommandLinesHidden())) {
+    log.info('/proc is mounted without hidepid: while an image is made, local users can read its prompt on the sd-cli command line (mount -o remount,hidepid=invisible /proc hides it)');
+  }
+}
+
 async function openStores(config: Config) {
   const endpoint = await EndpointStore.open(config.stateDir, config.firstApiPort);
   // The first start remembers its inference port (`--api-port`) at once: later starts keep it.
@@ -135,6 +154,7 @@ async function closeAdmin(admin: App, graceMs = 1_000): Promise<void> {
 export async function startService(config: Config, options: StartOptions): Promise<Started> {
   const { log } = options;
   await prepareStateDir(config, log);
+  await reportLocalExposure(config.env, log);
   const stores = await openStores(config);
   const { endpoint, secrets, profiles } = stores;
   /** What `endpoint.json` remembered from before this start. */

@@ -37,6 +37,7 @@
 //   argument parser, and include/llama.h reads any negative value as "all layers"; 'auto' and
 //   'all' are accepted as words too. -ot values are split on ',' (parse_tensor_buffer_overrides).
 import { execa } from 'execa';
+import { diesWithService } from './parentDeath.js';
 
 export interface FitInput {
   /** Path of the GGUF model (its first shard for a split model). */
@@ -249,7 +250,9 @@ export function parseFitOutput(stdout: string, stderr: string, storedContext: nu
 /** Runs llama-fit-params for a profile; every way it can go wrong becomes `ok: false` with a reason. */
 export async function runFitParams(binary: string, input: FitInput, options: RunFitOptions = {}): Promise<FitOutcome> {
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const result = await execa(binary, fitArgs(input), {
+  // It loads the model's tensors onto the GPUs: bound to the service's life like a worker.
+  const [program, argv] = await diesWithService(binary, fitArgs(input), options.env ?? process.env);
+  const result = await execa(program, argv, {
     reject: false,
     timeout: timeoutMs,
     stdin: 'ignore',

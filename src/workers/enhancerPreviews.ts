@@ -7,7 +7,7 @@ import { EventEmitter } from 'eventemitter3';
 import { errors } from '../errors.js';
 import type { EnhancerTask } from '../store/enhancers.js';
 import type { ImageProfile } from './image.js';
-import { enhancerTask, runEnhancerPreview } from './imageJob.js';
+import { enhancerTask, runEnhancerPreview, type ImageInput } from './imageJob.js';
 import type { Service } from './service.js';
 
 export interface EnhancerPreview {
@@ -43,16 +43,17 @@ export class EnhancerPreviews extends EventEmitter<{ change: [] }> {
   }
 
   /** Runs the enhancer for `profile` and the prompt (and reference images, which make it i2i). */
-  async run(profile: ImageProfile, input: { prompt: string; references: Buffer[] }, signal: AbortSignal): Promise<EnhancerPreview> {
+  async run(profile: ImageProfile, input: ImageInput, signal: AbortSignal): Promise<EnhancerPreview> {
     if (this.#running) throw errors.conflict('image_busy', 'A preview is running: the image reservation is busy.');
     this.#running = true;
+    const images = input.references?.references.length ?? 0;
     try {
       const answer = await runEnhancerPreview(this.service, profile, input, signal);
       this.#last = {
         profile_id: profile.id,
         revision: profile.revision,
-        task: enhancerTask(input.references.length),
-        images: input.references.length,
+        task: enhancerTask(images),
+        images,
         original: input.prompt,
         suggestion: answer.prompt,
         wh_ratio: answer.whRatio,

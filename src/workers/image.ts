@@ -2,9 +2,10 @@
 // the real sd-cli process, one process per image, forwards its reports to the supervisor and
 // carries the supervisor's unload commands to it.
 //
-// The prompt reaches sd-cli as its `-p` argument (the program has no other way in); it is kept
-// here by the start's generation, never in a machine's context, a log line or a file outside the
-// job folder. sd-cli's output is read for its progress (steps done), shown in the job's
+// The prompt reaches sd-cli as its `-p` argument (the program has no other way in), so a local
+// user can read it in the process list while the image is made, unless /proc hides other users'
+// processes (hidepid; docs/operations.md, "What a local user can see"). It is kept here by the
+// start's generation, never in a machine's context, a log line or a file outside the job folder. sd-cli's output is read for its progress (steps done), shown in the job's
 // diagnostics; the output tail is used only to diagnose a failure, and never logged.
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -21,6 +22,7 @@ import {
   type ImageWorkerEvent,
 } from '../../machines/imageWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
+import { diesWithService } from '../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
@@ -95,11 +97,12 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
         if (!job) return gone('unclear', 'The image worker has no job for this start.');
         const binary = await resolveRuntime('sd-cli', deps.lookup);
         if (!binary) return gone('runtime_missing', runtimeMissingMessage('image worker', ['sd-cli'], deps.lookup.env, 'sd-cli (stable-diffusion.cpp) is not installed'));
+        const output = path.join(job.dir, IMAGE_OUTPUT);
+        const [file, argv] = await diesWithService(binary, sdArgs(launch, job.prompt, output), deps.env);
         const before = await readOomKills().catch(() => null);
         if (stopped || stopRequested) return gone('stopped', 'The image worker was stopped before it started.');
-        const output = path.join(job.dir, IMAGE_OUTPUT);
         const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'image', generation) : undefined;
-        child = execa(binary, sdArgs(launch, job.prompt, output), {
+        child = execa(file, argv, {
           ...WORKER_PROCESS,
           cwd: job.dir,
           env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(','), ...record?.env() },

@@ -4,23 +4,25 @@
 // (4.7: loaded, asked, ended, all under the same reservation), one image process, and the PNG
 // without its text and EXIF chunks. The folder is removed when the job ends, also after a failure or a client that left,
 // once the image process is gone.
-import { randomUUID } from 'node:crypto';
-import { mkdir, rm, writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import type { EnhancerStep } from '../../machines/supervisor/index.js';
-import { imageKind, pngSize, stripPngMetadata, type ImageKind } from '../adapters/png.js';
+import { pngSize, stripPngMetadata } from '../adapters/png.js';
 import { errors } from '../errors.js';
 import type { Lease } from '../system/scheduler.js';
 import type { Service } from './service.js';
 import type { EnhancerTask } from '../store/enhancers.js';
 import { EnhancerFailure, type Enhancement } from './enhancer.js';
 import type { ImageProfile } from './image.js';
+import { JobFolder } from './jobFolder.js';
 import { onLease } from './job.js';
 
 /** How long the job folder waits, beyond the image worker's SIGKILL grace, for an ended job's process to be gone. */
 const GONE_MARGIN_MS = 20_000;
 
-const EXTENSIONS: Record<ImageKind, string> = { png: 'png', jpeg: 'jpg', webp: 'webp' };
+/** An image job's prompt and, for an edit, the folder its reference images were uploaded into (the job takes it over). */
+export interface ImageInput {
+  prompt: string;
+  references?: JobFolder;
+}
 
 export interface ImageResult {
   png: Buffer;
@@ -79,29 +81,24 @@ interface Reserved {
 }
 
 /**
- * What every image-reservation job shares: the private job folder with the reference images, the
- * reservation of every GPU, the enhancer step first when there is one (its answer, then its end,
- * reported to the supervisor), then `work`; the folder is removed once every process of the job
- * is gone.
+ * What every image-reservation job shares: the private job folder (the one the reference images
+ * were uploaded into, or a new one), the reservation of every GPU, the enhancer step first when
+ * there is one (its answer, then its end, reported to the supervisor), then `work`; the folder is
+ * removed once every process of the job is gone.
  */
 async function onImageReservation<T>(
   service: Service,
   profile: ImageProfile,
-  input: { prompt: string; references: Buffer[] },
+  input: ImageInput,
   options: ImageJobOptions,
   step: EnhancerStep | null,
   work: (reserved: Reserved, enhanced: Enhancement | null) => Promise<T>,
 ): Promise<T> {
-  const dir = path.join(service.config.stateDir, 'jobs', `image-${randomUUID()}`);
-  await mkdir(dir, { mode: 0o700 });
+  const folder = input.references ?? (await JobFolder.create(service.config.stateDir));
+  const { dir } = folder;
+  const references = [...folder.references];
   let lease: Lease | undefined;
   try {
-    const references: string[] = [];
-    for (const [index, bytes] of input.references.entries()) {
-      const file = path.join(dir, `reference-${index + 1}.${EXTENSIONS[imageKind(bytes) ?? 'png']}`);
-      await writeFile(file, bytes, { mode: 0o600 });
-      references.push(file);
-    }
     lease = await service.scheduler.reserve(
       { kind: 'image', source: options.source, profileId: profile.id, revision: profile.revision, slots: 1, device: 'gpu', whenBusy: options.whenBusy, profile, enhancer: step },
       { signal: options.signal, ...(options.onQueued ? { onQueued: options.onQueued } : {}) },
@@ -130,12 +127,12 @@ async function onImageReservation<T>(
       await Promise.race([Promise.all([service.image.gone(lease.generation), enhancerGone]), limit]);
       clearTimeout(timer);
     }
-    await rm(dir, { recursive: true, force: true });
+    await folder.remove();
   }
 }
 
-export async function runImageJob(service: Service, profile: ImageProfile, input: { prompt: string; references: Buffer[] }, options: ImageJobOptions): Promise<ImageResult> {
-  const step = options.enhance === 'skip' ? null : await enhancerStep(service, profile, enhancerTask(input.references.length), true);
+export async function runImageJob(service: Service, profile: ImageProfile, input: ImageInput, options: ImageJobOptions): Promise<ImageResult> {
+  const step = options.enhance === 'skip' ? null : await enhancerStep(service, profile, enhancerTask(input.references?.references.length ?? 0), true);
   return onImageReservation(service, profile, input, options, step, async ({ lease, dir, references, signal }, enhanced) => {
     const prompt = enhanced?.prompt ?? input.prompt;
     const png = await service.image.generate(lease, profile, { dir, prompt, references }, signal);
@@ -155,8 +152,8 @@ export async function runImageJob(service: Service, profile: ImageProfile, input
  * conflict at once, as for the image test), for the task the input implies, even while the
  * profile has that task off (the operator tries it before switching it on).
  */
-export async function runEnhancerPreview(service: Service, profile: ImageProfile, input: { prompt: string; references: Buffer[] }, signal: AbortSignal): Promise<Enhancement> {
-  const task = enhancerTask(input.references.length);
+export async function runEnhancerPreview(service: Service, profile: ImageProfile, input: ImageInput, signal: AbortSignal): Promise<Enhancement> {
+  const task = enhancerTask(input.references?.references.length ?? 0);
   const installed = await service.enhancers.installed(task);
   const chosen = profile.prompt_enhancer?.[task] ?? installed?.repo;
   if (!chosen) throw errors.conflict('enhancer_not_installed', `The ${task} prompt enhancer is not installed: install it under Enhancers first.`);

@@ -96,7 +96,7 @@ export class ImageTests extends EventEmitter<{ change: [] }> {
       this.emit('change');
     };
     this.emit('change');
-    this.#settled = runImageJob(this.service, profile, { prompt, references: [] }, {
+    this.#settled = runImageJob(this.service, profile, { prompt }, {
       source: 'test',
       whenBusy: 'refuse',
       signal: controller.signal,

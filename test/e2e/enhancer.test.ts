@@ -251,7 +251,7 @@ t.test('files gone after the blocker check: 502 enhancer_failed before any proce
   const { b, model, profile } = await setUp(t);
   const snapshot = b.service.profiles.get(profile.id) as ImageProfile;
   await rm(path.join(b.stateDir, 'enhancers', 't2i', 'tiny.gguf'));
-  const failed = (await runImageJob(b.service, snapshot, { prompt: PROMPT, references: [] }, { source: 'api', whenBusy: 'wait', signal: new AbortController().signal }).then(
+  const failed = (await runImageJob(b.service, snapshot, { prompt: PROMPT }, { source: 'api', whenBusy: 'wait', signal: new AbortController().signal }).then(
     () => ({ statusCode: 200, code: 'none', message: 'an image was made' }),
     (error: unknown) => error,
   )) as { statusCode: number; code: string; message: string };
@@ -337,7 +337,7 @@ t.test('the preview and the choice in the image test refuse what they cannot do'
   });
   t.same(await code(masked), [400, 'invalid_value'], 'a mask');
   // While an image test holds the reservation, the preview is a conflict at once.
-  const hold = b.service.enhancerPreviews.run(b.service.profiles.get(profile.id) as ImageProfile, { prompt: PROMPT, references: [] }, new AbortController().signal);
+  const hold = b.service.enhancerPreviews.run(b.service.profiles.get(profile.id) as ImageProfile, { prompt: PROMPT }, new AbortController().signal);
   const busy = await b.admin('POST', '/api/v1/prompt-enhancers/preview', { profile_id: profile.id, prompt: PROMPT });
   t.same(await code(busy), [409, 'image_busy']);
   await hold;

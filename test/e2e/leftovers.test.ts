@@ -1,6 +1,8 @@
-// A service killed with SIGKILL cannot end its workers: the next start finds the chat worker by its
-// pid file and key file, and the STT engine and speech server by their pid files and the tag in
-// their environment, ends them, and removes the files. A pid that is not ours is never signalled.
+// A service killed with SIGKILL cannot end its workers itself: the kernel ends them with it
+// (setpriv --pdeathsig, src/adapters/parentDeath.ts). Where that is missing (SERVICE_DECK_SETPRIV=off
+// here), the next start finds the chat worker by its pid file and key file, and the STT engine and
+// speech server by their pid files and the tag in their environment, ends them, and removes the
+// files. A pid that is not ours is never signalled.
 import { spawn } from 'node:child_process';
 import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -9,7 +11,7 @@ import t from 'tap';
 import { freePort, tempDir } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
 import { spawnCli } from '../helpers/spawn.js';
-import { alive, until } from '../helpers/until.js';
+import { alive, ended, until } from '../helpers/until.js';
 
 const PASSWORD = 'e2e-password-2';
 const TOKEN = 'sd-e2e-token-2-0123456789abcdefghijklmnop';
@@ -24,13 +26,68 @@ async function adminSession(uiPort: number) {
     fetch(`${adminUrl}${route}`, { method, headers: { 'x-service-deck': '1', cookie, 'x-csrf-token': csrfToken, 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
 }
 
+t.test('workers die with a service killed with SIGKILL: the chat worker and sd-cli are gone within 2 s', async (t) => {
+  const { fileURLToPath } = await import('node:url');
+  const stateDir = await tempDir(t);
+  const uiPort = await freePort();
+  const apiPort = await freePort();
+  const model = await tinyModelIn(stateDir);
+  const painting = path.join(stateDir, 'stuck.gguf');
+  // The stand-in sd-cli (a shell script that execs node) hangs after two steps with this model.
+  await writeFile(painting, 'hang');
+  await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: true, port: apiPort, published: [] }), { mode: 0o600 });
+  const env = {
+    SERVICE_DECK_STATE_DIR: stateDir,
+    SERVICE_DECK_ADMIN_PASSWORD: PASSWORD,
+    SERVICE_DECK_API_TOKEN: TOKEN,
+    SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(),
+    SERVICE_DECK_SD_CLI: fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url)),
+    SERVICE_DECK_GPUS: 'none',
+  };
+  const killedWith = async (kind: 'chat' | 'image', start: (admin: Awaited<ReturnType<typeof adminSession>>) => Promise<void>) => {
+    const service = spawnCli(t, ['serve', '--ui-port', String(uiPort)], env);
+    await service.waitFor(/inference API on/);
+    t.notMatch(service.output(), /workers are started without setpriv/, 'setpriv was found');
+    const admin = await adminSession(uiPort);
+    await start(admin);
+    const worker = await until(`the ${kind} worker`, async () => {
+      const status = (await (await admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; pid: number | null }> };
+      return status.workers.find((w) => w.kind === kind && w.pid !== null)?.pid ?? undefined;
+    });
+    t.ok(alive(worker), `the ${kind} worker ${worker} runs`);
+    service.child.kill('SIGKILL');
+    await service.exited;
+    await until(`the ${kind} worker to die with the service`, async () => (ended(worker) ? true : undefined), 2_000).catch(() => undefined);
+    t.ok(ended(worker), `the ${kind} worker is gone within 2 s of the service's SIGKILL`);
+  };
+  const publish = async (admin: Awaited<ReturnType<typeof adminSession>>, profile: object) => {
+    const id = ((await (await admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
+    await admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
+  };
+
+  await killedWith('chat', async (admin) => {
+    await publish(admin, { name: 'tiny', category: 'chat', params: { model } });
+    const client = new OpenAI({ apiKey: TOKEN, baseURL: `http://127.0.0.1:${apiPort}/v1`, maxRetries: 0 });
+    await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+  });
+  await killedWith('image', async (admin) => {
+    await publish(admin, { name: 'stuck', category: 'image', params: { model: painting, width: 64, height: 64, steps: 4 } });
+    // Never answered: the service is killed while sd-cli hangs.
+    void fetch(`http://127.0.0.1:${apiPort}/v1/images/generations`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'stuck', prompt: 'a lighthouse' }),
+    }).catch(() => undefined);
+  });
+});
+
 t.test('the next start ends the chat worker a killed service left behind', async (t) => {
   const stateDir = await tempDir(t);
   const uiPort = await freePort();
   const apiPort = await freePort();
   const model = await tinyModelIn(stateDir);
   await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: true, port: apiPort, published: [] }), { mode: 0o600 });
-  const env = { SERVICE_DECK_STATE_DIR: stateDir, SERVICE_DECK_ADMIN_PASSWORD: PASSWORD, SERVICE_DECK_API_TOKEN: TOKEN, SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(), SERVICE_DECK_GPUS: 'none' };
+  const env = { SERVICE_DECK_STATE_DIR: stateDir, SERVICE_DECK_ADMIN_PASSWORD: PASSWORD, SERVICE_DECK_API_TOKEN: TOKEN, SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(), SERVICE_DECK_GPUS: 'none', SERVICE_DECK_SETPRIV: 'off' };
 
   // A process that is not ours, named in a stray pid file: it must survive.
   const runtime = path.join(stateDir, 'runtime');
@@ -76,7 +133,7 @@ t.test('the next start ends the STT engine and a speech server (with its process
   const uiPort = await freePort();
   const apiPort = await freePort();
   await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: true, port: apiPort, published: [] }), { mode: 0o600 });
-  const env = { SERVICE_DECK_STATE_DIR: stateDir, SERVICE_DECK_ADMIN_PASSWORD: PASSWORD, SERVICE_DECK_API_TOKEN: TOKEN, SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' };
+  const env = { SERVICE_DECK_STATE_DIR: stateDir, SERVICE_DECK_ADMIN_PASSWORD: PASSWORD, SERVICE_DECK_API_TOKEN: TOKEN, SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none', SERVICE_DECK_SETPRIV: 'off' };
   const runtime = path.join(stateDir, 'runtime');
   await mkdir(runtime, { recursive: true, mode: 0o700 });
   const bystander = spawn('sleep', ['600'], { stdio: 'ignore' });

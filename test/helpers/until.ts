@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+
 // Polls `probe` every 25 ms until it returns a value (not undefined), or fails after `timeoutMs`.
 export async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
   const end = Date.now() + timeoutMs;
@@ -16,5 +18,16 @@ export function alive(pid: number): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/** Whether a process has ended: gone, or a zombie that its new parent has not reaped yet. */
+export function ended(pid: number): boolean {
+  if (!alive(pid)) return true;
+  try {
+    // The state follows the command name in parentheses: `pid (comm) S ...`.
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').startsWith('Z');
+  } catch {
+    return true;
   }
 }

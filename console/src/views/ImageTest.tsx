@@ -121,6 +121,7 @@ export function ImageTest() {
           <div class="field">
             <label for="image-prompt">Prompt</label>
             <textarea id="image-prompt" rows={4} required value={prompt} onInput={(e) => setPrompt(e.currentTarget.value)} />
+            <small class="hint">sd-cli gets the prompt on its command line: while the image is made, local users who can list processes can read it, unless /proc is mounted with hidepid.</small>
           </div>
           <div class="form-actions">
             <button class="btn primary" type="submit" disabled={!ready || previewing.busy}>

@@ -18,6 +18,7 @@ import { errors } from '../../errors.js';
 import { clientGone } from '../client.js';
 import { validationError } from '../errors.js';
 import { checkReferenceCount, IMAGE_LIMITS, imagePrompt, readImageForm } from '../inference/images.js';
+import type { JobFolder } from '../../workers/jobFolder.js';
 import { testProfile } from './testProfile.js';
 
 const taskChoice = z.union([z.string().min(1).max(200).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*\/[A-Za-z0-9][A-Za-z0-9._-]*$/, 'a repository id owner/name'), z.null(), z.literal(false)]);
@@ -55,18 +56,22 @@ export const adminEnhancerRoutes: FastifyPluginAsync<{ service: Service }> = asy
   app.post('/api/v1/prompt-enhancers/preview', async (request, reply) => {
     const signal = clientGone(reply);
     let body: unknown = request.body;
-    let images: Buffer[] = [];
+    let images: JobFolder | undefined;
     if (request.isMultipart()) {
-      const form = await readImageForm(request, ['profile_id', 'prompt']);
+      const form = await readImageForm(request, ['profile_id', 'prompt'], service.config.stateDir);
       body = form.fields;
       images = form.images;
     }
-    const parsed = previewBody.safeParse(body);
-    if (!parsed.success) throw validationError(parsed.error.issues);
-    const profile = await testProfile(service, parsed.data.profile_id, 'image');
-    checkReferenceCount(profile, images.length);
-    const preview = await service.enhancerPreviews.run(profile, { prompt: parsed.data.prompt, references: images }, signal);
-    return { original: preview.original, suggestion: preview.suggestion, wh_ratio: preview.wh_ratio, task: preview.task };
+    try {
+      const parsed = previewBody.safeParse(body);
+      if (!parsed.success) throw validationError(parsed.error.issues);
+      const profile = await testProfile(service, parsed.data.profile_id, 'image');
+      checkReferenceCount(profile, images?.references.length ?? 0);
+      const preview = await service.enhancerPreviews.run(profile, { prompt: parsed.data.prompt, ...(images ? { references: images } : {}) }, signal);
+      return { original: preview.original, suggestion: preview.suggestion, wh_ratio: preview.wh_ratio, task: preview.task };
+    } finally {
+      await images?.remove();
+    }
   });
 
   app.post('/api/v1/profiles/prompt-enhancer', { schema: { body: choiceBody } }, async (request) => {

@@ -12,10 +12,10 @@ import type { Multipart, MultipartFile } from '@fastify/multipart';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { imageKind } from '../../adapters/png.js';
 import type { Service } from '../../workers/service.js';
 import type { ImageProfile } from '../../workers/image.js';
 import { runImageJob, type ImageResult } from '../../workers/imageJob.js';
+import { JobFolder } from '../../workers/jobFolder.js';
 import { clientGone } from '../client.js';
 import { readForm } from '../multipart.js';
 import { errors } from '../../errors.js';
@@ -117,31 +117,37 @@ function answer(result: ImageResult, requested: string | undefined) {
 
 const imageProfile = async (service: Service, model: string) => (await service.catalog.require('image', model)) as ImageProfile;
 
-/** The multipart fields of an edit, as text, and the reference images in order. */
-async function readParts(parts: AsyncIterable<Multipart>, allowed: readonly string[]) {
+/**
+ * Checks a form makes while it is read, before the images that follow are: `field` for each text
+ * field as it arrives (the edit resolves `model` at once), `image` before the image `count` is
+ * read (the profile's reference capability, once the model is known).
+ */
+export interface FormChecks {
+  field?: (name: string, value: string) => Promise<void>;
+  image?: (count: number) => void;
+}
+
+/** The multipart fields of an edit, as text, and the reference images written into `folder` in order. */
+async function readParts(parts: AsyncIterable<Multipart>, allowed: readonly string[], folder: JobFolder, checks: FormChecks) {
   const fields: Record<string, string> = {};
-  const images: Buffer[] = [];
   for await (const part of parts) {
     if (part.fieldname === 'mask') throw errors.invalidValue('mask', notOffered('mask', 'the reference images guide the whole picture') + '.');
     if (part.type === 'file') {
       const file = part as MultipartFile;
       if (file.fieldname !== 'image' && file.fieldname !== 'image[]') throw errors.unknownParameter(file.fieldname);
-      const chunks: Buffer[] = [];
-      for await (const chunk of file.file) chunks.push(chunk as Buffer);
-      if (file.file.truncated) {
-        throw errors.tooLarge(`Image ${images.length + 1} is larger than 10 MiB, the limit per reference image.`, 'image');
-      }
-      const bytes = Buffer.concat(chunks);
-      if (!imageKind(bytes)) {
-        throw errors.invalidValue('image', `Image ${images.length + 1} (${JSON.stringify(file.filename)}) is not a PNG, JPEG or WebP file by its bytes, whatever its name says.`);
-      }
-      images.push(bytes);
+      const index = folder.references.length + 1;
+      checks.image?.(index);
+      await folder.addReference(file.file as AsyncIterable<Buffer>, () =>
+        errors.invalidValue('image', `Image ${index} (${JSON.stringify(file.filename)}) is not a PNG, JPEG or WebP file by its bytes, whatever its name says.`),
+      );
+      if (file.file.truncated) throw errors.tooLarge(`Image ${index} is larger than 10 MiB, the limit per reference image.`, 'image');
       continue;
     }
     if (!allowed.includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
     fields[part.fieldname] = String(part.value);
+    await checks.field?.(part.fieldname, fields[part.fieldname]!);
   }
-  return { fields, images };
+  return fields;
 }
 
 /** The text fields an edit takes beside its images. */
@@ -149,16 +155,26 @@ const EDIT_FIELDS = Object.keys(editSchema.shape);
 
 /**
  * A multipart form with reference images (`image[]`, one to four, 10 MiB each, PNG, JPEG or WebP
- * by their bytes) and the text fields `allowed`: the edit route's and the enhancer preview's.
+ * by their bytes) and the text fields `allowed`: the edit route's and the enhancer preview's. The
+ * images are streamed into a new private job folder under `stateDir`, never held in memory; the
+ * caller removes the folder (on an error here it is removed already).
  */
-export async function readImageForm(request: FastifyRequest, allowed: readonly string[]): Promise<{ fields: Record<string, string>; images: Buffer[] }> {
+export async function readImageForm(
+  request: FastifyRequest,
+  allowed: readonly string[],
+  stateDir: string,
+  checks: FormChecks = {},
+): Promise<{ fields: Record<string, string>; images: JobFolder }> {
+  const images = await JobFolder.create(stateDir);
   try {
-    return await readForm(
+    const fields = await readForm(
       request,
       { limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 20, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 24 } },
-      (parts) => readParts(parts, allowed),
+      (parts) => readParts(parts, allowed, images, checks),
     );
+    return { fields, images };
   } catch (error) {
+    await images.remove();
     switch ((error as { code?: string }).code) {
       case 'FST_FILES_LIMIT':
         throw errors.invalidValue('image', `At most ${IMAGE_LIMITS.maxReferences} reference images (image[]) per request.`);
@@ -194,7 +210,7 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
     const signal = clientGone(reply);
     const body = request.body;
     const profile = await imageProfile(service, body.model);
-    const result = await runImageJob(service, profile, { prompt: body.prompt, references: [] }, { source: 'api', whenBusy: 'wait', signal });
+    const result = await runImageJob(service, profile, { prompt: body.prompt }, { source: 'api', whenBusy: 'wait', signal });
     return answer(result, body.size ?? undefined);
   });
 
@@ -202,19 +218,32 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
   app.post('/v1/images/edits', { config: { uploadLimit: IMAGE_LIMITS.maxReferences * IMAGE_LIMITS.maxReferenceBytes + 2 * 1024 * 1024 } }, async (request, reply) => {
     const signal = clientGone(reply);
     if (!request.isMultipart()) throw errors.mediaType('Send the edit as multipart/form-data (fields model, prompt, image[]).');
-    const read = await readImageForm(request, EDIT_FIELDS);
-    const { fields, images } = read;
-    const parsed = editSchema.safeParse(formValues(fields));
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const param = issue?.path.join('.') || null;
-      if (issue?.code === 'unrecognized_keys') throw errors.unknownParameter(issue.keys[0] ?? 'unknown');
-      throw errors.invalidValue(param, `Invalid value${param ? ` for '${param}'` : ''}: ${issue?.message ?? 'not accepted'}.`);
+    // A `model` sent before the images is checked before they are read: an unknown model, or more
+    // images than its profile takes, ends the upload there.
+    let early: ImageProfile | undefined;
+    const { fields, images } = await readImageForm(request, EDIT_FIELDS, service.config.stateDir, {
+      field: async (name, value) => {
+        if (name === 'model' && value !== '') early = await imageProfile(service, value);
+      },
+      image: (count) => {
+        if (early) checkReferenceCount(early, count);
+      },
+    });
+    try {
+      const parsed = editSchema.safeParse(formValues(fields));
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0];
+        const param = issue?.path.join('.') || null;
+        if (issue?.code === 'unrecognized_keys') throw errors.unknownParameter(issue.keys[0] ?? 'unknown');
+        throw errors.invalidValue(param, `Invalid value${param ? ` for '${param}'` : ''}: ${issue?.message ?? 'not accepted'}.`);
+      }
+      if (images.references.length === 0) throw errors.invalidValue('image', 'An edit needs one to four reference images (image[]).');
+      const profile = early ?? (await imageProfile(service, parsed.data.model));
+      checkReferenceCount(profile, images.references.length);
+      const result = await runImageJob(service, profile, { prompt: parsed.data.prompt, references: images }, { source: 'api', whenBusy: 'wait', signal });
+      return answer(result, parsed.data.size ?? undefined);
+    } finally {
+      await images.remove();
     }
-    if (images.length === 0) throw errors.invalidValue('image', 'An edit needs one to four reference images (image[]).');
-    const profile = await imageProfile(service, parsed.data.model);
-    checkReferenceCount(profile, images.length);
-    const result = await runImageJob(service, profile, { prompt: parsed.data.prompt, references: images }, { source: 'api', whenBusy: 'wait', signal });
-    return answer(result, parsed.data.size ?? undefined);
   });
 };
