@@ -124,7 +124,7 @@ const imageProfile = async (service: Service, model: string) => (await service.c
  */
 export interface FormChecks {
   field?: (name: string, value: string) => Promise<void>;
-  image?: (count: number) => void;
+  image?: (count: number, fields: Readonly<Record<string, string>>) => void;
 }
 
 /** The multipart fields of an edit, as text, and the reference images written into `folder` in order. */
@@ -136,7 +136,7 @@ async function readParts(parts: AsyncIterable<Multipart>, allowed: readonly stri
       const file = part as MultipartFile;
       if (file.fieldname !== 'image' && file.fieldname !== 'image[]') throw errors.unknownParameter(file.fieldname);
       const index = folder.references.length + 1;
-      checks.image?.(index);
+      checks.image?.(index, fields);
       await folder.addReference(file.file as AsyncIterable<Buffer>, () =>
         errors.invalidValue('image', `Image ${index} (${JSON.stringify(file.filename)}) is not a PNG, JPEG or WebP file by its bytes, whatever its name says.`),
       );
@@ -189,6 +189,14 @@ export async function readImageForm(
   }
 }
 
+/** The 400 of an edit form's first invalid or unknown field. */
+function editRefusal(issues: ReadonlyArray<{ path: PropertyKey[]; code: string; message: string; keys?: string[] }>) {
+  const issue = issues[0];
+  const param = issue?.path.join('.') || null;
+  if (issue?.code === 'unrecognized_keys') return errors.unknownParameter(issue.keys?.[0] ?? 'unknown');
+  return errors.invalidValue(param, `Invalid value${param ? ` for '${param}'` : ''}: ${issue?.message ?? 'not accepted'}.`);
+}
+
 /** Whether the profile takes `count` reference images; the refusal names its capability. */
 export function checkReferenceCount(profile: ImageProfile, count: number): void {
   const capability = profile.params.referenceImages;
@@ -219,24 +227,31 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
     const signal = clientGone(reply);
     if (!request.isMultipart()) throw errors.mediaType('Send the edit as multipart/form-data (fields model, prompt, image[]).');
     // A `model` sent before the images is checked before they are read: an unknown model, or more
-    // images than its profile takes, ends the upload there.
+    // images than its profile takes, ends the upload there. The fields sent before the first image
+    // are judged first, so a refused field is named whatever the model (the same answer as when
+    // the whole form was read).
     let early: ImageProfile | undefined;
+    let unknownModel: unknown;
     const { fields, images } = await readImageForm(request, EDIT_FIELDS, service.config.stateDir, {
       field: async (name, value) => {
-        if (name === 'model' && value !== '') early = await imageProfile(service, value);
+        if (name !== 'model' || value === '') return;
+        early = await imageProfile(service, value).catch((error: unknown) => {
+          unknownModel = error;
+          return undefined;
+        });
       },
-      image: (count) => {
+      image: (count, sent) => {
+        if (unknownModel) {
+          const sofar = editSchema.partial().safeParse(formValues({ ...sent }));
+          if (!sofar.success) throw editRefusal(sofar.error.issues);
+          throw unknownModel;
+        }
         if (early) checkReferenceCount(early, count);
       },
     });
     try {
       const parsed = editSchema.safeParse(formValues(fields));
-      if (!parsed.success) {
-        const issue = parsed.error.issues[0];
-        const param = issue?.path.join('.') || null;
-        if (issue?.code === 'unrecognized_keys') throw errors.unknownParameter(issue.keys[0] ?? 'unknown');
-        throw errors.invalidValue(param, `Invalid value${param ? ` for '${param}'` : ''}: ${issue?.message ?? 'not accepted'}.`);
-      }
+      if (!parsed.success) throw editRefusal(parsed.error.issues);
       if (images.references.length === 0) throw errors.invalidValue('image', 'An edit needs one to four reference images (image[]).');
       const profile = early ?? (await imageProfile(service, parsed.data.model));
       checkReferenceCount(profile, images.references.length);
