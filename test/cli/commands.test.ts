@@ -248,8 +248,10 @@ t.test('a bad option, command or argument prints the usage on stderr and exits 2
     [['launch'], 'unknown command "launch"'],
     [[], 'no command given'],
   ];
-  for (const [args, message] of cases) {
-    const ran = await cli(t, args, { SERVICE_DECK_STATE_DIR: stateDir });
+  // Each case is its own process: they run side by side.
+  const runs = await Promise.all(cases.map(([args]) => cli(t, args, { SERVICE_DECK_STATE_DIR: stateDir })));
+  for (const [i, [args, message]] of cases.entries()) {
+    const ran = runs[i]!;
     t.equal(ran.code, 2, `${args.join(' ') || '(nothing)'}: exit 2`);
     t.match(ran.stderr, `service-deck: ${message}`, `${args.join(' ') || '(nothing)'}: says what is wrong`);
     t.match(ran.stderr, 'usage: service-deck <command> [options]', 'and prints the usage');

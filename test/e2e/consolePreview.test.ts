@@ -14,7 +14,7 @@ import { tempDir } from '../helpers/build.js';
 import { launch, openPage } from '../helpers/browser.js';
 import { goTo, login, otherSession, recordTexts, shot, startServe } from '../helpers/consoleServe.js';
 import { startHub } from '../helpers/hub.js';
-import { tinyModelIn } from '../helpers/llama.js';
+import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
 import { until } from '../helpers/until.js';
 
 const REPO = 'test-org/tiny-enhancer';
@@ -43,7 +43,11 @@ t.test('the image test previews the enhancement and makes the image from the sug
   const recipes = path.join(dir, 'recipes.json');
   const recipe = { repo: REPO, revision: 'main', files: [{ path: 'tiny.gguf', role: 'model' }], context: 8192 };
   await writeFile(recipes, JSON.stringify({ t2i: recipe, i2i: recipe }));
-  const { origin } = await startServe(t, { SERVICE_DECK_ENHANCER_HUB: hub.url, SERVICE_DECK_ENHANCER_RECIPES: recipes });
+  // The enhancer's llama-server starts 1.5 s late (a wrapper), longer than the status push interval
+  // (500 ms): the page must show the enhancer worker while it loads, however fast the tiny model is.
+  const slowServer = path.join(dir, 'llama-server');
+  await writeFile(slowServer, `#!/bin/sh\nsleep 1.5\nexec '${await llamaServerPath()}' "$@"\n`, { mode: 0o755 });
+  const { origin } = await startServe(t, { SERVICE_DECK_ENHANCER_HUB: hub.url, SERVICE_DECK_ENHANCER_RECIPES: recipes, SERVICE_DECK_LLAMA_SERVER: slowServer });
 
   // Set-up outside the page: an image profile, its enhancer off and none installed yet.
   const other = await otherSession(origin);
