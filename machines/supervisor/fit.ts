@@ -38,6 +38,8 @@ export interface ModelShape {
   inputBytes: number;
   /** output and output_norm: on the GPU only when every layer is (`-ngl` above the block count). */
   outputBytes: number;
+  /** A vision projector (`--mmproj`, the enhancer's i2i): loaded whole on the first GPU in use, else in RAM. */
+  projectorBytes?: number;
 }
 
 /** What the plan shows, the profile's view too, when the build's fit tool is missing on a host with GPUs. */
@@ -138,6 +140,12 @@ export function placeChat(model: ModelShape, context: number, gpuLayers: number,
     const found = cumulative.findIndex((c) => c > position);
     const device = found >= 0 ? found : ratios.length - 1;
     gpuMiB[device] = (gpuMiB[device] ?? 0) + size;
+  }
+  const projector = toMiB(model.projectorBytes ?? 0);
+  if (projector > 0) {
+    const first = gpuMiB.findIndex((m) => m > 0);
+    if (first >= 0) gpuMiB[first] = gpuMiB[first]! + projector;
+    else ramMiB += projector;
   }
   return { gpuMiB: gpuMiB.map((m) => (m > 0 ? m + GPU_OVERHEAD_MIB : 0)), ramMiB };
 }

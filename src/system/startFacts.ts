@@ -45,11 +45,15 @@ async function fileMiB(file: string | undefined): Promise<number> {
 }
 
 /** What a llama-server start is asked to hold: a chat profile's stored parameters, or the enhancer's (4.7). */
-type ServerParams = Pick<ChatParams, 'model' | 'context' | 'slots' | 'gpuSplit' | 'gpuLayers'>;
+type ServerParams = Pick<ChatParams, 'model' | 'context' | 'slots' | 'gpuSplit' | 'gpuLayers'> & {
+  /** The enhancer's vision projector (`--mmproj`, i2i): llama-server loads it whole on the first device. */
+  projector?: string | null;
+};
 
 async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps, signal: AbortSignal): Promise<Extract<StartDemand, { kind: 'chat' }>> {
   const info = await readGgufInfo(params.model);
   const facts = modelFacts(info);
+  const projectorBytes = params.projector ? (await stat(params.projector)).size : 0;
   // Without its own output.weight the model shares token_embd, which llama.cpp then loads a
   // second time as the output layer (on the GPU once every layer is there).
   const tiedOutput = info.tensors.some((t) => t.name === 'output.weight') ? 0 : (info.tensors.find((t) => t.name === 'token_embd.weight')?.bytes ?? 0);
@@ -59,7 +63,8 @@ async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps
     if (tool) {
       const outcome = await runFitParams(
         tool,
-        { model: params.model, context: params.context, slots: params.slots, reserveMiB: deps.config.gpuReserveMiB.default, kv: { typeK: 'q4_0', typeV: 'q4_0' } },
+        // The build's fit knows nothing of a projector: its room is kept back as part of the margin.
+        { model: params.model, context: params.context, slots: params.slots, reserveMiB: deps.config.gpuReserveMiB.default + Math.ceil(projectorBytes / MIB), kv: { typeK: 'q4_0', typeV: 'q4_0' } },
         { env: deps.config.env, signal },
       );
       buildFit = outcome.ok
@@ -77,6 +82,7 @@ async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps
       layerBytes: facts.layerBytes.slice(0, facts.layerCount),
       inputBytes: facts.inputBytes,
       outputBytes: facts.outputBytes + tiedOutput,
+      ...(projectorBytes > 0 ? { projectorBytes } : {}),
     },
     context: params.context,
     slots: params.slots,
@@ -123,7 +129,7 @@ export async function gatherStartFacts(input: CheckInput, deps: FactsDeps, signa
   let enhancer: Extract<StartDemand, { kind: 'chat' }> | undefined;
   let enhancerProblem: string | undefined;
   if (step) {
-    enhancer = await chatDemand({ model: step.model, context: step.context, slots: 1, gpuSplit: null, gpuLayers: null }, gpus, deps, signal).catch((error: unknown) => {
+    enhancer = await chatDemand({ model: step.model, projector: step.mmproj, context: step.context, slots: 1, gpuSplit: null, gpuLayers: null }, gpus, deps, signal).catch((error: unknown) => {
       enhancerProblem = `its model ${step.model} cannot be read: ${(error as Error).message}`;
       return undefined;
     });

@@ -236,3 +236,23 @@ t.test('4.7 the prompt enhancer of an image job: placed over every GPU, CPU offl
   t.match(cpu, { verdict: 'start', plan: { enhancer: { gpus: [], gpuLayers: null, fit: 'CPU only: no GPU present' } } }, 'CPU only is possible');
   t.match(decideStart({ ...base, demand: image, enhancerProblem: 'its model cannot be read' }, imageJob), { verdict: 'refuse', code: 'enhancer_failed' });
 });
+
+t.test("4.7 the enhancer's vision projector is forecast on the first GPU in use (in RAM on the CPU), and costs layers when room is short", async (t) => {
+  const m = model(4, 100);
+  const withProjector = { ...m, projectorBytes: 600 * 1024 * 1024 };
+  const plain = placeChat(m, 1024, 5, [1, 1]);
+  const placed = placeChat(withProjector, 1024, 5, [1, 1]);
+  t.same(placed.gpuMiB, [plain.gpuMiB[0]! + 600, plain.gpuMiB[1]], 'the whole projector on the first GPU');
+  t.equal(placed.ramMiB, plain.ramMiB);
+  const cpu = placeChat(withProjector, 1024, 0, []);
+  t.equal(cpu.ramMiB, placeChat(m, 1024, 0, []).ramMiB + 600, 'on the CPU it is in RAM');
+
+  // One 8 GiB GPU: 32 blocks of 200 MiB fit whole without the projector, not with a 3 GiB one.
+  const big = model(32, 200);
+  const facts = (shape: ModelShape) => chatFacts(shape, [8 * GIB], { fit: FIT_TOOL_MISSING });
+  const without = decideStart(facts(big), input());
+  const withIt = decideStart(facts({ ...big, projectorBytes: 3 * GIB * 1024 * 1024 }), input());
+  t.ok(without.verdict === 'start' && withIt.verdict === 'start');
+  const layers = (v: typeof without) => (v.verdict === 'start' ? (v.plan.gpuLayers ?? 0) : -1);
+  t.ok(layers(withIt) < layers(without), `fewer GPU layers with the projector: ${layers(withIt)} < ${layers(without)}`);
+});

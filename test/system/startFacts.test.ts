@@ -192,3 +192,28 @@ t.test('reserves and the poll interval are read once from the environment, and r
   t.throws(() => loadConfig({ stateDir: '/tmp/x' }, { SERVICE_DECK_RAM_RESERVE_MIB: '-1' }), /RAM_RESERVE_MIB/);
   t.throws(() => loadConfig({ stateDir: '/tmp/x' }, { SERVICE_DECK_GPU_POLL_MS: '1.5' }), /whole number of milliseconds/);
 });
+
+t.test("an image job with the prompt enhancer: the enhancer's GGUF as a one-slot chat demand with its projector; an unreadable model is named", async (t) => {
+  const dir = await tempDir(t);
+  const sd = path.join(dir, 'sd.gguf');
+  await writeFile(sd, 'x');
+  const enhancer = path.join(dir, 'enhancer.gguf');
+  await writeFile(enhancer, tinyGguf(3));
+  const mmproj = path.join(dir, 'mmproj.gguf');
+  await writeFile(mmproj, Buffer.alloc(4096));
+  const config = loadConfig({ stateDir: dir }, { SERVICE_DECK_GPUS: 'none', PATH: '' });
+  const deps = { config, lookup: { env: config.env, cacheDir: dir }, ownPids: () => new Set<number>() };
+  const imageJob = (model: string): JobSpec => ({
+    ...chatJob(sd),
+    kind: 'image',
+    profile: { category: 'image', params: { model: sd, files: {}, width: 512, height: 512 } },
+    enhancer: { task: 'i2i', model, mmproj, context: 2048, image: true },
+  });
+  const facts = await gatherStartFacts({ job: imageJob(enhancer), workers: workers(), idle: [] }, deps, signal);
+  t.match(facts.demand, { kind: 'image' });
+  t.match(facts.enhancer, { kind: 'chat', context: 2048, slots: 1, gpuSplit: null, gpuLayers: null, model: { layerCount: 3, projectorBytes: 4096 } });
+  t.equal(facts.enhancerProblem, undefined);
+  const broken = await gatherStartFacts({ job: imageJob(sd), workers: workers(), idle: [] }, deps, signal);
+  t.equal(broken.enhancer, undefined);
+  t.match(broken.enhancerProblem, /^its model .*sd\.gguf cannot be read: /);
+});
