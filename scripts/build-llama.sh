@@ -64,7 +64,8 @@ commit=$(git bundle list-heads "$bundle" 2>/dev/null | head -n 1 | cut -c1-12)
 # The build is native (tuned to this CPU), so the CPU's feature flags are part of the key: a cache
 # restored on another CPU builds again instead of dying with SIGILL.
 cpu=$( (grep -m 1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m) | cksum | cut -c1-8)
-key="${tag:-unknown}-${commit}-nlc${pkg}-${backend}-$(uname -m)-cpu${cpu}"
+. scripts/lib/ggml-cpu.sh
+key="${tag:-unknown}-${commit}-nlc${pkg}-${backend}-$(uname -m)-cpu${cpu}${ggml_cpu_key}"
 dest="$cache/llama/$key"
 
 area=llama
@@ -83,7 +84,7 @@ cuda_flags=
 # shellcheck disable=SC2086
 cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON $cuda_flags >"$work/configure.log" 2>&1 || {
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON $cuda_flags $ggml_cpu_flags >"$work/configure.log" 2>&1 || {
   tail -n 30 "$work/configure.log" >&2
   die "cmake could not configure llama.cpp (log above)"
 }

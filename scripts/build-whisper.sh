@@ -44,7 +44,8 @@ fi
 version=$(tar -xzOf "$tarball" package/cpp/whisper.cpp/CMakeLists.txt | sed -n 's/^project("whisper.cpp" VERSION \([0-9.]*\)).*/\1/p')
 sum=$(cksum "$tarball" | cut -d ' ' -f 1)
 cpu=$( (grep -m 1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m) | cksum | cut -c1-8)
-key="v${version:-unknown}-${sum}-nw${NODEJS_WHISPER_VERSION}-cpu-$(uname -m)-cpu${cpu}"
+. scripts/lib/ggml-cpu.sh
+key="v${version:-unknown}-${sum}-nw${NODEJS_WHISPER_VERSION}-cpu-$(uname -m)-cpu${cpu}${ggml_cpu_key}"
 dest="$cache/whisper/$key"
 
 area=whisper
@@ -61,7 +62,7 @@ tar -xzf "$tarball" -C "$work" package/cpp/whisper.cpp || die "cannot unpack $ta
 # Only what the two programs need: no tests, no SDL2, curl or ffmpeg (the service sends WAV).
 cmake -S "$work/package/cpp/whisper.cpp" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
   -DWHISPER_BUILD_TESTS=OFF -DWHISPER_BUILD_EXAMPLES=ON -DWHISPER_BUILD_SERVER=ON \
-  -DWHISPER_SDL2=OFF -DWHISPER_CURL=OFF -DWHISPER_COMMON_FFMPEG=OFF -DGGML_CUDA=OFF >"$work/configure.log" 2>&1 || {
+  -DWHISPER_SDL2=OFF -DWHISPER_CURL=OFF -DWHISPER_COMMON_FFMPEG=OFF -DGGML_CUDA=OFF $ggml_cpu_flags >"$work/configure.log" 2>&1 || {
   tail -n 30 "$work/configure.log" >&2
   die "cmake could not configure whisper.cpp (log above)"
 }
