@@ -101,15 +101,18 @@ async function prepareStateDir(config: Config, log: Logger): Promise<void> {
 }
 
 /**
- * What the machine leaves open to its local users, said once at the start: workers that may
- * outlive a killed service without setpriv (src/adapters/parentDeath.ts), and image prompts on
- * sd-cli's command line while /proc shows every user's (src/adapters/procVisibility.ts).
+ * What the machine leaves open to its local users, said once at the start: workers bound less to
+ * the service's life without setpriv, or not at all when the setting is off
+ * (src/adapters/parentDeath.ts), and image prompts on sd-cli's command line while /proc shows every
+ * user's (src/adapters/procVisibility.ts).
  */
 async function reportLocalExposure(env: NodeJS.ProcessEnv, log: Logger): Promise<void> {
-  if (!(await parentDeathLauncher(env))) {
+  if (env[SETPRIV_VARIABLE] === 'off') {
+    log.warn('SERVICE_DECK_SETPRIV=off: workers are started without setpriv --pdeathsig and without the process-group watchdog: a worker may outlive a killed service until its next start ends it');
+  } else if (!(await parentDeathLauncher(env))) {
     log.warn(
       { setting: env[SETPRIV_VARIABLE] ?? null },
-      'workers are started without setpriv --pdeathsig (util-linux 2.33 or newer; SERVICE_DECK_SETPRIV): a worker may outlive a killed service until its next start ends it',
+      'workers are started without setpriv --pdeathsig (util-linux 2.33 or newer; SERVICE_DECK_SETPRIV): only the watchdog of their process groups ends them when the service is killed',
     );
   }
   if (!(await localCommandLinesHidden())) {

@@ -36,8 +36,7 @@
 //   the same total or slightly more, so the check errs on the safe side. -ngl: -1 is "auto" to the
 //   argument parser, and include/llama.h reads any negative value as "all layers"; 'auto' and
 //   'all' are accepted as words too. -ot values are split on ',' (parse_tensor_buffer_overrides).
-import { execa } from 'execa';
-import { diesWithService } from './parentDeath.js';
+import { diesWithService, startWorker } from './parentDeath.js';
 
 export interface FitInput {
   /** Path of the GGUF model (its first shard for a split model). */
@@ -251,8 +250,8 @@ export function parseFitOutput(stdout: string, stderr: string, storedContext: nu
 export async function runFitParams(binary: string, input: FitInput, options: RunFitOptions = {}): Promise<FitOutcome> {
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   // It loads the model's tensors onto the GPUs: bound to the service's life like a worker.
-  const [program, argv] = await diesWithService(binary, fitArgs(input), options.env ?? process.env);
-  const result = await execa(program, argv, {
+  const command = await diesWithService(binary, fitArgs(input), options.env ?? process.env);
+  const result = await startWorker(command, {
     reject: false,
     timeout: timeoutMs,
     stdin: 'ignore',

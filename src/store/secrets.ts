@@ -69,6 +69,9 @@ export async function verifyPassword(password: string, stored: string): Promise<
  */
 export class HashGate {
   #running = 0;
+  /** Tasks inside `task()` now, and the most there were at once (what a test of a flood reads). */
+  #hashing = 0;
+  #most = 0;
   readonly #waiting: Array<() => void> = [];
 
   constructor(
@@ -80,13 +83,21 @@ export class HashGate {
     return this.#running;
   }
 
+  /** The most tasks that ran at once since the gate was made. */
+  get most(): number {
+    return this.#most;
+  }
+
   async run<T>(task: () => Promise<T>): Promise<T> {
     if (this.#running < this.concurrency) this.#running += 1;
     else if (this.#waiting.length < this.queue) await new Promise<void>((resolve) => this.#waiting.push(resolve));
     else throw errors.tooManyRequests('login_busy', 'Too many password checks at once: try again in a second.', 1);
+    this.#hashing += 1;
+    this.#most = Math.max(this.#most, this.#hashing);
     try {
       return await task();
     } finally {
+      this.#hashing -= 1;
       // A waiting task takes over this one's place; otherwise the place is free.
       const next = this.#waiting.shift();
       if (next) next();
@@ -216,6 +227,11 @@ export class SecretStore {
     const stored = this.#secrets.tokenHash;
     if (stored === null) return false;
     return timingSafeEqual(sha256(presented), Buffer.from(stored, 'hex'));
+  }
+
+  /** The most password hashes that ran at once since the start (the gate's bound holds it). */
+  get mostHashesAtOnce(): number {
+    return this.#hashing.most;
   }
 
   async passwordMatches(password: string): Promise<boolean> {

@@ -9,7 +9,7 @@
 // diagnostics; the output tail is used only to diagnose a failure, and never logged.
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { execa, type ResultPromise } from 'execa';
+import type { ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
 import {
   IMAGE_OUTPUT,
@@ -22,7 +22,7 @@ import {
   type ImageWorkerEvent,
 } from '../../machines/imageWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
-import { diesWithService } from '../adapters/parentDeath.js';
+import { diesWithService, startWorker } from '../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
@@ -98,11 +98,11 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
         const binary = await resolveRuntime('sd-cli', deps.lookup);
         if (!binary) return gone('runtime_missing', runtimeMissingMessage('image worker', ['sd-cli'], deps.lookup.env, 'sd-cli (stable-diffusion.cpp) is not installed'));
         const output = path.join(job.dir, IMAGE_OUTPUT);
-        const [file, argv] = await diesWithService(binary, sdArgs(launch, job.prompt, output), deps.env);
+        const command = await diesWithService(binary, sdArgs(launch, job.prompt, output), deps.env);
         const before = await readOomKills().catch(() => null);
         if (stopped || stopRequested) return gone('stopped', 'The image worker was stopped before it started.');
         const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'image', generation) : undefined;
-        child = execa(file, argv, {
+        child = startWorker(command, {
           ...WORKER_PROCESS,
           cwd: job.dir,
           env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(','), ...record?.env() },

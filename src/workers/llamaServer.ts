@@ -13,13 +13,13 @@ import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
-import { execa, type ResultPromise } from 'execa';
+import type { ResultPromise } from 'execa';
 import { fromCallback } from 'xstate';
 import { serverArgs, type ChatLaunch, type EngineCommand } from '../../machines/chatWorker/index.js';
 import type { ServerPlace } from '../../machines/chatWorker/args.js';
 import type { LifecycleEvent } from '../../machines/worker/lifecycle.js';
 import { readOomKills } from '../adapters/memory.js';
-import { diesWithService } from '../adapters/parentDeath.js';
+import { diesWithService, startWorker } from '../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage, type RuntimeLookup } from '../adapters/runtimes.js';
 import { diagnoseExit, type WorkerKind } from '../system/diagnose.js';
 import type { ExitReport } from '../../machines/worker.types.js';
@@ -222,7 +222,7 @@ export function llamaServerActor<L extends ChatLaunch = ChatLaunch>(deps: Server
       const key = randomBytes(24).toString('base64url');
       await writeFile(keyFile, `${key}\n`, { mode: 0o600, flag: 'w' });
       deps.keys.set(generation, key);
-      const [file, argv] = await diesWithService(binary, role.args(launch, { port, keyFile }), deps.env);
+      const command = await diesWithService(binary, role.args(launch, { port, keyFile }), deps.env);
       if (stopped || pendingSignal === 'SIGKILL' || pendingSignal === 'SIGTERM') {
         await dropKey();
         stopRequested = true;
@@ -230,7 +230,7 @@ export function llamaServerActor<L extends ChatLaunch = ChatLaunch>(deps: Server
         return;
       }
       const env: NodeJS.ProcessEnv = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(',') };
-      child = execa(file, argv, { ...WORKER_PROCESS, env });
+      child = startWorker(command, { ...WORKER_PROCESS, env });
       child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
       child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
       void child.then((result) => {

@@ -10,11 +10,11 @@
 // on anything but loopback once it answers is refused (it would bypass the bearer token).
 import { readFile } from 'node:fs/promises';
 import http from 'node:http';
-import { execa, type ResultPromise } from 'execa';
+import type { ResultPromise } from 'execa';
 import type { EngineCommand, TtsLaunch, TtsWorkerEvent } from '../../machines/ttsWorker/index.js';
 import { findCommand } from '../adapters/runtimes.js';
 import { readOomKills } from '../adapters/memory.js';
-import { diesWithService } from '../adapters/parentDeath.js';
+import { diesWithService, startWorker } from '../adapters/parentDeath.js';
 import { readWav } from '../adapters/wav.js';
 import type { Logger } from '../system/log.js';
 import { ProcessRecord } from './leftovers.js';
@@ -184,7 +184,7 @@ export function runSpeechServer(
     }
     const [port, oom] = await Promise.all([freePort(), readOomKills().catch(() => null)]);
     before = oom;
-    const [file, argv] = await diesWithService(binary, serverArgv(args, port), deps.env);
+    const command = await diesWithService(binary, serverArgv(args, port), deps.env);
     if (stopped || stopRequested) {
       report(null, null, 'stopped', 'The text-to-speech worker was stopped before it started.');
       return;
@@ -192,7 +192,7 @@ export function runSpeechServer(
     const env = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.device === 'cpu' ? '' : launch.device };
     // Its own process group (detached), so that a stop reaches the processes a wrapper started.
     const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'tts', launch.generation) : undefined;
-    child = execa(file, argv, { ...WORKER_PROCESS, env: { ...env, ...record?.env() }, cleanup: false, detached: true });
+    child = startWorker(command, { ...WORKER_PROCESS, env: { ...env, ...record?.env() }, cleanup: false, detached: true });
     if (child.pid !== undefined) void record?.write(child.pid, true);
     child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
     child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));

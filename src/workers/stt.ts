@@ -7,11 +7,11 @@
 // recording over stdin/stdout, so the worker stays loaded between jobs. The recordings reach it
 // as 16-bit PCM; the route checked the WAV file before. The whisper.cpp backend (whisper-server
 // kept loaded, or whisper-cli per recording) is src/workers/whisper.ts.
-import { execa, type ResultPromise } from 'execa';
+import type { ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
 import { sttWorkerMachine, type EngineCommand, type EngineInput, type SttLaunch, type SttWorkerEvent } from '../../machines/sttWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
-import { diesWithService } from '../adapters/parentDeath.js';
+import { diesWithService, startWorker } from '../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
@@ -116,11 +116,11 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
           if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message } });
           return;
         }
-        const [file, argv] = await diesWithService(binary, [], deps.env);
+        const command = await diesWithService(binary, [], deps.env);
         before = await readOomKills().catch(() => null);
         if (stopped || stopRequested) return;
         const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'stt', launch.generation) : undefined;
-        child = execa(file, argv, { ...WORKER_PROCESS, stdin: 'pipe', env: { ...workerEnv(deps.env), ...record?.env() } });
+        child = startWorker(command, { ...WORKER_PROCESS, stdin: 'pipe', env: { ...workerEnv(deps.env), ...record?.env() } });
         if (child.pid !== undefined) void record?.write(child.pid, false);
         const link = new EngineLink(child);
         links.set(launch.generation, link);

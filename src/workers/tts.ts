@@ -11,7 +11,7 @@ import { execa, type ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
 import { ttsWorkerMachine, type EngineCommand, type EngineInput, type TtsLaunch, type TtsWorkerEvent } from '../../machines/ttsWorker/index.js';
 import { fixStreamedWav } from '../adapters/wav.js';
-import { diesWithService } from '../adapters/parentDeath.js';
+import { diesWithService, startWorker } from '../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
 import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
@@ -152,8 +152,8 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
     }
     const binary = this.#binaries.get(generation);
     if (!binary) throw new SpeechFailure('the text-to-speech worker is not running');
-    const [program, argv] = await diesWithService(binary, ['-v', `${request.language}+${request.variant}`, '-s', String(espeakRate(request.speed)), '--stdin', '--stdout'], this.deps.env);
-    const child: ResultPromise = execa(program, argv, {
+    const command = await diesWithService(binary, ['-v', `${request.language}+${request.variant}`, '-s', String(espeakRate(request.speed)), '--stdin', '--stdout'], this.deps.env);
+    const child: ResultPromise = startWorker(command, {
       env: workerEnv(this.deps.env),
       extendEnv: false,
       input: request.text,

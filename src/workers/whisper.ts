@@ -14,7 +14,7 @@ import path from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import type { EngineCommand, SttLaunch, SttWorkerEvent } from '../../machines/sttWorker/index.js';
 import { readOomKills } from '../adapters/memory.js';
-import { diesWithService } from '../adapters/parentDeath.js';
+import { diesWithService, startWorker } from '../adapters/parentDeath.js';
 import { runtimeMissingMessage, whisperProgram, type RuntimeLookup } from '../adapters/runtimes.js';
 import { encodeWav } from '../adapters/wav.js';
 import type { Logger } from '../system/log.js';
@@ -65,8 +65,8 @@ export async function whisperTranscribe(engine: WhisperEngine, pcm: Buffer, lang
   try {
     const file = path.join(dir, 'recording.wav');
     await writeFile(file, wavOf(pcm), { mode: 0o600 });
-    const [program, argv] = await diesWithService(engine.binary, ['-m', engine.model, '-f', file, '-l', language, '-t', String(engine.threads), '-ng', '-nt', '-np'], env);
-    const result = await execa(program, argv, {
+    const command = await diesWithService(engine.binary, ['-m', engine.model, '-f', file, '-l', language, '-t', String(engine.threads), '-ng', '-nt', '-np'], env);
+    const result = await startWorker(command, {
       env: cpuOnly(env),
       extendEnv: false,
       reject: false,
@@ -142,10 +142,10 @@ export function runWhisper(
     }
     const [port, before] = await Promise.all([freePort(), readOomKills().catch(() => null)]);
     const args = ['-m', launch.model, '--host', '127.0.0.1', '--port', String(port), '-t', String(launch.threads), '-ng'];
-    const [file, argv] = await diesWithService(program.binary, args, deps.env);
+    const command = await diesWithService(program.binary, args, deps.env);
     if (stopped || stopRequested) return;
     const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'stt', launch.generation) : undefined;
-    child = execa(file, argv, { ...WORKER_PROCESS, env: { ...cpuOnly(deps.env), ...record?.env() } });
+    child = startWorker(command, { ...WORKER_PROCESS, env: { ...cpuOnly(deps.env), ...record?.env() } });
     if (child.pid !== undefined) void record?.write(child.pid, false);
     child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
     child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));

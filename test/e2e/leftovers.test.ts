@@ -26,8 +26,11 @@ async function adminSession(uiPort: number) {
     fetch(`${adminUrl}${route}`, { method, headers: { 'x-service-deck': '1', cookie, 'x-csrf-token': csrfToken, 'content-type': 'application/json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
 }
 
-t.test('workers die with a service killed with SIGKILL: the chat worker and sd-cli are gone within 2 s', async (t) => {
+t.test('workers die with a service killed with SIGKILL: the chat worker, sd-cli, and a speech server behind its wrapper are gone within 2 s', async (t) => {
   const { fileURLToPath } = await import('node:url');
+  const { readFile } = await import('node:fs/promises');
+  const speechServer = fileURLToPath(new URL('../fixtures/fake-speech-server.mjs', import.meta.url));
+  const record = path.join(await tempDir(t), 'requests.jsonl');
   const stateDir = await tempDir(t);
   const uiPort = await freePort();
   const apiPort = await freePort();
@@ -44,21 +47,32 @@ t.test('workers die with a service killed with SIGKILL: the chat worker and sd-c
     SERVICE_DECK_SD_CLI: fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url)),
     SERVICE_DECK_GPUS: 'none',
   };
-  const killedWith = async (kind: 'chat' | 'image', start: (admin: Awaited<ReturnType<typeof adminSession>>) => Promise<void>) => {
+  /** `start` loads the worker; it may return the pid of a process the worker started itself, to be gone too. */
+  const killedWith = async (kind: 'chat' | 'image' | 'tts', start: (admin: Awaited<ReturnType<typeof adminSession>>) => Promise<(() => Promise<number>) | void>) => {
     const service = spawnCli(t, ['serve', '--ui-port', String(uiPort)], env);
     await service.waitFor(/inference API on/);
     t.notMatch(service.output(), /workers are started without setpriv/, 'setpriv was found');
     const admin = await adminSession(uiPort);
-    await start(admin);
+    const behind = await start(admin);
     const worker = await until(`the ${kind} worker`, async () => {
       const status = (await (await admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; pid: number | null }> };
       return status.workers.find((w) => w.kind === kind && w.pid !== null)?.pid ?? undefined;
     });
     t.ok(alive(worker), `the ${kind} worker ${worker} runs`);
+    const grandchild = behind ? await behind() : undefined;
+    if (grandchild !== undefined) {
+      t.not(grandchild, worker);
+      t.ok(alive(grandchild), `the process ${grandchild} the ${kind} worker started runs`);
+      t.teardown(() => {
+        if (alive(grandchild)) process.kill(grandchild, 'SIGKILL');
+      });
+    }
     service.child.kill('SIGKILL');
     await service.exited;
-    await until(`the ${kind} worker to die with the service`, async () => (ended(worker) ? true : undefined), 2_000).catch(() => undefined);
+    const pids = grandchild === undefined ? [worker] : [worker, grandchild];
+    await until(`the ${kind} worker to die with the service`, async () => (pids.every(ended) ? true : undefined), 2_000).catch(() => undefined);
     t.ok(ended(worker), `the ${kind} worker is gone within 2 s of the service's SIGKILL`);
+    if (grandchild !== undefined) t.ok(ended(grandchild), `the process the ${kind} worker started is gone within 2 s too`);
   };
   const publish = async (admin: Awaited<ReturnType<typeof adminSession>>, profile: object) => {
     const id = ((await (await admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
@@ -78,6 +92,18 @@ t.test('workers die with a service killed with SIGKILL: the chat worker and sd-c
       headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'stuck', prompt: 'a lighthouse' }),
     }).catch(() => undefined);
+  });
+  // A speech server command that is a wrapper: the parent-death signal reaches the wrapper (sh), not
+  // the server it started; the worker's process group and the watchdog reach both.
+  await killedWith('tts', async (admin) => {
+    await publish(admin, { name: 'voice', category: 'tts', params: { backend: 'openai-server', command: ['sh', '-c', `"${process.execPath}" "${speechServer}" --port "$1" --record "${record}" & wait`, 'sh', '{port}'] } });
+    const spoken = await fetch(`http://127.0.0.1:${apiPort}/v1/audio/speech`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'voice', input: 'hello', language: 'English' }),
+    });
+    t.equal(spoken.status, 200, 'the speech server behind the wrapper answered');
+    return async () => (JSON.parse((await readFile(record, 'utf8')).split('\n')[0]!) as { pid: number }).pid;
   });
 });
 

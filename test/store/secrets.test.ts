@@ -34,6 +34,7 @@ t.test('at most `concurrency` tasks run, `queue` wait, and the rest are refused 
   }
   t.same(await Promise.all(settled.slice(0, 5)), Array(5).fill('done'), 'the queued ones ran, in turn');
   t.equal(most, 2, 'never more than two at once');
+  t.equal(gate.most, 2, 'and the gate counts the same (what the login flood test reads)');
   t.equal(gate.running, 0, 'the gate is free again');
   t.equal(await gate.run(async () => 'again'), 'again');
 });
