@@ -11,7 +11,7 @@
 // checked in this process, and three of them as processes.
 import { spawn } from 'node:child_process';
 import { randomBytes, scryptSync } from 'node:crypto';
-import { chmod, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, cp, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import type { Test } from 'tap';
@@ -128,6 +128,45 @@ async function cheapPasswordCheck(b: Built): Promise<void> {
 }
 
 const noStack = (t: Test, ran: Ran) => t.notMatch(ran.stdout + ran.stderr, /\n\s+at .+:\d+:\d+/, 'no stack trace');
+
+
+// What runs apart from the service below starts at once, beside its cases; the subtests at the end
+// check what it gave. A failure is reported there (the catch only keeps it from going unhandled).
+const USAGE_CASES: Array<[string[], string]> = [
+  [['status', '--bogus'], "Unknown option '--bogus'"],
+  [['profiles', 'frob'], 'profiles: unknown subcommand "frob" (one of list, show, create, edit, set, delete, publish, unpublish)'],
+  [['profiles', 'show'], 'profiles show needs a profile id or name'],
+  [['profiles', 'list', 'x'], 'profiles list takes no argument (got "x")'],
+  [['profiles', 'create'], 'profiles create needs --file FILE (a JSON profile; - reads standard input)'],
+  [['profiles', 'create', 'x', '--file', 'p.json'], 'profiles create takes no argument (got "x")'],
+  [['profiles', 'edit', 'x'], 'profiles edit needs --file FILE'],
+  [['profiles', 'show', 'x', '--file', 'p.json'], 'profiles show takes no --file'],
+  [['profiles', 'set', 'x'], 'profiles set needs at least one key=value after the profile'],
+  [['profiles', 'set', 'x', 'params.context'], 'profiles set: "params.context" is not key=value'],
+  [['profiles', 'set', 'x', 'params..context=1'], 'profiles set: "params..context=1" is not key=value'],
+  [['profiles', 'delete', 'x', 'y'], 'profiles delete: unexpected argument "y"'],
+  [['profiles', 'create', '--file', '-', '--password-stdin'], 'profiles create: --file - and --password-stdin both read standard input'],
+  [['enhancers', 'frob'], 'enhancers: unknown subcommand "frob" (one of list, install, cancel)'],
+  [['enhancers', 'install'], 'enhancers install needs the task: t2i or i2i'],
+  [['enhancers', 'install', 'x2y'], 'enhancers install needs the task: t2i or i2i (got "x2y")'],
+  [['enhancers', 'cancel', 'now'], 'enhancers cancel takes no argument (got "now")'],
+  [['status', 'now'], 'status: unexpected argument "now"'],
+  [['serve', '--api-port', '80'], '--api-port: 80 is outside the allowed ports 1024-65535'],
+  [['serve', '--api-ports', '8120-8124', '--api-port', '8125'], '--api-port: 8125 is outside the allowed ports 8120-8124'],
+  [['status', '--ui-port', 'abc'], '--ui-port: "abc" is not a port number'],
+  [['launch'], 'unknown command "launch"'],
+  [[], 'no command given'],
+];
+/** The usage cases that also run as processes: of the option parser, a subcommand and no command. */
+const USAGE_AS_PROCESSES = [0, 1, USAGE_CASES.length - 1];
+const usageState = await tempDir(t);
+const usageRuns = Promise.all([
+  cli(t, ['--help'], {}),
+  run(t, ['npx', '--no-install', 'service-deck', '--help'], { npm_config_update_notifier: 'false' }),
+  ...USAGE_AS_PROCESSES.map((i) => cli(t, USAGE_CASES[i]![0], { SERVICE_DECK_STATE_DIR: usageState })),
+]);
+const portStarts = apiPortStarts(t);
+portStarts.catch(() => undefined);
 
 // The one service of the running cases; the stopped cases shut it down and read its files.
 const hub = await startHub(t);
@@ -335,13 +374,15 @@ t.test('a stopped service: status and profiles from the state directory, no pass
   const profileFile = path.join(await tempDir(t), 'p.json');
   await writeFile(profileFile, JSON.stringify({ name: 'late', category: 'tts', params: {} }));
 
-  const [status, list, publish, create, enhancers, missing] = await Promise.all([
+  const [status, list, publish, create, enhancers, missing, gone] = await Promise.all([
     cli(t, ['status'], env),
     cli(t, ['profiles', 'list', '--json'], env),
     cli(t, ['profiles', 'publish', 'voice'], env),
     cli(t, ['profiles', 'create', '--file', profileFile], env),
     cli(t, ['enhancers'], env),
     cli(t, ['status', '--state-dir', path.join(b.stateDir, 'nowhere')], env),
+    // A process that has ended, for the admin.json of a killed service below.
+    run(t, [process.execPath, '-e', 'process.stdout.write(String(process.pid))'], {}),
   ]);
   t.equal(status.code, 0, status.stderr);
   t.same(status.stdout.split('\n').slice(0, 6), [
@@ -379,59 +420,34 @@ t.test('a stopped service: status and profiles from the state directory, no pass
   noStack(t, missing);
 
   // A service killed without its shutdown leaves admin.json behind, naming a process that is gone.
-  const gone = await run(t, [process.execPath, '-e', 'process.stdout.write(String(process.pid))'], {});
   await writeFile(path.join(b.stateDir, 'admin.json'), JSON.stringify({ host: '127.0.0.1', port: await freePort(), pid: Number(gone.stdout), started_at: new Date().toISOString() }));
-  const stale = await cli(t, ['status'], env);
+  // A live process that does not answer (this test's own pid on a port nobody listens on), in a copy.
+  const copy = path.join(await tempDir(t), 'state');
+  await cp(b.stateDir, copy, { recursive: true });
+  await writeFile(path.join(copy, 'admin.json'), JSON.stringify({ host: '0.0.0.0', port: await freePort(), pid: process.pid, started_at: new Date().toISOString() }));
+  const [stale, silent, set] = await Promise.all([
+    cli(t, ['status'], env),
+    cli(t, ['profiles', 'show', 'voice', '--state-dir', copy], env),
+    cli(t, ['set-password'], env, 'another long password\n'),
+  ]);
   t.equal(stale.code, 0, stale.stderr);
   t.match(stale.stdout, `service: not running (admin.json names process ${gone.stdout}, which has ended (a service that was killed))`);
-  // A live process that does not answer: this test's own pid on a port nobody listens on.
-  await writeFile(path.join(b.stateDir, 'admin.json'), JSON.stringify({ host: '0.0.0.0', port: await freePort(), pid: process.pid, started_at: new Date().toISOString() }));
-  const silent = await cli(t, ['profiles', 'show', 'voice'], env);
   t.equal(silent.code, 0, silent.stderr);
   t.match(silent.stdout, /service not running: read from its files; admin.json names process \d+, but nothing answers at http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\)/);
+  t.match(silent.stdout, `id:         ${profiles.voice.id}\n`, 'and the profile from the files');
 
-  const set = await cli(t, ['set-password'], env, 'another long password\n');
   t.equal(set.code, 0, set.stderr);
   t.equal(set.stdout, `service-deck: operator password saved (scrypt hash) in state directory ${b.stateDir}\n`);
 });
 
 t.test('a bad option, command or argument prints the usage on stderr and exits 2; npx service-deck runs', async (t) => {
   const stateDir = await tempDir(t);
-  const cases: Array<[string[], string]> = [
-    [['status', '--bogus'], "Unknown option '--bogus'"],
-    [['profiles', 'frob'], 'profiles: unknown subcommand "frob" (one of list, show, create, edit, set, delete, publish, unpublish)'],
-    [['profiles', 'show'], 'profiles show needs a profile id or name'],
-    [['profiles', 'list', 'x'], 'profiles list takes no argument (got "x")'],
-    [['profiles', 'create'], 'profiles create needs --file FILE (a JSON profile; - reads standard input)'],
-    [['profiles', 'create', 'x', '--file', 'p.json'], 'profiles create takes no argument (got "x")'],
-    [['profiles', 'edit', 'x'], 'profiles edit needs --file FILE'],
-    [['profiles', 'show', 'x', '--file', 'p.json'], 'profiles show takes no --file'],
-    [['profiles', 'set', 'x'], 'profiles set needs at least one key=value after the profile'],
-    [['profiles', 'set', 'x', 'params.context'], 'profiles set: "params.context" is not key=value'],
-    [['profiles', 'set', 'x', 'params..context=1'], 'profiles set: "params..context=1" is not key=value'],
-    [['profiles', 'delete', 'x', 'y'], 'profiles delete: unexpected argument "y"'],
-    [['profiles', 'create', '--file', '-', '--password-stdin'], 'profiles create: --file - and --password-stdin both read standard input'],
-    [['enhancers', 'frob'], 'enhancers: unknown subcommand "frob" (one of list, install, cancel)'],
-    [['enhancers', 'install'], 'enhancers install needs the task: t2i or i2i'],
-    [['enhancers', 'install', 'x2y'], 'enhancers install needs the task: t2i or i2i (got "x2y")'],
-    [['enhancers', 'cancel', 'now'], 'enhancers cancel takes no argument (got "now")'],
-    [['status', 'now'], 'status: unexpected argument "now"'],
-    [['serve', '--api-port', '80'], '--api-port: 80 is outside the allowed ports 1024-65535'],
-    [['serve', '--api-ports', '8120-8124', '--api-port', '8125'], '--api-port: 8125 is outside the allowed ports 8120-8124'],
-    [['status', '--ui-port', 'abc'], '--ui-port: "abc" is not a port number'],
-    [['launch'], 'unknown command "launch"'],
-    [[], 'no command given'],
-  ];
+  const cases = USAGE_CASES;
   // Every case is refused by the command's own code before it acts: in this process, each case's
   // error is a UsageError with its message. The real command turns any UsageError into the message
   // and the usage on stderr and exit 2 in one place (run in src/cli.ts): three cases, of the option
-  // parser, a subcommand and no command, show that as processes, beside the help and npx.
-  const real = [0, 1, cases.length - 1];
-  const [help, npx, ...runs] = await Promise.all([
-    cli(t, ['--help'], {}),
-    run(t, ['npx', '--no-install', 'service-deck', '--help'], { npm_config_update_notifier: 'false' }),
-    ...real.map((i) => cli(t, cases[i]![0], { SERVICE_DECK_STATE_DIR: stateDir })),
-  ]);
+  // parser, a subcommand and no command, show that as processes (USAGE_AS_PROCESSES).
+  const [help, npx, ...runs] = await usageRuns;
   for (const [args, message] of cases) {
     const what = args.join(' ') || '(nothing)';
     const error = await main([...args, '--state-dir', stateDir]).then(
@@ -442,7 +458,7 @@ t.test('a bad option, command or argument prints the usage on stderr and exits 2
     t.match(error.message, message, `${what}: says what is wrong`);
   }
   for (const [i, ran] of runs.entries()) {
-    const [args, message] = cases[real[i]!]!;
+    const [args, message] = cases[USAGE_AS_PROCESSES[i]!]!;
     const what = args.join(' ') || '(nothing)';
     t.equal(ran.code, 2, `${what}: exit 2`);
     t.match(ran.stderr, `service-deck: ${message}\nusage: service-deck <command> [options]`, `${what}: says what is wrong, then the usage`);
@@ -485,29 +501,41 @@ async function serveOnce(t: Test, env: NodeJS.ProcessEnv, args: string[], askSta
   return { lines, port, status: status && (JSON.parse(status.stdout) as { endpoint: { port: number } }), stateDir };
 }
 
-t.test('--api-port and SERVICE_DECK_API_PORT set the inference port of the first start only', async (t) => {
+/**
+ * The three starts of `serve`: a first start with --api-port, a later start of the same state
+ * directory with SERVICE_DECK_API_PORT, and a first start of another one with SERVICE_DECK_API_PORT
+ * (beside the other two). `oneAdminJson`: what a stat of admin.json said after the first one ended.
+ */
+async function apiPortStarts(t: Test) {
   const [uiPort, freshUiPort, first, later] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
   const envOf = async () => {
     const stateDir = await tempDir(t);
     return { SERVICE_DECK_STATE_DIR: stateDir, SERVICE_DECK_ADMIN_PASSWORD: PASSWORD, SERVICE_DECK_CACHE_DIR: path.join(stateDir, 'cache') };
   };
   const env = await envOf();
-  // A first start in another state directory runs beside the two starts of the same one.
   const freshRun = envOf().then((freshEnv) => serveOnce(t, { ...freshEnv, SERVICE_DECK_API_PORT: String(later) }, ['--ui-port', String(freshUiPort)]));
   const one = await serveOnce(t, env, ['--ui-port', String(uiPort), '--api-port', String(first)], true);
+  const oneAdminJson = await stat(path.join(one.stateDir, 'admin.json')).then(
+    () => 'still there',
+    (error: NodeJS.ErrnoException) => error.code,
+  );
+  const two = await serveOnce(t, { ...env, SERVICE_DECK_API_PORT: String(later) }, ['--ui-port', String(uiPort)]);
+  return { one, oneAdminJson, two, fresh: await freshRun, first, later };
+}
+
+t.test('--api-port and SERVICE_DECK_API_PORT set the inference port of the first start only', async (t) => {
+  const { one, oneAdminJson, two, fresh, first, later } = await portStarts;
   t.equal(one.lines[0], `service-deck: state directory ${one.stateDir}`, 'serve names its state directory first');
   t.equal(one.port, first, 'the first start saved its --api-port in endpoint.json at once');
   t.equal(one.status?.endpoint.port, first, 'status shows it');
-  await t.rejects(stat(path.join(one.stateDir, 'admin.json')), { code: 'ENOENT' }, 'SIGTERM removed admin.json');
+  t.equal(oneAdminJson, 'ENOENT', 'SIGTERM removed admin.json');
 
-  const two = await serveOnce(t, { ...env, SERVICE_DECK_API_PORT: String(later) }, ['--ui-port', String(uiPort)]);
   t.equal(two.port, first, 'a later start keeps the saved port');
   t.equal(
     two.lines[1],
     `service-deck: --api-port ${later} applies only at the first start: ${path.join(one.stateDir, 'endpoint.json')} keeps port ${first} (change it with POST /api/v1/endpoint/config while the listener is stopped)`,
   );
 
-  const fresh = await freshRun;
   t.equal(fresh.port, later, 'SERVICE_DECK_API_PORT at a first start');
   t.equal(fresh.lines.filter((l) => l.includes('applies only at the first start')).length, 0, 'no notice at the first start');
 });
