@@ -94,6 +94,9 @@ export function parseAssignment(word: string): { path: string[]; value: unknown 
   const at = word.indexOf('=');
   const path = word.slice(0, Math.max(at, 0)).split('.');
   if (at <= 0 || path.some((key) => key === '')) throw new UsageError(`profiles set: "${word}" is not key=value (e.g. params.context=8192)`);
+  // Names every plain object has are no profile field: they would reach the object's prototype.
+  const inherited = path.find((key) => key in Object.prototype || key === 'prototype');
+  if (inherited !== undefined) throw new UsageError(`profiles set: "${inherited}" is not a profile field`);
   const text = word.slice(at + 1);
   try {
     return { path, value: JSON.parse(text) as unknown };
@@ -111,9 +114,9 @@ function assign(profile: Json, assignments: Array<{ path: string[]; value: unkno
   for (const { path, value } of assignments) {
     let node = root;
     for (const key of path.slice(0, -1)) {
-      const next = Object.hasOwn(node, key) ? node[key] : undefined;
+      const next = node[key];
       if (next !== undefined && !isObject(next)) throw new CliError(`profiles set ${path.join('.')}: ${key} is not an object in this profile`);
-      node = (node[key] as Json | undefined) ?? (node[key] = {});
+      node = next ?? (node[key] = {});
     }
     node[path.at(-1) ?? ''] = value;
   }

@@ -144,6 +144,8 @@ const USAGE_CASES: Array<[string[], string]> = [
   [['profiles', 'set', 'x'], 'profiles set needs at least one key=value after the profile'],
   [['profiles', 'set', 'x', 'params.context'], 'profiles set: "params.context" is not key=value'],
   [['profiles', 'set', 'x', 'params..context=1'], 'profiles set: "params..context=1" is not key=value'],
+  [['profiles', 'set', 'x', '__proto__.polluted=1'], 'profiles set: "__proto__" is not a profile field'],
+  [['profiles', 'set', 'x', 'params.constructor=1'], 'profiles set: "constructor" is not a profile field'],
   [['profiles', 'delete', 'x', 'y'], 'profiles delete: unexpected argument "y"'],
   [['profiles', 'create', '--file', '-', '--password-stdin'], 'profiles create: --file - and --password-stdin both read standard input'],
   [['enhancers', 'frob'], 'enhancers: unknown subcommand "frob" (one of list, install, cancel)'],
@@ -237,7 +239,7 @@ t.test('a running service: status and profiles through the admin API, logged out
 
   t.equal(wrong.code, 1, 'a wrong password: exit 1');
   t.match(wrong.stderr, 'service-deck: login refused: Wrong password');
-  t.match(wrong.stderr, '(HTTP 401', 'with the status of the refusal');
+  t.match(wrong.stderr, 'Wrong password. (HTTP 401 invalid_password)\n', 'with the status and code of the refusal');
   noStack(t, wrong);
 
   t.equal(none.code, 1, 'no password given and no terminal: exit 1');
