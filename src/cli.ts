@@ -1,7 +1,7 @@
 // The `service-deck` command (CONTRACT section 1): serve, demo, set-password, rotate-token, and the
-// admin commands status and profiles, which talk to the running service on loopback or read the
-// state directory of a stopped one (src/cli/). Every command names the state directory it acted
-// on; a bad option, command or argument prints the usage on stderr and exits 2.
+// admin commands status, profiles and enhancers, which talk to the running service on loopback or
+// read the state directory of a stopped one (src/cli/). Every command names the state directory it
+// acted on; a bad option, command or argument prints the usage on stderr and exits 2.
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type CliOptions } from './config.js';
 import { ensurePrivateDir, StateFileError } from './store/files.js';
@@ -12,16 +12,28 @@ import { readNewPassword, type CredentialSource } from './cli/password.js';
 const USAGE = `usage: service-deck <command> [options]
 
 commands:
-  serve                      run the service in the foreground
-  demo                       set up the embedded default and serve it
-  set-password               read the operator password from standard input
-  rotate-token               print a new API token once (the old one stops working)
-  status                     the service: inference listener and port, workers with state and
-                             memory, queue, blocked profiles and why
-  profiles [list]            every profile: category, publication, blockers
-  profiles show <id|name>    one profile with its parameters
-  profiles publish <id|name>     publish a profile (the service must be running)
-  profiles unpublish <id|name>   unpublish a profile (the service must be running)
+  serve                                run the service in the foreground
+  demo                                 set up the embedded default and serve it
+  set-password                         read the operator password from standard input
+  rotate-token                         print a new API token once (the old one stops working)
+  status                               the service: inference listener and port, workers with
+                                       state and memory, queue, blocked profiles and why
+  profiles [list]                      every profile: category, publication, blockers
+  profiles show <id|name>              one profile with its parameters
+  profiles create --file FILE          create a profile from JSON: name, category, params
+  profiles edit <id|name> --file FILE  replace a profile by the JSON in FILE (as profiles show
+                                       --json wrote it; name and category may be left out)
+  profiles set <id|name> KEY=VALUE...  change fields, e.g. params.context=8192 name=talker
+                                       (a VALUE that is JSON is taken as JSON)
+  profiles delete <id|name>            delete a profile (unpublished first)
+  profiles publish <id|name>           publish a profile
+  profiles unpublish <id|name>         unpublish a profile
+  enhancers [list]                     the prompt enhancers: where each task's install stands
+  enhancers install <t2i|i2i>          download a task's enhancer in the service and follow it
+                                       (Ctrl-C stops following; the download goes on)
+  enhancers cancel                     stop the running install (its partial files are removed)
+  Changing profiles and enhancers needs the running service; status, profiles list and show
+  also read the state directory of a stopped one.
 
 options:
   --state-dir DIR    state directory (default $SERVICE_DECK_STATE_DIR or ~/.local/state/service-deck)
@@ -30,8 +42,9 @@ options:
   --api-ports A-B    ports the inference listener may use (default 1024-65535)
   --api-port PORT    inference port of the first start (default $SERVICE_DECK_API_PORT or 8120);
                      later starts keep the port saved in endpoint.json
-  --json             status and profiles: JSON on stdout
-  --password-stdin   status and profiles: read the operator password from standard input
+  --json             status, profiles and enhancers: JSON on stdout
+  --file FILE        profiles create and edit: the profile as JSON (- for standard input)
+  --password-stdin   status, profiles and enhancers: read the operator password from stdin
                      (else $SERVICE_DECK_ADMIN_PASSWORD, else asked on a terminal)
   -h, --help         this text
 `;
@@ -55,6 +68,7 @@ function parse(argv: string[]) {
         'api-port': { type: 'string' },
         json: { type: 'boolean' },
         'password-stdin': { type: 'boolean' },
+        file: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -136,9 +150,13 @@ export async function main(argv: string[]): Promise<number> {
       const { statusCommand } = await import('./cli/status.js');
       return statusCommand(configOf(options), { json, credential });
     }
+    case 'enhancers': {
+      const { enhancersCommand } = await import('./cli/enhancers.js');
+      return enhancersCommand(configOf(options), rest, { json, credential });
+    }
     case 'profiles': {
       const { profilesCommand } = await import('./cli/profiles.js');
-      return profilesCommand(configOf(options), rest, { json, credential });
+      return profilesCommand(configOf(options), rest, { json, credential, file: values.file });
     }
     default:
       throw new UsageError(`unknown command "${command}"`);

@@ -71,14 +71,18 @@ async function send(url: string, init: RequestInit): Promise<Response> {
   }
 }
 
+/** The refusal in words: the service's message, then the status, code and field it names. */
 async function refusal(response: Response, what: string): Promise<AdminApiError> {
-  let body: { error?: { message?: string; code?: string | null } } = {};
+  let body: { error?: { message?: string; code?: string | null; param?: string | null } } = {};
   try {
     body = (await response.json()) as typeof body;
   } catch {
     // Not the OpenAI error body: the status says enough.
   }
-  return new AdminApiError(response.status, body.error?.code ?? null, `${what}: ${body.error?.message ?? `HTTP ${response.status}`}`);
+  const code = body.error?.code ?? null;
+  const param = body.error?.param ? `, field ${body.error.param}` : '';
+  const message = `${what}: ${body.error?.message ?? 'no error body'} (HTTP ${response.status}${code ? ` ${code}` : ''}${param})`;
+  return new AdminApiError(response.status, code, message);
 }
 
 export class AdminSession {
@@ -102,7 +106,7 @@ export class AdminSession {
   }
 
   /** One call; an answer other than 2xx is an AdminApiError with the service's message. */
-  async call<T>(method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown): Promise<T> {
+  async call<T>(method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown): Promise<T> {
     const headers: Record<string, string> = { 'x-service-deck': '1', cookie: this.cookie };
     if (method !== 'GET') headers['x-csrf-token'] = this.csrf;
     if (body !== undefined) headers['content-type'] = 'application/json';

@@ -3,7 +3,7 @@
 // stores it: `set-password` stores only its scrypt hash, the admin commands send it once to log in.
 import { CliError } from './errors.js';
 
-async function readStdin(): Promise<string> {
+export async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
   return Buffer.concat(chunks).toString('utf8');

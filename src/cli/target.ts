@@ -4,10 +4,8 @@
 // uses (src/system/catalog.ts).
 import { stat } from 'node:fs/promises';
 import type { Config } from '../config.js';
-import { EndpointStore, type EndpointRecord } from '../store/endpoint.js';
+import type { EndpointRecord } from '../store/endpoint.js';
 import type { ProfileView } from '../store/profile.schema.js';
-import { ProfileStore } from '../store/profiles.js';
-import { catalogOf } from '../system/catalog.js';
 import { locateService, withAdminSession, type AdminSession } from './admin.js';
 import { CliError } from './errors.js';
 import { operatorPassword, type CredentialSource } from './password.js';
@@ -28,6 +26,12 @@ export type Target =
 async function readStopped(config: Config) {
   const found = await stat(config.stateDir).catch(() => undefined);
   if (!found?.isDirectory()) throw new CliError(`no state directory at ${config.stateDir} (the service has not run with it; give --state-dir or SERVICE_DECK_STATE_DIR)`);
+  // The stores and the catalog load only here: a command on the running service needs none of them.
+  const [{ EndpointStore }, { ProfileStore }, { catalogOf }] = await Promise.all([
+    import('../store/endpoint.js'),
+    import('../store/profiles.js'),
+    import('../system/catalog.js'),
+  ]);
   const endpoint = await EndpointStore.open(config.stateDir);
   const profiles = await ProfileStore.open(config.stateDir, endpoint);
   return { endpoint: endpoint.record, profiles: () => catalogOf(config, profiles).views() };

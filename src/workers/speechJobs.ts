@@ -29,7 +29,14 @@ export function transcriptionLanguage(profile: SttProfile, requested: SttLanguag
   const language = requested ?? profile.params.defaultLanguage;
   const supported = STT_LANGUAGES[profile.params.backend];
   if (!supported.includes(language)) {
-    throw errors.invalidValue('language', `The ${profile.params.backend} backend of ${profile.name} cannot transcribe language ${language}: it takes ${supported.join(', ')}.`);
+    // The request named it: a profile's own default that its backend lacks is a blocker instead.
+    const backend = profile.params.backend;
+    const others = Object.entries(STT_LANGUAGES).filter(([name, languages]) => name !== backend && languages.includes(language));
+    const instead = others.map(([name]) => `; a profile with params.backend ${name} takes it`).join('');
+    throw errors.invalidValue(
+      'language',
+      `The ${backend} backend of ${profile.name} (its params.backend) cannot transcribe language ${language}: it takes ${supported.join(', ')}${instead}.`,
+    );
   }
   return language;
 }

@@ -13,7 +13,7 @@ import { freePort, tempDir } from '../helpers/build.js';
 import { llamaServerPath } from '../helpers/llama.js';
 import { spawnCli } from '../helpers/spawn.js';
 
-// The demo's start and eleven scripts, some of which start a worker: about a minute on 2 cores.
+// The demo's start and twelve scripts, some of which start a worker: about a minute on 2 cores.
 t.setTimeout(300_000);
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -32,6 +32,10 @@ const EXAMPLES: Array<{ file: string; expect: RegExp[] }> = [
   { file: 'transcribe.mjs', expect: [/^said: {2}hello world this is a test$/m, /^heard: .*\b(hello|world|this|test)\b/m] },
   { file: 'admin.mjs', expect: [/^endpoint running on 127\.0\.0\.1:\d+; profiles: tiny-chat \(chat, published\)/m, /^chat test done:/m, /tokens_per_second/] },
   { file: 'admin.sh', expect: [/created the chat profile my-chat \(p-[0-9a-f]{12}\) for .*service-deck-tiny\.gguf/, /^published my-chat$/m, /"object":"chat\.completion"/, /"model":"my-chat"/] },
+  {
+    file: 'chat-test.sh',
+    expect: [/^\{"job":\{"id":"[0-9a-f-]{36}","profile_id":"demo-chat"/m, /^chat test done: \{"prefill":\{"tokens":\d+/m, /^\{"cancelled":true,"job":\{.*"phase":"cancelled"/m, /^unloaded: true; chat workers left: 0$/m, /^logged out$/m],
+  },
   {
     file: 'curl.sh',
     expect: [/\{"status":"ok","endpoint":"running"\}/, /"id":"tiny-chat"/, /"object":"chat\.completion"/, /^data: \[DONE\]$/m, /speech: .*morgen\.wav \(\d{4,} bytes\)/],
@@ -97,7 +101,7 @@ t.test('every example runs against the demo', async (t) => {
     t.equal(ran.code, 0, `${example.file} exits 0`, { stdout: ran.stdout, stderr: ran.stderr });
     for (const pattern of example.expect) t.match(ran.stdout, pattern, `${example.file} prints ${pattern}`);
     t.same(await readdir(cwd), [], `${example.file} writes nothing into the folder it runs in`);
-    if (example.file === 'admin.sh') t.same(await readdir(tmp), [], 'admin.sh removes its cookie jar');
+    if (example.file === 'admin.sh' || example.file === 'chat-test.sh') t.same(await readdir(tmp), [], `${example.file} removes its cookie jar`);
   }
 
   demo.child.kill('SIGTERM');

@@ -51,10 +51,13 @@ export const SPEECH_FIELDS = {
   instructions: 'ignored',
 } as const satisfies FieldFates;
 
-/** A language name the backend does not speak, or a voice it does not have: a 400 naming what it has. */
-function unsupported(param: 'language' | 'voice', name: string, supported: readonly string[]) {
+/**
+ * A language name the backend does not speak, or a voice it does not have: a 400 naming what it
+ * has, and the profile setting that says so when the operator set the list (`setting`).
+ */
+function unsupported(param: 'language' | 'voice', name: string, supported: readonly string[], setting?: string) {
   const what = param === 'language' ? `The language ${JSON.stringify(name)} is not supported` : `The voice ${JSON.stringify(name)} is not one of the presets`;
-  return errors.invalidValue(param, `${what}; supported: ${supported.join(', ')}.`);
+  return errors.invalidValue(param, `${what}; supported: ${supported.join(', ')}${setting ? ` (${setting}, set by the operator)` : ''}.`);
 }
 
 /** The request for the profile's backend: language names map to its voices (spec 4.5). */
@@ -64,7 +67,7 @@ export function speechJob(profile: TtsProfile, body: z.output<typeof speechReque
   if (profile.params.backend === 'openai-server') {
     // The server's own languages, when the profile lists them; else the name is passed on as it is.
     const languages = profile.params.languages;
-    if (languages && !languages.includes(languageName)) throw unsupported('language', languageName, languages);
+    if (languages && !languages.includes(languageName)) throw unsupported('language', languageName, languages, `the params.languages of ${profile.name}`);
     return { backend: 'openai-server', model: profile.params.model ?? 'tts-1', input: body.input, voice, speed, language: languageName };
   }
   const language = ESPEAK_LANGUAGES.get(languageName);
