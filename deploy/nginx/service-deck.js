@@ -159,6 +159,8 @@ async function route(r) {
 
 async function models(r) {
   if (!authorized(r)) return;
+  // Lists are read with GET; any other method gets the first node's own answer to it.
+  if (r.method !== 'GET') return forward(r, nodes(r)[0]);
   const answers = await Promise.all(nodes(r).map((node) => ask(r, node, r.uri)));
   const seen = {};
   const data = [];

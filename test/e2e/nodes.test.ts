@@ -146,7 +146,9 @@ t.test('two nodes behind nginx through the openai client', { skip: missing }, as
   controller.abort();
   t.equal(runningAtFirst, 1, 'the first event came while node 1 still generated the answer');
   const apart = arrivals.slice(1).filter((at, i) => at - arrivals[i]! > 1).length;
-  t.ok(apart >= (arrivals.length - 1) / 2, `${apart} of the ${arrivals.length - 1} later events came over 1 ms after the one before (${perToken.toFixed(1)} ms per token)`);
+  // Buffered, 40 events of ~250 bytes would come in one or two 8 KiB reads; a busy machine may
+  // still deliver a few together.
+  t.ok(apart >= (arrivals.length - 1) / 4, `${apart} of the ${arrivals.length - 1} later events came over 1 ms after the one before (${perToken.toFixed(1)} ms per token)`);
   const freedIn = Date.now();
   await until('node 1 to free its slot', async () => ((await status(node1)).queue.running.length === 0 ? true : undefined), 60_000);
   const rest = perToken * (4000 - chunks);
