@@ -8,13 +8,15 @@
 #   docker build --build-arg CUDA_ARCHITECTURES=90 -t service-deck .   # H100/H200 only: faster
 #
 # Run (needs the NVIDIA Container Toolkit and a driver that supports CUDA_VERSION):
-#   docker run -d --name service-deck --gpus all --stop-timeout 75 \
+#   docker run -d --name service-deck --gpus all --pid=host --stop-timeout 75 \
 #     -p 127.0.0.1:8110:8110 -p 127.0.0.1:8120:8120 \
 #     -v service-deck-state:/var/lib/service-deck \
 #     -v /srv/models:/models:ro \
 #     -e SERVICE_DECK_ADMIN_PASSWORD='a long operator password' \
 #     service-deck
 #   docker logs service-deck     # the API token, printed once at the first start
+# --pid=host: nvidia-smi reports host pids, and the GPU probe tells the service's own workers
+# from foreign GPU processes by pid (docs/operations.md, "Containers").
 #
 # Inside a container 127.0.0.1 cannot be reached from the host. So the admin listener binds
 # 0.0.0.0 (CMD below), and the operator publishes the ports to 127.0.0.1 on the host as above,

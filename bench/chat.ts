@@ -33,6 +33,7 @@ import { createLogger } from '../src/system/log.js';
 import { startService, type Service } from '../src/compose.js';
 import { freePort } from '../test/helpers/build.js';
 import { llamaServerPath } from '../test/helpers/llama.js';
+import { percentile, stop } from './lib.js';
 
 const ROUNDS = Number(process.argv[2] ?? 12);
 const LATENCY_REQUESTS = 240; // per side, spread over the rounds
@@ -56,11 +57,6 @@ const RUN_LIMIT_MS = 5 * 60_000;
 // cores, generation slows down many times over, and the ratios say nothing about the service.
 const busy = (what: string) =>
   new Error(`${what}: the machine is busy with other work (load ${os.loadavg()[0]!.toFixed(2)} on ${os.cpus().length} CPUs); run the benchmark on an idle machine`);
-
-const percentile = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
-};
 
 interface Side {
   name: 'direct' | 'service';
@@ -239,15 +235,6 @@ async function healthy(port: number, child: ChildProcess, limitMs: number) {
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   throw new Error('the direct llama-server did not become healthy');
-}
-
-async function stop(child: ChildProcess) {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const ended = new Promise((resolve) => child.once('exit', resolve));
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
-  await ended;
-  clearTimeout(timer);
 }
 
 const began = performance.now();

@@ -9,14 +9,10 @@ import { performance } from 'node:perf_hooks';
 import { createActor } from 'xstate';
 import { queueMachine, type QueuedJob } from '../machines/queue/index.js';
 import { supervisorHarness } from '../test/helpers/supervisor.js';
+import { percentile } from './lib.js';
 
 const ROUNDS = Number(process.argv[2] ?? 20_000);
 const WAITING = 16;
-
-const percentile = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
-};
 
 async function supervisorRun() {
   const h = supervisorHarness({ maxWaiting: WAITING });

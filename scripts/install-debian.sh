@@ -2,9 +2,10 @@
 # The Debian packages the speech workers use (issue 5): espeak-ng (text to speech), pocketsphinx
 # with its en-us model (speech to text) and libpocketsphinx-dev (to build the STT engine program,
 # scripts/build-pocketsphinx.sh); or the packages named as arguments (the test suite asks for
-# chromium, the browser its console tests drive). Installed with apt-get when run as root;
-# otherwise the missing ones are named. Never fails: speech profiles then carry
-# `runtime missing: …`, and the console tests say that chromium is missing.
+# chromium, the browser its console tests drive, and nginx with libnginx-mod-http-js for the
+# several-nodes test). Installed with apt-get when run as root; otherwise the missing ones are
+# named. Never fails: speech profiles then carry `runtime missing: …`, the console tests say that
+# chromium is missing, and the several-nodes test is skipped naming the missing package.
 set -u
 
 say() { printf 'debian: %s\n' "$*" >&2; }

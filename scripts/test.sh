@@ -21,8 +21,9 @@ if ! sh scripts/setup.sh; then
   echo "0 passed, 1 failed, 0 skipped"
   exit 1
 fi
-# The console's browser tests drive Debian's chromium (installed here as root, like espeak-ng).
-sh scripts/install-debian.sh chromium
+# The console's browser tests drive Debian's chromium, and the several-nodes test runs Debian's
+# nginx with its JavaScript module (installed here as root, like espeak-ng).
+sh scripts/install-debian.sh chromium nginx libnginx-mod-http-js
 stage typecheck npx --no-install tsc -p tsconfig.json --noEmit
 stage typecheck-console npx --no-install tsc -p console/tsconfig.json
 stage lint npx --no-install eslint .
