@@ -18,8 +18,8 @@ declare module 'fastify' {
 }
 
 export const CHAT_ROUTE = '/v1/chat/completions';
-/** How much of an answer's end is searched for its usage: the worker writes it last. */
-const TAIL_BYTES = 8 * 1024;
+/** How much of an answer's end is searched for its usage: the worker writes `usage` and `timings` last. */
+const TAIL_BYTES = 2 * 1024;
 
 /**
  * A request's model label: the profile a route named, else the JSON body's `model` when a stored
@@ -42,30 +42,47 @@ export function requestMetrics(metrics: Metrics, listener: 'admin' | 'inference'
   };
 }
 
-/** The JSON object that follows the last `"key":` in `text`, or undefined. */
-function objectAfter(text: string, key: string): Record<string, unknown> | undefined {
-  const marker = `"${key}":`;
-  const at = text.lastIndexOf(marker);
-  if (at < 0) return undefined;
-  let start = at + marker.length;
-  while (text.charCodeAt(start) === 0x20) start += 1;
-  if (text.charCodeAt(start) !== 0x7b) return undefined;
-  let depth = 0;
-  for (let i = start; i < text.length; i += 1) {
-    const c = text.charCodeAt(i);
-    if (c === 0x7b) depth += 1;
-    else if (c === 0x7d && --depth === 0) {
-      try {
-        return JSON.parse(text.slice(start, i + 1)) as Record<string, unknown>;
-      } catch {
-        return undefined;
-      }
+/** How far past `"usage":{` or `"timings":{` their numbers are looked for (the objects are short). */
+const OBJECT_SPAN = 600;
+const KEYS = {
+  usage: Buffer.from('"usage":{'),
+  timings: Buffer.from('"timings":{'),
+  promptTokens: Buffer.from('"prompt_tokens":'),
+  completionTokens: Buffer.from('"completion_tokens":'),
+  promptN: Buffer.from('"prompt_n":'),
+  cacheN: Buffer.from('"cache_n":'),
+  predictedN: Buffer.from('"predicted_n":'),
+  perSecond: Buffer.from('"predicted_per_second":'),
+};
+
+/**
+ * The number after `key` within the object that starts at `from`, read from the bytes: no string
+ * is made and nothing is parsed whole. Undefined when absent or not a plain number.
+ */
+function numberIn(bytes: Buffer, from: number, key: Buffer): number | undefined {
+  if (from < 0) return undefined;
+  const at = bytes.indexOf(key, from);
+  if (at < 0 || at - from > OBJECT_SPAN) return undefined;
+  let i = at + key.length;
+  while (bytes[i] === 0x20) i += 1;
+  let whole = 0;
+  let digits = 0;
+  for (let c = bytes[i]; c !== undefined && c >= 0x30 && c <= 0x39; c = bytes[++i]) {
+    whole = whole * 10 + (c - 0x30);
+    digits += 1;
+  }
+  if (digits === 0) return undefined;
+  let scale = 1;
+  let fraction = 0;
+  if (bytes[i] === 0x2e) {
+    for (let c = bytes[++i]; c !== undefined && c >= 0x30 && c <= 0x39; c = bytes[++i]) {
+      scale /= 10;
+      fraction += (c - 0x30) * scale;
     }
   }
-  return undefined;
+  // An exponent (1e-05) would be misread: such a value is left out rather than guessed.
+  return bytes[i] === 0x65 || bytes[i] === 0x45 ? undefined : whole + fraction;
 }
-
-const count = (value: unknown): number | undefined => (typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined);
 
 export interface AnswerUsage {
   promptTokens: number | undefined;
@@ -77,17 +94,18 @@ export interface AnswerUsage {
 /**
  * The usage of a chat answer from its last bytes: OpenAI's `usage` where the worker sent it (a
  * buffered answer, a stream with `include_usage`), else llama-server's `timings` (every answer's
- * end: `prompt_n` computed and `cache_n` reused prompt tokens, `predicted_n` generated ones).
+ * end: `prompt_n` computed and `cache_n` reused prompt tokens, `predicted_n` generated ones). The
+ * answer's own text cannot fake these keys: inside a JSON string their quotes are escaped.
  */
-export function answerUsage(tail: string): AnswerUsage | undefined {
-  const usage = objectAfter(tail, 'usage');
-  const timings = objectAfter(tail, 'timings');
-  if (!usage && !timings) return undefined;
-  const computed = count(timings?.prompt_n);
+export function answerUsage(tail: Buffer): AnswerUsage | undefined {
+  const usage = tail.lastIndexOf(KEYS.usage);
+  const timings = tail.lastIndexOf(KEYS.timings);
+  if (usage < 0 && timings < 0) return undefined;
+  const computed = numberIn(tail, timings, KEYS.promptN);
   return {
-    promptTokens: count(usage?.prompt_tokens) ?? (computed === undefined ? undefined : computed + (count(timings?.cache_n) ?? 0)),
-    completionTokens: count(usage?.completion_tokens) ?? count(timings?.predicted_n),
-    perSecond: count(timings?.predicted_per_second),
+    promptTokens: numberIn(tail, usage, KEYS.promptTokens) ?? (computed === undefined ? undefined : computed + (numberIn(tail, timings, KEYS.cacheN) ?? 0)),
+    completionTokens: numberIn(tail, usage, KEYS.completionTokens) ?? numberIn(tail, timings, KEYS.predictedN),
+    perSecond: numberIn(tail, timings, KEYS.perSecond),
   };
 }
 
@@ -123,7 +141,7 @@ class ChatStreamTap extends Transform {
 
   override _flush(done: TransformCallback): void {
     const parts = [this.#previous, this.#last].filter((part): part is Buffer => part !== undefined);
-    recordUsage(this.series, answerUsage(Buffer.concat(parts).subarray(-TAIL_BYTES).toString('utf8')));
+    recordUsage(this.series, answerUsage(Buffer.concat(parts).subarray(-TAIL_BYTES)));
     done();
   }
 }
@@ -139,8 +157,7 @@ export function chatAnswerMetrics(metrics: Metrics, profiles: ProfileStore) {
     const series = metrics.chat(CHAT_ROUTE, modelLabel(request, profiles));
     if (Buffer.isBuffer(payload) || typeof payload === 'string') {
       series.firstToken.observe(reply.elapsedTime / 1000);
-      const tail = Buffer.isBuffer(payload) ? payload.subarray(-TAIL_BYTES).toString('utf8') : payload.slice(-TAIL_BYTES);
-      recordUsage(series, answerUsage(tail));
+      recordUsage(series, answerUsage(Buffer.isBuffer(payload) ? payload.subarray(-TAIL_BYTES) : Buffer.from(payload.slice(-TAIL_BYTES))));
       return payload;
     }
     if (payload && typeof (payload as NodeJS.ReadableStream).pipe === 'function') {

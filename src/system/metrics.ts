@@ -1,6 +1,8 @@
 // The service's Prometheus metrics (issue 18), on a private prom-client registry that the admin
-// listener's GET /metrics renders. Recording is O(1) and allocation-light: every series is a label
-// child bound once and kept (`Bound`), so a request costs a few Map lookups and the observations.
+// listener's GET /metrics renders. Recording is O(1) and allocation-free on the request path: every
+// series is bound once per label tuple and kept (`Bound`), and the request path's counters and
+// histograms are plain numbers (src/system/metricSeries.ts) that the registry reads at scrape time,
+// so a request costs a few Map lookups and additions (about 0.1 µs; a chat answer's usage about 1 µs).
 //
 // Where the numbers come from:
 // - the supervisor's own events: what it hears (`gpu.reserve`, `worker.loaded`, `worker.exited`,
@@ -16,12 +18,13 @@
 // clients send, checked against the stored profiles), worker kinds, denial and exit codes, unload
 // reason classes, GPU UUIDs. No prompt, answer, file path or free text is ever a label.
 import type { InspectionEvent } from 'xstate';
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { JobKind, JobPhase, JobSpec, SupervisorEvent, WorkerKind } from '../../machines/supervisor/index.js';
 import { WORKER_KINDS } from '../../machines/supervisor/index.js';
 import { probeGpus } from '../adapters/gpus.js';
 import { ramBudget, readRamFacts } from '../adapters/memory.js';
 import type { Config } from '../config.js';
+import { FastCounter, FastHistogram, type CounterSeries, type HistogramSeries } from './metricSeries.js';
 import type { SupervisorActor } from './scheduler.js';
 import { ownPids } from './status.js';
 
@@ -36,13 +39,10 @@ const LOAD_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 /** Generated tokens per second of one answer. */
 const SPEED_BUCKETS = [1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000];
 
-function counter<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[]): Counter<L> {
-  return new Counter({ name: PREFIX + name, help, labelNames, registers: [registry] });
-}
+const counter = (registry: Registry, name: string, help: string, labelNames: readonly string[]) => new FastCounter(PREFIX + name, help, labelNames, registry);
 
-function histogram<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[], buckets: number[]): Histogram<L> {
-  return new Histogram({ name: PREFIX + name, help, labelNames, buckets, registers: [registry] });
-}
+const histogram = (registry: Registry, name: string, help: string, labelNames: readonly string[], buckets: readonly number[]) =>
+  new FastHistogram(PREFIX + name, help, labelNames, registry, buckets);
 
 /** The label value of a request or job without a known model (a list route, an unknown name). */
 export const NO_MODEL = '';
@@ -89,16 +89,16 @@ export class Bound<T> {
 /** The series of one route and model of one listener. */
 export interface RequestSeries {
   /** Requests by status code, bound per code as they are seen. */
-  readonly codes: Map<number, Counter.Internal>;
-  duration: Histogram.Internal<string>;
+  readonly codes: Map<number, CounterSeries>;
+  duration: HistogramSeries;
 }
 
 /** The chat series of one route and model: first token, token usage and generation speed. */
 export interface ChatSeries {
-  firstToken: Histogram.Internal<string>;
-  promptTokens: Counter.Internal;
-  completionTokens: Counter.Internal;
-  tokensPerSecond: Histogram.Internal<string>;
+  firstToken: HistogramSeries;
+  promptTokens: CounterSeries;
+  completionTokens: CounterSeries;
+  tokensPerSecond: HistogramSeries;
 }
 
 /** What a job is labelled with, from its reservation request. */

@@ -7,6 +7,7 @@ import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
+import { answerUsage } from '../../src/routes/metrics.js';
 import { SecretStore } from '../../src/store/secrets.js';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { tinyModelIn } from '../helpers/llama.js';
@@ -37,6 +38,23 @@ async function withChat(t: Test, mode: string): Promise<Built & { modelPath: str
   t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200);
   return Object.assign(b, { modelPath: model });
 }
+
+t.test('the usage of an answer is read from its last bytes, and its text cannot fake it', async (t) => {
+  const read = (value: unknown) => answerUsage(Buffer.from(JSON.stringify(value)));
+  const content = 'say "usage":{"prompt_tokens":999,"completion_tokens":999} and "timings":{"predicted_per_second":999}';
+  t.same(
+    read({ choices: [{ message: { content } }], usage: { completion_tokens: 12, prompt_tokens: 20, prompt_tokens_details: { cached_tokens: 3 } }, timings: { cache_n: 3, prompt_n: 17, predicted_n: 12, predicted_per_second: 412.0625 } }),
+    { promptTokens: 20, completionTokens: 12, perSecond: 412.0625 },
+    'usage first, the speed from the timings',
+  );
+  t.same(read({ choices: [{ delta: {} }], timings: { cache_n: 5, prompt_n: 2, predicted_n: 8, predicted_per_second: 1e-7 } }), { promptTokens: 7, completionTokens: 8, perSecond: undefined }, 'timings alone: computed and cached prompt tokens; an exponent is left out');
+  t.equal(read({ choices: [{ message: { content } }] }), undefined, 'the keys inside the answer are escaped text');
+  t.same(
+    answerUsage(Buffer.from('data: {"choices":[],"usage":{"completion_tokens":4,"prompt_tokens":6,"total_tokens":10}}\n\ndata: [DONE]\n\n')),
+    { promptTokens: 6, completionTokens: 4, perSecond: undefined },
+    "a stream's last event, then [DONE]",
+  );
+});
 
 t.test('access: the scrape token or a session; never the API token, a rotated-out token or nobody', async (t) => {
   const b = await build(t);
