@@ -11,6 +11,8 @@ export type Health = { ok: true } | { ok: false; reason: HealthReason };
 
 export type HealthReason =
   | 'supervisor_failed'
+  /** The service is ending (SIGTERM): the supervisor is done. */
+  | 'shutting_down'
   | 'state_dir_unreadable'
   | 'listener_starting'
   | 'listener_stopping'
@@ -20,7 +22,9 @@ export type HealthReason =
   | 'listener_up';
 
 export function liveness(supervisor: SupervisorActor): Health {
-  return supervisor.getSnapshot().status === 'active' ? { ok: true } : { ok: false, reason: 'supervisor_failed' };
+  const { status } = supervisor.getSnapshot();
+  if (status === 'active') return { ok: true };
+  return { ok: false, reason: status === 'error' ? 'supervisor_failed' : 'shutting_down' };
 }
 
 /** Where the listener machine is, judged against the remembered wish. Pure. */

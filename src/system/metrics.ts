@@ -30,6 +30,8 @@ import { ownPids } from './status.js';
 
 const MIB = 1024 * 1024;
 const JOB_KINDS: readonly JobKind[] = ['chat', 'image', 'tts', 'stt'];
+/** Far above what can be in flight (16 waiting, the running ones, the tests). */
+const MAX_TRACKED_JOBS = 4096;
 const PREFIX = 'service_deck_';
 
 /** Seconds: from a fast cached answer to a long stream, an image, or the queue's 600 s limit. */
@@ -251,6 +253,8 @@ export class Metrics {
     const event = inspection.event as SupervisorEvent;
     switch (event.type) {
       case 'gpu.reserve':
+        // Every job ends with a release, a cancel or a denial; the cap only guards against a path that forgot one.
+        if (this.#jobs.size >= MAX_TRACKED_JOBS) this.#jobs.delete(this.#jobs.keys().next().value as string);
         this.#jobs.set(event.job.id, { kind: event.job.kind, model: modelOf(event.job), at: event.job.at });
         break;
       case 'gpu.release':

@@ -5,8 +5,10 @@
 import { rename, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import t from 'tap';
-import { listenerReadiness } from '../../src/system/health.js';
+import { listenerReadiness, liveness } from '../../src/system/health.js';
+import type { SupervisorActor } from '../../src/system/scheduler.js';
 import { build, freePort, tempDir } from '../helpers/build.js';
+import { supervisorHarness } from '../helpers/supervisor.js';
 
 const probe = async (url: string) => {
   const response = await fetch(url);
@@ -64,4 +66,12 @@ t.test('the listener table: each state against each remembered wish', async (t) 
     const health = listenerReadiness(state, wants);
     t.equal(health.ok ? 'ok' : health.reason, expected, `${state}, wanted ${wants ? 'running' : 'stopped'}`);
   }
+});
+
+t.test('live while the supervisor runs; shutting down once it has stopped', async (t) => {
+  const h = supervisorHarness();
+  const supervisor = h.actor as unknown as SupervisorActor;
+  t.same(liveness(supervisor), { ok: true });
+  h.actor.stop();
+  t.same(liveness(supervisor), { ok: false, reason: 'shutting_down' });
 });
