@@ -152,17 +152,20 @@ class ChatStreamTap extends Transform {
  * chunk. Other routes and errors pass untouched.
  */
 export function chatAnswerMetrics(metrics: Metrics, profiles: ProfileStore) {
-  return async (request: FastifyRequest, reply: FastifyReply, payload: unknown): Promise<unknown> => {
-    if (reply.statusCode !== 200 || request.routeOptions.url !== CHAT_ROUTE) return payload;
+  // The callback form: no promise per response on the inference listener's path.
+  return (request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (error: null, payload: unknown) => void): void => {
+    if (reply.statusCode !== 200 || request.routeOptions.url !== CHAT_ROUTE) {
+      done(null, payload);
+      return;
+    }
     const series = metrics.chat(CHAT_ROUTE, modelLabel(request, profiles));
     if (Buffer.isBuffer(payload) || typeof payload === 'string') {
       series.firstToken.observe(reply.elapsedTime / 1000);
       recordUsage(series, answerUsage(Buffer.isBuffer(payload) ? payload.subarray(-TAIL_BYTES) : Buffer.from(payload.slice(-TAIL_BYTES))));
-      return payload;
+      done(null, payload);
+      return;
     }
-    if (payload && typeof (payload as NodeJS.ReadableStream).pipe === 'function') {
-      return (payload as NodeJS.ReadableStream).pipe(new ChatStreamTap(reply, series));
-    }
-    return payload;
+    const stream = payload !== null && typeof payload === 'object' && typeof (payload as NodeJS.ReadableStream).pipe === 'function';
+    done(null, stream ? (payload as NodeJS.ReadableStream).pipe(new ChatStreamTap(reply, series)) : payload);
   };
 }
