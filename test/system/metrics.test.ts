@@ -44,6 +44,9 @@ t.test('supervisor events become queue, worker and crash metrics', async (t) => 
   text = await metrics.text();
   t.equal(sample(text, 'service_deck_queue_wait_seconds_count{kind="chat",model="alpha"}'), 2);
   t.equal(sample(text, 'service_deck_queue_wait_seconds_sum{kind="chat",model="alpha"}'), 2.5, 'the second waited 2.5 s on the clock');
+  t.equal(sample(text, 'service_deck_queue_wait_seconds_bucket{kind="chat",model="alpha",le="1"}'), 1, 'buckets are cumulative: the first waited 0 s');
+  t.equal(sample(text, 'service_deck_queue_wait_seconds_bucket{kind="chat",model="alpha",le="2.5"}'), 2, 'an observation on a bound counts in that bucket');
+  t.equal(sample(text, 'service_deck_queue_wait_seconds_bucket{kind="chat",model="alpha",le="+Inf"}'), 2);
   t.equal(sample(text, 'service_deck_queue_depth{kind="chat"}'), 0);
 
   await h.send({ type: 'worker.exited', kind: 'chat', generation: h.gen('chat'), cause: 'ram_oom', message: 'killed by the OOM killer' });
