@@ -18,7 +18,7 @@ import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fas
 import { DEFAULT_HTTP, type HttpConfig } from './config.js';
 import type { Logger } from './system/log.js';
 import type { Service } from './workers/service.js';
-import { logAccess } from './routes/access.js';
+import { logAccess, type AccessRecorder } from './routes/access.js';
 import { bearerAuth } from './routes/auth.js';
 import { errors } from './errors.js';
 import { clientErrorHandler, installErrorHandling } from './routes/errors.js';
@@ -42,6 +42,8 @@ import { transcriptionRoutes } from './routes/inference/transcriptions.js';
 import { TRANSCRIPTION_WAV } from './adapters/wav.js';
 import { modelRoutes } from './routes/inference/models.js';
 import { consoleRoutes, securityHeaders } from './routes/console.js';
+import { adminMetricsRoutes } from './routes/admin/metrics.js';
+import { chatAnswerMetrics, requestMetrics } from './routes/metrics.js';
 
 export const JSON_BODY_LIMIT = 1024 * 1024;
 
@@ -51,7 +53,7 @@ export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression,
 const TIMEOUT_CHECK_MS = 1_000;
 
 export interface ListenerOptions {
-  onAccess?: (route: string, status: number) => void;
+  onAccess?: AccessRecorder;
   http?: HttpConfig;
   /** The listener's own admission check (the inference token), before any body is read. */
   gate?: onRequestAsyncHookHandler;
@@ -105,8 +107,12 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, { on
 /** The inference listener (spec 4.1): bearer token on every route, no CORS, open only while running. */
 export async function buildInferenceApp(service: Service): Promise<App> {
   const authenticate = bearerAuth(service.secrets);
+  const measure = requestMetrics(service.metrics, 'inference', service.profiles);
   const app = createListenerApp('inference', service.log, {
-    onAccess: (route, status) => service.counters.record(route, status),
+    onAccess: (route, status, request, reply) => {
+      service.counters.record(route, status);
+      measure(route, status, request, reply);
+    },
     http: service.config.http,
     gate: async (request, reply) => {
       // What an endpoint stop waits for: every request until its answer is over or its client gone.
@@ -116,6 +122,7 @@ export async function buildInferenceApp(service: Service): Promise<App> {
       if (!service.accepting()) throw errors.unavailable('endpoint_stopped', 'The endpoint is stopping or stopped: no new requests are accepted.');
     },
   });
+  app.addHook('onSend', chatAnswerMetrics(service.metrics, service.profiles));
   await app.register(healthRoutes, { service });
   await app.register(modelRoutes, { service });
   await app.register(chatRoutes, { service, limits: service.chatLimits });
@@ -129,9 +136,10 @@ export async function buildInferenceApp(service: Service): Promise<App> {
 
 /** The UI/admin listener: the operator console at `/` and its session API under /api/v1. */
 export async function buildAdminApp(service: Service): Promise<App> {
-  const app = createListenerApp('admin', service.log, { http: service.config.http });
+  const app = createListenerApp('admin', service.log, { http: service.config.http, onAccess: requestMetrics(service.metrics, 'admin', service.profiles) });
   app.addHook('onSend', securityHeaders);
   await app.register(fastifyCookie, { secret: service.secrets.sessionKey });
+  await app.register(adminMetricsRoutes, { service });
   await app.register(adminSessionRoutes, { service });
   await app.register(adminEndpointRoutes, { service });
   await app.register(adminProfileRoutes, { service });

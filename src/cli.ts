@@ -1,7 +1,8 @@
-// The `service-deck` command (CONTRACT section 1): serve, demo, set-password, rotate-token, and the
-// admin commands status, profiles and enhancers, which talk to the running service on loopback or
-// read the state directory of a stopped one (src/cli/). Every command names the state directory it
-// acted on; a bad option, command or argument prints the usage on stderr and exits 2.
+// The `service-deck` command (CONTRACT section 1): serve, demo, set-password, rotate-token,
+// rotate-metrics-token, and the admin commands status, profiles and enhancers, which talk to the
+// running service on loopback or read the state directory of a stopped one (src/cli/). Every
+// command names the state directory it acted on; a bad option, command or argument prints the
+// usage on stderr and exits 2.
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type CliOptions } from './config.js';
 import { ensurePrivateDir, StateFileError } from './store/files.js';
@@ -16,6 +17,8 @@ commands:
   demo                                 set up the embedded default and serve it
   set-password                         read the operator password from standard input
   rotate-token                         print a new API token once (the old one stops working)
+  rotate-metrics-token                 print a new scrape token for GET /metrics once (the old
+                                       one stops working)
   status                               the service: inference listener and port, workers with
                                        state and memory, queue, blocked profiles and why
   profiles [list]                      every profile: category, publication, blockers
@@ -143,6 +146,16 @@ export async function main(argv: string[]): Promise<number> {
       const token = await store.rotateToken();
       process.stdout.write(`${token}\n`);
       process.stderr.write(`service-deck: new API token above (shown once) for state directory ${stateDir}; the old token no longer works\n`);
+      return 0;
+    }
+    case 'rotate-metrics-token': {
+      noArguments(command, rest);
+      const { store, stateDir } = await openSecrets(options);
+      const token = await store.rotateMetricsToken();
+      process.stdout.write(`${token}\n`);
+      process.stderr.write(
+        `service-deck: new scrape token for GET /metrics above (shown once) for state directory ${stateDir}; the old one no longer works. Send it as \`Authorization: Bearer <token>\` (Prometheus: authorization.credentials_file)\n`,
+      );
       return 0;
     }
     case 'status': {

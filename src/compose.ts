@@ -39,6 +39,7 @@ import { createInspection, inspectBoth } from './system/inspect.js';
 import { boundAddress, InferenceListener, listenerOf, watchListener, type ListenerActor } from './system/listener.js';
 import type { Logger } from './system/log.js';
 import { LogTail } from './system/logTail.js';
+import { Metrics } from './system/metrics.js';
 import { Scheduler } from './system/scheduler.js';
 import { SessionStore } from './system/sessions.js';
 import { endpointStatus, statusWord } from './system/status.js';
@@ -192,7 +193,11 @@ export async function startService(config: Config, options: StartOptions): Promi
     ttsWorkerMachine,
     audioPolicyMachine,
   ]);
-  const inspect = inspectBoth(charts.observe, inspection);
+  const metrics = new Metrics({ config });
+  const inspect = inspectBoth((event) => {
+    charts.observe(event);
+    metrics.observe(event);
+  }, inspection);
 
   const inference = new InferenceListener({
     build: () => buildInferenceApp(service),
@@ -201,6 +206,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     unloadTimeoutMs: config.drainLimitMs + 60_000,
   });
   const { supervisor, since } = createSupervisor({ config, lookup, log, inspect, listener: inference, record, workers: hooks, profiles });
+  metrics.attach(supervisor);
   const listenerRef = () => listenerOf(supervisor) as ListenerActor;
   const scheduler = new Scheduler(supervisor);
   const builds = new BuildWatcher({ supervisor, lookup, log, pollMs: config.buildPollMs });
@@ -241,6 +247,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     catalog,
     sessions,
     counters,
+    metrics,
     workers: hooks,
     supervisor,
     scheduler,

@@ -56,3 +56,24 @@ export function adminAuth({ sessions, secrets }: { sessions: SessionStore; secre
     request.adminSession = session;
   };
 }
+
+/**
+ * The guard of GET /metrics (issue 18): the scrape token as a bearer (`service-deck
+ * rotate-metrics-token`), or an operator's session cookie. The API token is not a scrape token:
+ * it is refused like any wrong one.
+ */
+export function metricsAuth({ sessions, secrets }: { sessions: SessionStore; secrets: SecretStore }) {
+  return async (request: FastifyRequest): Promise<void> => {
+    await secrets.refresh();
+    const authorization = request.headers.authorization;
+    if (authorization !== undefined) {
+      const presented = BEARER.exec(authorization)?.[1];
+      if (presented && secrets.metricsTokenMatches(presented)) return;
+      throw errors.invalidApiKey('Invalid scrape token: send the token of `service-deck rotate-metrics-token` as the bearer.');
+    }
+    const session = sessionFromCookie(request, sessions);
+    if (!session || session.passwordStamp !== secrets.passwordStamp) {
+      throw errors.invalidApiKey('GET /metrics needs the scrape token (`service-deck rotate-metrics-token`) as the bearer, or an admin session.');
+    }
+  };
+}

@@ -25,6 +25,8 @@ export const MIN_PASSWORD_LENGTH = 8;
  */
 export const MIN_TOKEN_LENGTH = 32;
 const TOKEN_PREFIX = 'sd-';
+/** A scrape token reads as one: it opens only GET /metrics on the admin listener. */
+const METRICS_TOKEN_PREFIX = 'sdm-';
 
 /** A password or token given at first start that is too weak to store: the message says what to do. */
 export class WeakSecretError extends Error {
@@ -34,12 +36,19 @@ export class WeakSecretError extends Error {
 const secretsSchema = z.looseObject({
   passwordHash: z.string().regex(/^scrypt\$\d+\$\d+\$\d+\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+$/).nullable(),
   tokenHash: z.string().regex(/^[0-9a-f]{64}$/).nullable(),
+  /** The scrape token of GET /metrics (issue 18), made by `service-deck rotate-metrics-token`; absent until then. */
+  metricsTokenHash: z.string().regex(/^[0-9a-f]{64}$/).nullable().optional(),
   sessionKey: z.string().min(32),
 });
 type Secrets = z.output<typeof secretsSchema>;
 
 export function sha256(text: string): Buffer {
   return createHash('sha256').update(text, 'utf8').digest();
+}
+
+function hashMatches(presented: string, stored: string | null): boolean {
+  if (stored === null) return false;
+  return timingSafeEqual(sha256(presented), Buffer.from(stored, 'hex'));
 }
 
 export async function hashPassword(password: string): Promise<string> {
@@ -224,9 +233,12 @@ export class SecretStore {
 
   /** Constant-time check of a presented bearer token against the stored SHA-256 hash. */
   tokenMatches(presented: string): boolean {
-    const stored = this.#secrets.tokenHash;
-    if (stored === null) return false;
-    return timingSafeEqual(sha256(presented), Buffer.from(stored, 'hex'));
+    return hashMatches(presented, this.#secrets.tokenHash);
+  }
+
+  /** The same check for the scrape token of GET /metrics; the API token never matches it. */
+  metricsTokenMatches(presented: string): boolean {
+    return hashMatches(presented, this.#secrets.metricsTokenHash ?? null);
   }
 
   /** The most password hashes that ran at once since the start (the gate's bound holds it). */
@@ -253,6 +265,13 @@ export class SecretStore {
   async setPassword(password: string): Promise<void> {
     if (password.length < MIN_PASSWORD_LENGTH) throw new Error(`the password needs at least ${MIN_PASSWORD_LENGTH} characters`);
     await this.#save({ passwordHash: await this.#hashing.run(() => hashPassword(password)) });
+  }
+
+  /** Issues a new scrape token for GET /metrics; only its hash is kept. The old one stops working at once. */
+  async rotateMetricsToken(): Promise<string> {
+    const token = METRICS_TOKEN_PREFIX + randomBytes(32).toString('base64url');
+    await this.#save({ metricsTokenHash: sha256(token).toString('hex') });
+    return token;
   }
 
   /** Issues a new API token; only its hash is kept. The old token stops working at once. */

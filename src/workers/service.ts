@@ -15,6 +15,7 @@ import type { Inspection } from '../system/inspect.js';
 import type { ListenerActor } from '../system/listener.js';
 import type { Logger } from '../system/log.js';
 import type { LogTail } from '../system/logTail.js';
+import type { Metrics } from '../system/metrics.js';
 import type { Scheduler, SupervisorActor } from '../system/scheduler.js';
 import type { SessionStore } from '../system/sessions.js';
 import type { EndpointStatus } from '../system/status.js';
@@ -43,6 +44,8 @@ export interface Service {
   catalog: Catalog;
   sessions: SessionStore;
   counters: Counters;
+  /** The Prometheus metrics of GET /metrics (issue 18). */
+  metrics: Metrics;
   workers: WorkerHooks;
   /** The root actor: reservations, the queue, the workers' load state. */
   supervisor: SupervisorActor;

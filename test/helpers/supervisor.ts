@@ -1,7 +1,7 @@
 // A running supervisor (with its real listener and queue children) on a simulated clock, with
 // simulated worker adapters and start facts that tests set. Used by the table tests, the property
 // test and bench/scheduler.
-import { createActor, fromCallback, fromPromise, SimulatedClock } from 'xstate';
+import { createActor, fromCallback, fromPromise, SimulatedClock, type InspectionEvent } from 'xstate';
 import { listenerMachine } from '../../machines/listener/index.js';
 import {
   supervisorMachine,
@@ -94,6 +94,8 @@ export interface HarnessOptions {
   /** Workers answer `worker.unload` and a granted start on their own (default true). */
   autoWorkers?: boolean;
   maxWaiting?: number;
+  /** The actor system's inspection observer (the metrics' hook). */
+  inspect?: (event: InspectionEvent) => void;
 }
 
 export function supervisorHarness(options: HarnessOptions = {}) {
@@ -132,6 +134,7 @@ export function supervisorHarness(options: HarnessOptions = {}) {
   });
   const actor = createActor(machine, {
     clock,
+    ...(options.inspect ? { inspect: options.inspect } : {}),
     input: {
       listener: { address: { host: '127.0.0.1', port: 8120 }, portRange: { first: 1024, last: 65535 }, rememberedRunning: false, drainLimitMs: 1000 },
       queue: options.maxWaiting === undefined ? {} : { maxWaiting: options.maxWaiting },

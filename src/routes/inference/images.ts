@@ -254,6 +254,7 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
       if (!parsed.success) throw editRefusal(parsed.error.issues);
       if (images.references.length === 0) throw errors.invalidValue('image', 'An edit needs one to four reference images (image[]).');
       const profile = early ?? (await imageProfile(service, parsed.data.model));
+      request.metricsModel = parsed.data.model;
       checkReferenceCount(profile, images.references.length);
       const result = await runImageJob(service, profile, { prompt: parsed.data.prompt, references: images }, { source: 'api', whenBusy: 'wait', signal });
       return answer(result, parsed.data.size ?? undefined);

@@ -139,6 +139,7 @@ export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = asy
     if (!file) throw noFile();
 
     const profile = (await service.catalog.require('stt', model)) as SttProfile;
+    request.metricsModel = model;
     const language = transcriptionLanguage(profile, requested);
     const text = await transcribe(service, profile, recordingOf(file), language, 'api', signal);
     return { text };
