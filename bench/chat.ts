@@ -15,7 +15,8 @@
 // - the slot count: `slots` parallel streams of STREAM_TOKENS each, tokens over the batch's time;
 // - 8 clients: 8 concurrent clients, each sending requests of CONCURRENT_TOKENS tokens one after
 //   the other (the service queues what its slots cannot take, llama-server queues in itself); the
-//   time each request took, and the service's added time per request (mean).
+//   time each request took (each on a connection of its own), and the service's added time per
+//   request (mean).
 //
 // The sides run one phase at a time, in turn (the order rotates every round), so they never
 // compete for the CPU and drift hits all alike. Each phase starts with a few unmeasured requests.
@@ -99,15 +100,16 @@ interface Side {
 
 /** Every keep-alive agent, destroyed at the end. */
 const agents: http.Agent[] = [];
+const keepAlive = () => {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: SLOTS });
+  agents.push(agent);
+  return agent;
+};
 const side = (name: SideName, port: number, headers: Record<string, string>): Side => ({
   name,
   port,
   headers,
-  agent: (() => {
-    const agent = new http.Agent({ keepAlive: true, maxSockets: CLIENTS });
-    agents.push(agent);
-    return agent;
-  })(),
+  agent: keepAlive(),
   latencies: [],
   ttfts: [],
   oneRates: [],
@@ -115,8 +117,13 @@ const side = (name: SideName, port: number, headers: Record<string, string>): Si
   rates: [],
   concurrent: [],
 });
-/** One non-streamed request over the side's keep-alive agent; resolves with its time in ms. */
-function chat(s: Side, body: Record<string, unknown>): Promise<number> {
+/**
+ * One non-streamed request over the side's keep-alive agent, or on a connection of its own
+ * (`fresh`: llama-server serves a kept-alive connection with one of its few HTTP threads for as
+ * long as it is used, so more keep-alive clients than threads starve the rest); resolves with its
+ * time in ms.
+ */
+function chat(s: Side, body: Record<string, unknown>, fresh = false): Promise<number> {
   const payload = Buffer.from(JSON.stringify(body));
   return new Promise((resolve, fail) => {
     const start = performance.now();
@@ -134,8 +141,8 @@ function chat(s: Side, body: Record<string, unknown>): Promise<number> {
         port: s.port,
         path: '/v1/chat/completions',
         method: 'POST',
-        agent: s.agent,
-        headers: { ...s.headers, 'content-type': 'application/json', 'content-length': payload.length },
+        agent: fresh ? false : s.agent,
+        headers: { ...s.headers, 'content-type': 'application/json', 'content-length': payload.length, ...(fresh ? { connection: 'close' } : {}) },
       },
       (response) => {
         const chunks: Buffer[] = [];
@@ -281,9 +288,12 @@ async function phase(s: Side, round: number) {
   const asked = { model: NAME, messages: MESSAGES, max_tokens: CONCURRENT_TOKENS };
   await Promise.all(
     Array.from({ length: CLIENTS }, async () => {
-      for (let i = 0; i < CONCURRENT_REQUESTS; i++) s.concurrent.push(await chat(s, asked));
+      for (let i = 0; i < CONCURRENT_REQUESTS; i++) s.concurrent.push(await chat(s, asked, true));
     }),
   );
+  // Its idle connections would hold llama-server's HTTP threads while the next side runs.
+  s.agent.destroy();
+  s.agent = keepAlive();
 }
 
 /** The order of the sides in a round: each side comes first, second and third in turn. */
