@@ -1,27 +1,36 @@
-// bench/chat: the service's own cost on chat requests, measured in one run against llama-server.
+// bench/chat: the service's own cost on chat requests, measured in one run against llama-server
+// (issue 17: every figure at p50, p90 and p99, every target printed with met or missed).
 //
 // The same requests go to a llama-server of our own ("direct", started with the service's exact
 // command line less the internal key) and through the service (its own llama-server, started by
-// the chat worker), on the same generated model:
+// the chat worker), on the same generated model. A third side, "direct again", sends the same
+// requests to the same direct server: the difference between the two direct sides is the run's
+// noise floor (an A/A difference), printed beside every service difference.
 //
-// - non-streamed latency: sequential requests with max_tokens 1 over a keep-alive connection
-//   (p50, p90; the added p50 in ms);
+// - non-streamed latency: sequential requests with max_tokens 1 over a keep-alive connection;
 // - time to first token: streamed requests on fresh connections, until the first SSE chunk with a
-//   role or content (p50);
-// - streamed throughput at the slot count: `slots` parallel streams of max_tokens each, completion
-//   tokens (the final usage chunk) over the wall time of the batch; the median batch per side (one
-//   stalled batch on a shared machine would otherwise decide a pooled rate).
+//   role or content;
+// - one stream: sequential streams of STREAM_TOKENS tokens; tokens per second (completion tokens
+//   of the final usage chunk over the stream's time) and the stream's end (its last byte);
+// - the slot count: `slots` parallel streams of STREAM_TOKENS each, tokens over the batch's time;
+// - 8 clients: 8 concurrent clients, each sending requests of CONCURRENT_TOKENS tokens one after
+//   the other (the service queues what its slots cannot take, llama-server queues in itself); the
+//   time each request took (each on a connection of its own), and the service's added time per
+//   request (mean).
 //
-// The two sides run one phase at a time, alternately (direct, service, service, direct, ...), so
-// they never compete for the CPU and drift hits both alike. Each phase starts with a few unmeasured
-// requests (the keep-alive connections may have closed while the other side ran).
+// The sides run one phase at a time, in turn (the order rotates every round), so they never
+// compete for the CPU and drift hits all alike. Each phase starts with a few unmeasured requests.
+// Then the service's own cost against a stand-in worker that answers at once
+// (test/fixtures/fake-llama-server.mjs): the same three sides, request by request.
 //
-// Run: npm run bench:chat [-- ROUNDS]. The issue's targets: added latency under 2 ms per request at
-// p50, streamed throughput within 3% of direct.
+// Run: npm run bench:chat [-- ROUNDS]; `--own` measures only the own cost against the stand-in
+// (with BENCH_CPU_PROFILE=FILE, a CPU profile of its measured requests; bench/cpuprofile.ts
+// summarises it).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
+import inspector from 'node:inspector/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -35,10 +44,17 @@ import { freePort } from '../test/helpers/build.js';
 import { llamaServerPath } from '../test/helpers/llama.js';
 import { percentile, stop } from './lib.js';
 
-const ROUNDS = Number(process.argv[2] ?? 12);
+const argv = process.argv.slice(2);
+const OWN_ONLY = argv.includes('--own');
+const ROUNDS = Number(argv.find((a) => /^\d+$/.test(a)) ?? 12);
 const LATENCY_REQUESTS = 240; // per side, spread over the rounds
 const TTFT_REQUESTS = 60; // per side, spread over the rounds
+const ONE_STREAMS = 12; // per side, spread over the rounds
 const THROUGHPUT_BATCHES = 12; // per side, spread over the rounds
+const CLIENTS = 8;
+const CONCURRENT_REQUESTS = 4; // per client and round
+const CONCURRENT_TOKENS = 8;
+const OWN_REQUESTS = 1000; // per side, against the instant stand-in
 const WARM_UP = 5; // unmeasured requests at the start of every phase
 const SLOTS = 2;
 const CONTEXT = 2048;
@@ -51,43 +67,60 @@ const TOKEN = 'sd-bench-token-0123456789abcdefghijklmnop';
 const MESSAGES = [{ role: 'user', content: 'Say hello.' }];
 /** A request that takes longer ends the run: the machine is busy with other work (see `busy`). */
 const REQUEST_LIMIT_MS = 60_000;
-/** The whole run's limit (about 30 s on an idle 2-core machine). */
-const RUN_LIMIT_MS = 5 * 60_000;
+/** The whole run's limit (about a minute on an idle 2-core machine). */
+const RUN_LIMIT_MS = 8 * 60_000;
 // llama-server's threads (one per core) spin at their barriers: with other processes on the
 // cores, generation slows down many times over, and the ratios say nothing about the service.
 const busy = (what: string) =>
   new Error(`${what}: the machine is busy with other work (load ${os.loadavg()[0]!.toFixed(2)} on ${os.cpus().length} CPUs); run the benchmark on an idle machine`);
 
+const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / values.length;
+
+type SideName = 'direct' | 'direct again' | 'service';
+
 interface Side {
-  name: 'direct' | 'service';
+  name: SideName;
   port: number;
   headers: Record<string, string>;
   /** Keep-alive connections for the non-streamed requests. */
   agent: http.Agent;
   latencies: number[];
   ttfts: number[];
+  /** One stream at a time: tokens per second, and ms until its last byte. */
+  oneRates: number[];
+  ends: number[];
   /** Tokens per second of each batch of `slots` parallel streams. */
   rates: number[];
+  /** ms of each request of the 8 concurrent clients. */
+  concurrent: number[];
 }
 
 /** Every keep-alive agent, destroyed at the end. */
 const agents: http.Agent[] = [];
-const side = (name: Side['name'], port: number, headers: Record<string, string>): Side => ({
+const keepAlive = () => {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: SLOTS });
+  agents.push(agent);
+  return agent;
+};
+const side = (name: SideName, port: number, headers: Record<string, string>): Side => ({
   name,
   port,
   headers,
-  agent: (() => {
-    const agent = new http.Agent({ keepAlive: true, maxSockets: SLOTS });
-    agents.push(agent);
-    return agent;
-  })(),
+  agent: keepAlive(),
   latencies: [],
   ttfts: [],
+  oneRates: [],
+  ends: [],
   rates: [],
+  concurrent: [],
 });
-
-/** One non-streamed request over the side's keep-alive agent; resolves with its time in ms. */
-function chat(s: Side, body: Record<string, unknown>): Promise<number> {
+/**
+ * One non-streamed request over the side's keep-alive agent, or on a connection of its own
+ * (`fresh`: llama-server serves a kept-alive connection with one of its few HTTP threads for as
+ * long as it is used, so more keep-alive clients than threads starve the rest); resolves with its
+ * time in ms.
+ */
+function chat(s: Side, body: Record<string, unknown>, fresh = false): Promise<number> {
   const payload = Buffer.from(JSON.stringify(body));
   return new Promise((resolve, fail) => {
     const start = performance.now();
@@ -105,8 +138,8 @@ function chat(s: Side, body: Record<string, unknown>): Promise<number> {
         port: s.port,
         path: '/v1/chat/completions',
         method: 'POST',
-        agent: s.agent,
-        headers: { ...s.headers, 'content-type': 'application/json', 'content-length': payload.length },
+        agent: fresh ? false : s.agent,
+        headers: { ...s.headers, 'content-type': 'application/json', 'content-length': payload.length, ...(fresh ? { connection: 'close' } : {}) },
       },
       (response) => {
         const chunks: Buffer[] = [];
@@ -202,23 +235,6 @@ function stream(s: Side, maxTokens: number): Promise<Streamed> {
   });
 }
 
-const share = (total: number, round: number) => Math.floor((total * (round + 1)) / ROUNDS) - Math.floor((total * round) / ROUNDS);
-
-/** One phase of one side: its share of each measurement in this round. */
-async function phase(s: Side, round: number) {
-  if (performance.now() - began > RUN_LIMIT_MS) throw busy(`the run took over ${RUN_LIMIT_MS / 60_000} minutes`);
-  const small = { model: NAME, messages: MESSAGES, max_tokens: 1 };
-  for (let i = 0; i < WARM_UP; i++) await chat(s, small);
-  await stream(s, TTFT_TOKENS);
-  for (let i = 0; i < share(LATENCY_REQUESTS, round); i++) s.latencies.push(await chat(s, small));
-  for (let i = 0; i < share(TTFT_REQUESTS, round); i++) s.ttfts.push((await stream(s, TTFT_TOKENS)).firstMs);
-  for (let i = 0; i < share(THROUGHPUT_BATCHES, round); i++) {
-    const start = performance.now();
-    const batch = await Promise.all(Array.from({ length: SLOTS }, () => stream(s, STREAM_TOKENS)));
-    s.rates.push(batch.reduce((sum, b) => sum + b.tokens, 0) / ((performance.now() - start) / 1000));
-  }
-}
-
 async function healthy(port: number, child: ChildProcess, limitMs: number) {
   const until = Date.now() + limitMs;
   while (Date.now() < until) {
@@ -237,14 +253,123 @@ async function healthy(port: number, child: ChildProcess, limitMs: number) {
   throw new Error('the direct llama-server did not become healthy');
 }
 
-const began = performance.now();
-const loadBefore = os.loadavg()[0] ?? 0;
-const dir = await mkdtemp(path.join(os.tmpdir(), 'sd-bench-chat-'));
+const share = (total: number, round: number) => Math.floor((total * (round + 1)) / ROUNDS) - Math.floor((total * round) / ROUNDS);
+
+/** One phase of one side: its share of each measurement in this round. */
+async function phase(s: Side, round: number) {
+  if (performance.now() - began > RUN_LIMIT_MS) throw busy(`the run took over ${RUN_LIMIT_MS / 60_000} minutes`);
+  const small = { model: NAME, messages: MESSAGES, max_tokens: 1 };
+  for (let i = 0; i < WARM_UP; i++) await chat(s, small);
+  await stream(s, TTFT_TOKENS);
+  for (let i = 0; i < share(LATENCY_REQUESTS, round); i++) s.latencies.push(await chat(s, small));
+  for (let i = 0; i < share(TTFT_REQUESTS, round); i++) s.ttfts.push((await stream(s, TTFT_TOKENS)).firstMs);
+  for (let i = 0; i < share(ONE_STREAMS, round); i++) {
+    const one = await stream(s, STREAM_TOKENS);
+    s.oneRates.push(one.tokens / (one.totalMs / 1000));
+    s.ends.push(one.totalMs);
+  }
+  for (let i = 0; i < share(THROUGHPUT_BATCHES, round); i++) {
+    const start = performance.now();
+    const batch = await Promise.all(Array.from({ length: SLOTS }, () => stream(s, STREAM_TOKENS)));
+    s.rates.push(batch.reduce((sum, b) => sum + b.tokens, 0) / ((performance.now() - start) / 1000));
+  }
+  const asked = { model: NAME, messages: MESSAGES, max_tokens: CONCURRENT_TOKENS };
+  await Promise.all(
+    Array.from({ length: CLIENTS }, async () => {
+      for (let i = 0; i < CONCURRENT_REQUESTS; i++) s.concurrent.push(await chat(s, asked, true));
+    }),
+  );
+  // Its idle connections would hold llama-server's HTTP threads while the next side runs.
+  s.agent.destroy();
+  s.agent = keepAlive();
+}
+
+/** The order of the sides in a round: each side comes first, second and third in turn. */
+const turn = <T>(sides: readonly T[], round: number): T[] => sides.map((_, i) => sides[(i + round) % sides.length]!);
+
+interface Figure {
+  label: string;
+  /** What the three sides measured (ms or tokens per second). */
+  direct: number;
+  again: number;
+  service: number;
+  digits: number;
+  /** The issue's target, on the difference (ms) or the ratio (tokens per second); none when the figure is only reported. */
+  target?: { kind: 'added' | 'ratio'; limit: number };
+}
+
+const targetText = (f: Figure) => {
+  if (!f.target) return '';
+  const { kind, limit } = f.target;
+  const met = kind === 'added' ? f.service - f.direct <= limit : f.service / f.direct >= limit;
+  return `${kind === 'added' ? `added <= ${limit} ms` : `ratio >= ${limit}`}: ${met ? 'met' : 'MISSED'}`;
+};
+
+/** The table: each figure with the service's difference and ratio, the A/A difference, and its target. */
+function report(figures: Figure[]): boolean {
+  const signed = (n: number, digits: number) => `${n >= 0 ? '+' : ''}${n.toFixed(digits)}`;
+  console.log(`${''.padEnd(34)}${'direct'.padStart(10)}${'service'.padStart(10)}${'added'.padStart(10)}${'ratio'.padStart(8)}${'A/A'.padStart(10)}  target`);
+  let missed = false;
+  for (const f of figures) {
+    const target = targetText(f);
+    if (target.endsWith('MISSED')) missed = true;
+    console.log(
+      `${f.label.padEnd(34)}${f.direct.toFixed(f.digits).padStart(10)}${f.service.toFixed(f.digits).padStart(10)}` +
+        `${signed(f.service - f.direct, f.digits).padStart(10)}${(f.service / f.direct).toFixed(3).padStart(8)}` +
+        `${signed(f.again - f.direct, f.digits).padStart(10)}  ${target}`,
+    );
+  }
+  return !missed;
+}
+
+/** p50, p90 and p99 of one measurement on the three sides. */
+const spread = (label: string, pick: (s: Side) => number[], [d, a, v]: readonly Side[], digits: number, targets: Partial<Record<50 | 90 | 99, Figure['target']>> = {}): Figure[] =>
+  ([50, 90, 99] as const).map((p) => ({
+    label: `${label} p${p}`,
+    direct: percentile(pick(d!), p),
+    again: percentile(pick(a!), p),
+    service: percentile(pick(v!), p),
+    digits,
+    ...(targets[p] ? { target: targets[p] } : {}),
+  }));
+
+/** Throughput: higher is better, so its low percentiles are the tail. */
+const rateSpread = (label: string, pick: (s: Side) => number[], [d, a, v]: readonly Side[], limit: number): Figure[] =>
+  ([50, 10, 1] as const).map((p) => ({
+    label: `${label} p${p}`,
+    direct: percentile(pick(d!), p),
+    again: percentile(pick(a!), p),
+    service: percentile(pick(v!), p),
+    digits: 1,
+    ...(p === 50 ? { target: { kind: 'ratio' as const, limit } } : {}),
+  }));
+
 /**
- * Added latency at p50 of the service against a stand-in worker that answers at once: the
- * same keep-alive client, requests alternating between the stand-in itself and the service.
+ * With BENCH_CPU_PROFILE=FILE, a V8 CPU profile of the measured requests only (no start-up, no
+ * warm-up), written to FILE when `stop` is called (bench/cpuprofile.ts summarises it).
  */
-async function ownCost(root: string): Promise<{ requests: number; direct: number; service: number; added: number }> {
+async function startProfile(): Promise<{ stop(): Promise<void> } | undefined> {
+  const file = process.env.BENCH_CPU_PROFILE;
+  if (!file) return undefined;
+  const session = new inspector.Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.setSamplingInterval', { interval: 100 });
+  await session.post('Profiler.start');
+  return {
+    async stop() {
+      const { profile } = await session.post('Profiler.stop');
+      await writeFile(file, JSON.stringify(profile));
+      session.disconnect();
+    },
+  };
+}
+
+/**
+ * The service's own cost against a stand-in worker that answers at once: the same keep-alive
+ * client, requests in turn to the stand-in itself, to it again (the A/A floor) and to the service.
+ */
+async function ownCost(root: string): Promise<Figure[]> {
   const fake = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../test/fixtures/fake-llama-server.mjs');
   const model = await writeTinyModel(path.join(root, 'own.gguf'));
   // The worker's environment is an allowlist: the stand-in's mode travels in a wrapper script.
@@ -261,27 +386,48 @@ async function ownCost(root: string): Promise<{ requests: number; direct: number
   };
   const log = createLogger({ level: 'warn', destination: { write: (line: string) => void process.stderr.write(line) } });
   const own = (await startService(loadConfig({ stateDir: path.join(root, 'own-state') }, env), { log, adminPort: 0 })).service;
-  const stand = spawn(wrapper, ['--port', String(await freePort())], { env, stdio: 'ignore' });
+  const standPort = await freePort();
+  const stand = spawn(wrapper, ['--port', String(standPort)], { env, stdio: 'ignore' });
   try {
     const profile = await own.profiles.create({ name: NAME, category: 'chat', params: { model, context: CONTEXT, slots: SLOTS, gpuSplit: null, gpuLayers: null, sampling: {} } });
     await own.profiles.setPublished(profile.id, true);
     own.listener.send({ type: 'endpoint.start' });
     const until = Date.now() + 10_000;
     while (!own.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
-    const standPort = Number(stand.spawnargs[stand.spawnargs.indexOf('--port') + 1]);
     await healthy(standPort, stand, 10_000);
-    const sides = [side('direct', standPort, {}), side('service', own.inferenceAddress()?.port ?? 0, { authorization: `Bearer ${TOKEN}` })] as const;
+    const sides = [side('direct', standPort, {}), side('direct again', standPort, {}), side('service', own.inferenceAddress()?.port ?? 0, { authorization: `Bearer ${TOKEN}` })] as const;
     const body = { model: NAME, messages: MESSAGES, max_tokens: 1 };
-    const requests = 1000;
     for (let i = 0; i < 100; i++) for (const s of sides) await chat(s, body);
-    for (let i = 0; i < requests; i++) for (const s of sides) s.latencies.push(await chat(s, body));
-    const [d, v] = [percentile(sides[0].latencies, 50), percentile(sides[1].latencies, 50)];
-    return { requests, direct: d, service: v, added: v - d };
+    // This process's CPU time around each request: the client's share is the same on every side,
+    // so the service's difference is its own CPU work per request, which other processes on the
+    // machine do not stretch as they stretch latencies.
+    const cpu = new Map(sides.map((s) => [s, 0]));
+    const profiler = await startProfile();
+    for (let i = 0; i < OWN_REQUESTS; i++) {
+      for (const s of turn(sides, i)) {
+        const before = process.cpuUsage();
+        s.latencies.push(await chat(s, body));
+        const used = process.cpuUsage(before);
+        cpu.set(s, (cpu.get(s) ?? 0) + used.user + used.system);
+      }
+    }
+    await profiler?.stop();
+    const perRequest = (s: Side) => (cpu.get(s) ?? 0) / 1000 / OWN_REQUESTS;
+    return [
+      ...spread('own cost: latency (ms)', (s) => s.latencies, sides, 3, { 50: { kind: 'added', limit: 0.3 }, 99: { kind: 'added', limit: 0.6 } }),
+      { label: 'own cost: CPU per request (ms)', direct: perRequest(sides[0]), again: perRequest(sides[1]), service: perRequest(sides[2]), digits: 3 },
+    ];
   } finally {
     await stop(stand);
     await own.shutdown();
   }
 }
+
+const began = performance.now();
+const loadBefore = os.loadavg()[0] ?? 0;
+const dir = await mkdtemp(path.join(os.tmpdir(), 'sd-bench-chat-'));
+const conditions = () =>
+  `${os.cpus().length} CPUs (load ${loadBefore.toFixed(2)} before, ${(os.loadavg()[0] ?? 0).toFixed(2)} after), node ${process.version}, ${((performance.now() - began) / 1000).toFixed(1)} s`;
 
 let direct: ChildProcess | undefined;
 let service: Service | undefined;
@@ -296,116 +442,112 @@ const interrupted = () => {
 process.once('SIGINT', interrupted);
 process.once('SIGTERM', interrupted);
 try {
-  const binary = await llamaServerPath();
-  const model = await writeTinyModel(path.join(dir, 'model.gguf'), MODEL);
-  const env: NodeJS.ProcessEnv = {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    SERVICE_DECK_ADMIN_PASSWORD: PASSWORD,
-    SERVICE_DECK_API_TOKEN: TOKEN,
-    SERVICE_DECK_CACHE_DIR: path.join(dir, 'cache'),
-    SERVICE_DECK_LLAMA_SERVER: binary,
-    SERVICE_DECK_GPUS: 'none',
-  };
+  let met = true;
+  if (!OWN_ONLY) {
+    const binary = await llamaServerPath();
+    const model = await writeTinyModel(path.join(dir, 'model.gguf'), MODEL);
+    const env: NodeJS.ProcessEnv = {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      SERVICE_DECK_ADMIN_PASSWORD: PASSWORD,
+      SERVICE_DECK_API_TOKEN: TOKEN,
+      SERVICE_DECK_CACHE_DIR: path.join(dir, 'cache'),
+      SERVICE_DECK_LLAMA_SERVER: binary,
+      SERVICE_DECK_GPUS: 'none',
+    };
 
-  // Direct: the chat worker's own command line (machines/chatWorker/args.ts) for this profile on
-  // the CPU, less `--api-key-file`; output piped and drained as the service's chat worker does.
-  const directPort = await freePort();
-  const launch = { generation: 0, profileId: 'direct', revision: 1, name: NAME, model, context: CONTEXT, slots: SLOTS };
-  const args = serverArgs({ ...launch, gpuLayers: null, tensorSplit: null, overrides: [], gpus: [] }, { port: directPort, keyFile: '' });
-  args.splice(args.indexOf('--api-key-file'), 2);
-  direct = spawn(binary, args, { env: { ...env, CUDA_VISIBLE_DEVICES: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const keep = (chunk: Buffer) => {
-    tail.push(chunk.toString('utf8'));
-    if (tail.length > 50) tail.shift();
-  };
-  direct.stdout?.on('data', keep);
-  direct.stderr?.on('data', keep);
+    // Direct: the chat worker's own command line (machines/chatWorker/args.ts) for this profile on
+    // the CPU, less `--api-key-file`; output piped and drained as the service's chat worker does.
+    const directPort = await freePort();
+    const launch = { generation: 0, profileId: 'direct', revision: 1, name: NAME, model, context: CONTEXT, slots: SLOTS };
+    const args = serverArgs({ ...launch, gpuLayers: null, tensorSplit: null, overrides: [], gpus: [] }, { port: directPort, keyFile: '' });
+    args.splice(args.indexOf('--api-key-file'), 2);
+    direct = spawn(binary, args, { env: { ...env, CUDA_VISIBLE_DEVICES: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const keep = (chunk: Buffer) => {
+      tail.push(chunk.toString('utf8'));
+      if (tail.length > 50) tail.shift();
+    };
+    direct.stdout?.on('data', keep);
+    direct.stderr?.on('data', keep);
 
-  // The service, in this process, logging warnings only (to stderr).
-  const config = loadConfig({ stateDir: path.join(dir, 'state') }, env);
-  const log = createLogger({ level: 'warn', destination: { write: (line: string) => void process.stderr.write(line) } });
-  service = (await startService(config, { log, adminPort: 0 })).service;
-  const adminUrl = `http://127.0.0.1:${service.adminAddress()?.port}`;
-  let cookie = '';
-  let csrf = '';
-  const admin = async (url: string, body: unknown) => {
-    const response = await fetch(`${adminUrl}${url}`, {
-      method: 'POST',
-      headers: { 'x-service-deck': '1', 'content-type': 'application/json', ...(cookie ? { cookie, 'x-csrf-token': csrf } : {}) },
-      body: JSON.stringify(body),
-    });
-    if (response.status !== 200 && response.status !== 201) throw new Error(`${url}: ${response.status} ${await response.text()}`);
-    return response;
-  };
-  const session = await admin('/api/v1/session', { password: PASSWORD });
-  cookie = (session.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
-  csrf = ((await session.json()) as { csrfToken: string }).csrfToken;
-  const apiPort = await freePort();
-  await admin('/api/v1/endpoint/config', { port: apiPort });
-  await admin('/api/v1/endpoint/start', {});
-  const created = await admin('/api/v1/profiles', { name: NAME, category: 'chat', params: { model, context: CONTEXT, slots: SLOTS } });
-  const id = ((await created.json()) as { id: string }).id;
-  await admin('/api/v1/endpoint/profile', { id, enabled: true });
+    // The service, in this process, logging warnings only (to stderr).
+    const config = loadConfig({ stateDir: path.join(dir, 'state') }, env);
+    const log = createLogger({ level: 'warn', destination: { write: (line: string) => void process.stderr.write(line) } });
+    service = (await startService(config, { log, adminPort: 0 })).service;
+    const adminUrl = `http://127.0.0.1:${service.adminAddress()?.port}`;
+    let cookie = '';
+    let csrf = '';
+    const admin = async (url: string, body: unknown) => {
+      const response = await fetch(`${adminUrl}${url}`, {
+        method: 'POST',
+        headers: { 'x-service-deck': '1', 'content-type': 'application/json', ...(cookie ? { cookie, 'x-csrf-token': csrf } : {}) },
+        body: JSON.stringify(body),
+      });
+      if (response.status !== 200 && response.status !== 201) throw new Error(`${url}: ${response.status} ${await response.text()}`);
+      return response;
+    };
+    const session = await admin('/api/v1/session', { password: PASSWORD });
+    cookie = (session.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+    csrf = ((await session.json()) as { csrfToken: string }).csrfToken;
+    const apiPort = await freePort();
+    await admin('/api/v1/endpoint/config', { port: apiPort });
+    await admin('/api/v1/endpoint/start', {});
+    const created = await admin('/api/v1/profiles', { name: NAME, category: 'chat', params: { model, context: CONTEXT, slots: SLOTS } });
+    const id = ((await created.json()) as { id: string }).id;
+    await admin('/api/v1/endpoint/profile', { id, enabled: true });
 
-  const sides = {
-    direct: side('direct', directPort, {}),
-    service: side('service', service.inferenceAddress()?.port ?? apiPort, { authorization: `Bearer ${TOKEN}` }),
-  };
-  // Warm-up: the direct server loads, the service's first request starts its chat worker.
-  await healthy(directPort, direct, 60_000);
-  const ready = performance.now();
-  await chat(sides.service, { model: NAME, messages: MESSAGES, max_tokens: 1 });
-  const workerStartMs = performance.now() - ready;
-  for (const s of [sides.direct, sides.service]) {
-    for (let i = 0; i < 20; i++) await chat(s, { model: NAME, messages: MESSAGES, max_tokens: 1 });
-    await Promise.all(Array.from({ length: SLOTS }, () => stream(s, 32)));
+    const sides = [
+      side('direct', directPort, {}),
+      side('direct again', directPort, {}),
+      side('service', service.inferenceAddress()?.port ?? apiPort, { authorization: `Bearer ${TOKEN}` }),
+    ] as const;
+    // Warm-up: the direct server loads, the service's first request starts its chat worker.
+    await healthy(directPort, direct, 60_000);
+    const ready = performance.now();
+    await chat(sides[2], { model: NAME, messages: MESSAGES, max_tokens: 1 });
+    const workerStartMs = performance.now() - ready;
+    for (const s of sides) {
+      for (let i = 0; i < 20; i++) await chat(s, { model: NAME, messages: MESSAGES, max_tokens: 1 });
+      await Promise.all(Array.from({ length: SLOTS }, () => stream(s, 32)));
+    }
+    for (let round = 0; round < ROUNDS; round++) for (const s of turn(sides, round)) await phase(s, round);
+
+    const [d] = sides;
+    console.log(`bench/chat: ${ROUNDS} rounds, model ${MODEL.embedding}x${MODEL.layers} layers, ${SLOTS} slots, context ${CONTEXT}; ${conditions()}`);
+    console.log(
+      `per side: ${d.latencies.length} non-streamed, ${d.ttfts.length} first-token, ${d.ends.length} single streams and ${THROUGHPUT_BATCHES} x ${SLOTS} streams of ${STREAM_TOKENS} tokens, ` +
+        `${d.concurrent.length} requests of ${CONCURRENT_TOKENS} tokens from ${CLIENTS} concurrent clients; worker start ${workerStartMs.toFixed(0)} ms`,
+    );
+    const concurrentMean: Figure = {
+      label: `${CLIENTS} clients: per request mean (ms)`,
+      direct: mean(sides[0].concurrent),
+      again: mean(sides[1].concurrent),
+      service: mean(sides[2].concurrent),
+      digits: 3,
+    };
+    met = report([
+      ...spread('latency (ms)', (s) => s.latencies, sides, 3, { 50: { kind: 'added', limit: 1 }, 90: { kind: 'added', limit: 2 } }),
+      ...spread('first token (ms)', (s) => s.ttfts, sides, 3, { 50: { kind: 'added', limit: 1 } }),
+      ...spread(`stream end, ${STREAM_TOKENS} tokens (ms)`, (s) => s.ends, sides, 3, { 50: { kind: 'added', limit: 1 } }),
+      ...rateSpread('one stream (tokens/s)', (s) => s.oneRates, sides, 0.99),
+      ...rateSpread(`${SLOTS} slots (tokens/s)`, (s) => s.rates, sides, 0.99),
+      ...spread(`${CLIENTS} clients: per request (ms)`, (s) => s.concurrent, sides, 3),
+      concurrentMean,
+    ]);
+    console.log(`${CLIENTS} concurrent clients: the service adds ${(concurrentMean.service - concurrentMean.direct).toFixed(3)} ms per request (mean; A/A ${(concurrentMean.again - concurrentMean.direct).toFixed(3)} ms)`);
+
+    // The service's own cost, without the CPU contention: on this 2-core machine llama-server's
+    // threads spin on both cores and the service's Node process competes with them; against a
+    // stand-in worker that answers at once, only the service's work is left.
+    await service.shutdown();
+    service = undefined;
+    await stop(direct);
+    direct = undefined;
   }
-
-  for (let round = 0; round < ROUNDS; round++) {
-    const order = round % 2 === 0 ? [sides.direct, sides.service] : [sides.service, sides.direct];
-    for (const s of order) await phase(s, round);
-  }
-
-  const d = sides.direct;
-  const v = sides.service;
-  const row = (label: string, a: number, b: number, digits: number, sign = true) =>
-    `${label.padEnd(28)}${a.toFixed(digits).padStart(10)}${b.toFixed(digits).padStart(10)}${((sign && b - a >= 0 ? '+' : '') + (b - a).toFixed(digits)).padStart(12)}${(b / a).toFixed(3).padStart(8)}`;
-  const latencyP50 = [percentile(d.latencies, 50), percentile(v.latencies, 50)] as const;
-  const ttftP50 = [percentile(d.ttfts, 50), percentile(v.ttfts, 50)] as const;
-  const throughput = [percentile(d.rates, 50), percentile(v.rates, 50)] as const;
-  const added = latencyP50[1] - latencyP50[0];
-  const ratio = throughput[1] / throughput[0];
-  console.log(
-    `bench/chat: ${ROUNDS} rounds, model ${MODEL.embedding}x${MODEL.layers} layers, ${SLOTS} slots, context ${CONTEXT}, ${os.cpus().length} CPUs ` +
-      `(load ${loadBefore.toFixed(2)} before, ${(os.loadavg()[0] ?? 0).toFixed(2)} after), node ${process.version}`,
-  );
-  console.log(`per side: ${d.latencies.length} non-streamed, ${d.ttfts.length} first-token, ${THROUGHPUT_BATCHES} x ${SLOTS} streams of ${STREAM_TOKENS} tokens; worker start ${workerStartMs.toFixed(0)} ms`);
-  console.log(`${''.padEnd(28)}${'direct'.padStart(10)}${'service'.padStart(10)}${'difference'.padStart(12)}${'ratio'.padStart(8)}`);
-  console.log(row('latency p50 (ms)', latencyP50[0], latencyP50[1], 3));
-  console.log(row('latency p90 (ms)', percentile(d.latencies, 90), percentile(v.latencies, 90), 3));
-  console.log(row('first token p50 (ms)', ttftP50[0], ttftP50[1], 3));
-  console.log(row(`stream tokens/s (${SLOTS} slots) p50`, throughput[0], throughput[1], 1));
-  console.log(row(`stream tokens/s (${SLOTS} slots) min`, Math.min(...d.rates), Math.min(...v.rates), 1));
-  console.log(
-    `ratios service/direct: latency p50 ${(latencyP50[1] / latencyP50[0]).toFixed(3)}, first token p50 ${(ttftP50[1] / ttftP50[0]).toFixed(3)}, ` +
-      `throughput ${ratio.toFixed(3)}; added p50 ${added.toFixed(3)} ms (target < 2 ms: ${added < 2 ? 'met' : 'MISSED'}), ` +
-      `throughput within 3% (target >= 0.97: ${ratio >= 0.97 ? 'met' : 'MISSED'}); ${((performance.now() - began) / 1000).toFixed(1)} s`,
-  );
-
-  // The service's own cost, without the CPU contention: on this 2-core machine llama-server's
-  // threads spin on both cores and the service's Node process competes with them; against a
-  // stand-in worker that answers at once, only the service's work is left.
-  await service.shutdown();
-  service = undefined;
-  await stop(direct);
-  direct = undefined;
   const own = await ownCost(dir);
-  console.log(
-    `service's own cost against an instant stand-in worker (test/fixtures/fake-llama-server.mjs, ${own.requests} requests per side): ` +
-      `p50 direct ${own.direct.toFixed(3)} ms, service ${own.service.toFixed(3)} ms, added ${own.added.toFixed(3)} ms (target < 2 ms: ${own.added < 2 ? 'met' : 'MISSED'})`,
-  );
-  if (added >= 2 || ratio < 0.97) process.exitCode = 1;
+  console.log(`\nservice's own cost against an instant stand-in worker (test/fixtures/fake-llama-server.mjs, ${OWN_REQUESTS} requests per side); ${conditions()}`);
+  if (!report(own)) met = false;
+  if (!met) process.exitCode = 1;
 } catch (error) {
   if (tail.length > 0) console.error(`direct llama-server output (tail):\n${tail.join('').slice(-4000)}`);
   throw error;

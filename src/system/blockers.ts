@@ -1,7 +1,8 @@
 // What keeps a profile from being executable (CONTRACT section 4: computed `executable` and
 // `blockers`). A published profile with a blocker stays published but leaves the model lists
 // (spec 2.1 rule 4). Later issues add their own blockers here.
-import { stat } from 'node:fs/promises';
+import { statSync } from 'node:fs';
+import { stat, statfs } from 'node:fs/promises';
 import { STT_LANGUAGES, type StoredProfile } from '../store/profile.schema.js';
 import { ENHANCER_TASKS, readInstalled, type EnhancerTask } from '../store/enhancers.js';
 import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
@@ -13,15 +14,51 @@ const GGUF_MAGIC = Buffer.from('GGUF', 'latin1');
 /** What a probe found at a path: nothing, something other than a regular file, or a file and its first bytes. */
 type Probe = { missing: true } | { kind: string } | { head: Buffer | undefined };
 
-/** The first bytes of each probed file by its stat stamp: an unchanged file is stat'ed, not opened again. */
-const heads = new Map<string, { stamp: string; head: Buffer | undefined }>();
+/**
+ * The first bytes of each probed file by its stat stamp: an unchanged file is stat'ed, not opened
+ * again. `local`: the file lies on a filesystem of this machine (see localFilesystem).
+ */
+const heads = new Map<string, { stamp: string; head: Buffer | undefined; local: boolean }>();
+
+/**
+ * Filesystems whose stat may wait on a network or a user-space server (statfs's f_type): NFS,
+ * SMB/CIFS, FUSE, 9p, Ceph, Lustre, GPFS, AFS, BeeGFS, OCFS2. A file there is always stat'ed on
+ * the probe lane, off the event loop.
+ */
+const REMOTE_FILESYSTEMS = new Set([
+  0x6969, 0xff534d42, 0xfe534d42, 0x517b, 0x65735546, 0x01021997, 0x00c36400, 0x0bd00bd0, 0x47504653, 0x5346414f, 0x6b414653, 0x19830326, 0x7461636f,
+]);
+
+async function localFilesystem(file: string): Promise<boolean> {
+  try {
+    return !REMOTE_FILESYSTEMS.has((await statfs(file)).type);
+  } catch {
+    return false;
+  }
+}
 
 /**
  * Stats a profile's file, and opens it only when it is a regular file that changed since the last
  * probe (src/adapters/regularFile.ts: a FIFO or device is never opened). `head` is undefined when
  * the file cannot be read.
+ *
+ * Every chat request checks its profile's model file (issue 17: the hot path). A known file on a
+ * local filesystem is stat'ed at once, on the event loop like the runtime and the token file: the
+ * thread pool's round trip costs many times the stat. Anything else (a first look, a change, a
+ * network filesystem, a stat that fails other than as missing) goes to the probe lane.
  */
 function probe(file: string): Promise<Probe> {
+  const known = heads.get(file);
+  if (known?.local) {
+    let stats;
+    try {
+      stats = statSync(file);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return Promise.resolve({ missing: true });
+      stats = undefined;
+    }
+    if (stats?.isFile() && statStamp(stats) === known.stamp) return Promise.resolve({ head: known.head });
+  }
   return onProbeLane(async () => {
     let stats;
     try {
@@ -34,8 +71,9 @@ function probe(file: string): Promise<Probe> {
     const known = heads.get(file);
     if (known?.stamp === stamp) return { head: known.head };
     const head = await readHead(file, GGUF_MAGIC.length);
+    const local = await localFilesystem(file);
     if (heads.size > 4096) heads.clear();
-    heads.set(file, { stamp, head });
+    heads.set(file, { stamp, head, local });
     return { head };
   });
 }

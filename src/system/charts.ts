@@ -87,6 +87,23 @@ interface RefLike {
 
 const actorName = (ref: unknown): string | null => (ref ? ((ref as RefLike).systemId ?? (ref as RefLike).id) : null);
 
+/**
+ * The time now as ISO text, made once per millisecond: one chat request brings the feed a few
+ * dozen inspection events within the same millisecond (the hot path, issue 17).
+ */
+const isoNow = (() => {
+  let ms = NaN;
+  let text = '';
+  return (): string => {
+    const now = Date.now();
+    if (now !== ms) {
+      ms = now;
+      text = new Date(now).toISOString();
+    }
+    return text;
+  };
+})();
+
 interface SnapshotLike {
   value?: unknown;
   status?: ActorView['status'];
@@ -123,17 +140,20 @@ export class ChartFeed extends EventEmitter<{ actor: [view: ActorView] }> {
   readonly observe = (event: InspectionEvent): void => {
     const ref = event.actorRef as unknown as RefLike;
     if (!isMachine(ref.logic)) return;
+    if (event.type !== '@xstate.event' && event.type !== '@xstate.snapshot' && this.#actors.has(ref)) return;
     let view = this.#actors.get(ref);
     if (!view) {
-      view = { id: ref.id, machine: this.#describe(ref.logic).id, active: [], value: null, status: 'active', events: [], updated_at: new Date().toISOString() };
+      view = { id: ref.id, machine: this.#describe(ref.logic).id, active: [], value: null, status: 'active', events: [], updated_at: isoNow() };
       this.#actors.set(ref, view);
     }
     // XState announces an actor before it registers its systemId.
     view.id = ref.systemId ?? ref.id;
     switch (event.type) {
       case '@xstate.event': {
-        const entry: ActorEventView = { type: event.event.type, source: actorName(event.sourceRef), at: new Date().toISOString() };
-        view.events = [...view.events, entry].slice(-ACTOR_EVENT_LIMIT);
+        const entry: ActorEventView = { type: event.event.type, source: actorName(event.sourceRef), at: isoNow() };
+        // In place: what leaves the feed is a copy (actors(), the `actor` event).
+        view.events.push(entry);
+        if (view.events.length > ACTOR_EVENT_LIMIT) view.events.shift();
         break;
       }
       case '@xstate.snapshot': {
@@ -146,7 +166,7 @@ export class ChartFeed extends EventEmitter<{ actor: [view: ActorView] }> {
       default:
         return;
     }
-    view.updated_at = new Date().toISOString();
+    view.updated_at = isoNow();
     // An ended actor without a systemId (a queue's expiry timer) is shown ending, marked gone so
     // that a page forgets it too, then forgotten.
     const gone = view.status !== 'active' && ref.systemId === undefined;

@@ -300,15 +300,68 @@ export async function openChat(
 /** An SSE event carrying an error, the contract's ending of a stream that already started. */
 export const sseError = (error: ApiError): string => `data: ${JSON.stringify(error.body())}\n\n`;
 
+const BLANK_LINE = Buffer.from('\n\n');
+/** Only an event that holds these bytes can be an error event (JSON escapes a quote inside a string). */
+const ERROR_KEY = Buffer.from('"error"');
+/** An unfinished event held back longer than this is relayed as it is (the memory a stream may pin). */
+const HELD_LIMIT = 1024 * 1024;
+
 /**
- * Relays a worker's SSE stream to `out` chunk by chunk. Ends after the worker's last byte, or with
- * an error event when the worker fails, goes quiet (120 s) or runs past the SSE limit (600 s).
- * Resolves when the relay is over (never rejects); `onChunk` sees every chunk (the chat test).
+ * The worker's error event among whole SSE events (llama-server ends a stream that fails after its
+ * first event with `data: {"error": {code, message, type}}`): where it starts, and its status and
+ * body as a non-streamed error answer would have them. Undefined when there is none.
+ */
+export function streamedError(events: Buffer): { at: number; status: number; body: Buffer } | undefined {
+  let from = 0;
+  while (from < events.length) {
+    const found = events.indexOf(ERROR_KEY, from);
+    if (found < 0) return undefined;
+    const previous = events.lastIndexOf(BLANK_LINE, found);
+    const at = previous < 0 ? 0 : previous + 2;
+    const endsAt = events.indexOf(BLANK_LINE, found);
+    const end = endsAt < 0 ? events.length : endsAt;
+    const data = events
+      .subarray(at, end)
+      .toString('utf8')
+      .split('\n')
+      .filter((line) => line.startsWith('data:'))
+      .map((line) => line.slice(5))
+      .join('\n');
+    try {
+      const parsed = JSON.parse(data) as unknown;
+      if (typeof parsed === 'object' && parsed !== null && Object.hasOwn(parsed, 'error')) {
+        const { error } = parsed as { error: { code?: unknown } | null };
+        const status = typeof error?.code === 'number' && error.code >= 400 && error.code < 600 ? error.code : 500;
+        return { at, status, body: Buffer.from(data) };
+      }
+    } catch {
+      // Not a JSON event (a content chunk cannot hold `"error"` unescaped, but a stand-in may).
+    }
+    from = end + 2;
+  }
+  return undefined;
+}
+
+/**
+ * Relays a worker's SSE stream to `out`, whole events as they come (a chunk of whole events, the
+ * usual case, goes out as it is; the start of an unfinished event waits for its end). Ends after
+ * the worker's last byte, or with an error event of the service's own when the worker sends one
+ * (its detail goes to `log`, as a non-streamed error answer's does: workerStatusError), fails,
+ * goes quiet (120 s) or runs past the SSE limit (600 s). An event the worker cut off halfway is
+ * not relayed. Resolves when the relay is over (never rejects); `onChunk` sees what `out` gets of
+ * the worker's events (the chat test), `onError` the error that ended the stream.
  */
 export function relayStream(
   opened: OpenedChat,
   out: NodeJS.WritableStream & { destroyed?: boolean },
-  options: { limits: ChatLimits; signal: AbortSignal; onChunk?: (chunk: Buffer) => void; onError?: (error: ApiError) => void },
+  options: {
+    limits: ChatLimits;
+    signal: AbortSignal;
+    log: { warn: (fields: object, message: string) => void };
+    profile?: { name: string; params: Pick<ChatParams, 'context' | 'slots'> };
+    onChunk?: (chunk: Buffer) => void;
+    onError?: (error: ApiError) => void;
+  },
 ): Promise<void> {
   const { response, lease } = opened;
   return new Promise<void>((resolve) => {
@@ -320,9 +373,7 @@ export function relayStream(
       options.signal.removeEventListener('abort', onClientGone);
       if (error) {
         options.onError?.(error);
-        // An error event of its own, even when the worker's last event was cut off mid-line.
-        const endsEvent = tail[0] === 0x0a && tail[1] === 0x0a;
-        if (!out.destroyed) out.write(endsEvent ? sseError(error) : `\n\n${sseError(error)}`);
+        if (!out.destroyed) out.write(sseError(error));
       }
       out.end();
       resolve();
@@ -344,15 +395,38 @@ export function relayStream(
     );
     if (options.signal.aborted) onClientGone();
     else options.signal.addEventListener('abort', onClientGone, { once: true });
-    /** The last two bytes relayed: an error event may follow only a blank line. */
-    let tail = Buffer.from('\n\n');
+    /** Relays whole events; the worker's error event ends the stream with ours instead. */
+    const relay = (events: Buffer) => {
+      const failed = events.includes(ERROR_KEY) ? streamedError(events) : undefined;
+      const before = failed ? events.subarray(0, failed.at) : events;
+      if (before.length > 0) {
+        options.onChunk?.(before);
+        out.write(before);
+      }
+      if (failed) {
+        opened.abort();
+        finish(workerStatusError(failed.status, failed.body, options.log, options.profile));
+      }
+    };
+    /** The start of an event whose blank line has not come yet. */
+    let held: Buffer | undefined;
     response.on('data', (chunk: Buffer) => {
       if (over || chunk.length === 0) return;
-      options.onChunk?.(chunk);
-      out.write(chunk);
-      tail = Buffer.concat([tail, chunk.subarray(-2)]).subarray(-2);
+      const data = held ? Buffer.concat([held, chunk]) : chunk;
+      const blank = data.lastIndexOf(BLANK_LINE);
+      const cut = blank < 0 ? 0 : blank + 2;
+      held = cut < data.length ? data.subarray(cut) : undefined;
+      if (cut > 0) relay(cut === data.length ? data : data.subarray(0, cut));
+      if (held && held.length > HELD_LIMIT && !over) {
+        relay(held);
+        held = undefined;
+      }
     });
-    response.on('end', () => finish());
+    response.on('end', () => {
+      // The worker's last event without its blank line is relayed as it is.
+      if (held && !over) relay(held);
+      finish();
+    });
     // A destroy with our own failure (the idle limit) also aborts the response; its 'error' comes next.
     response.on('aborted', () => setImmediate(() => fail(new UpstreamFailure('connection', 'The chat worker closed the stream.'))));
     response.on('error', (error) => fail(error));

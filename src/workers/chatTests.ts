@@ -95,7 +95,6 @@ interface StreamChunk {
   choices?: Array<{ delta?: { content?: string | null }; finish_reason?: string | null }>;
   usage?: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } };
   timings?: { prompt_n?: number; prompt_ms?: number; prompt_per_second?: number; predicted_n?: number; predicted_ms?: number; predicted_per_second?: number };
-  error?: { message?: string; code?: string | null };
 }
 
 export class ChatTests extends EventEmitter<{ change: [] }> {
@@ -206,7 +205,6 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
           } catch {
             return;
           }
-          if (chunk.error) failed = { code: chunk.error.code ?? null, message: chunk.error.message ?? 'the chat worker failed' };
           for (const choice of chunk.choices ?? []) {
             if (choice.delta?.content) job.answer += choice.delta.content;
             if (choice.finish_reason) job.finish_reason = choice.finish_reason;
@@ -232,6 +230,8 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
         await relayStream(opened, sink, {
           limits: this.limits,
           signal,
+          log: this.service.log,
+          profile,
           onChunk: (chunk) => reader.push(chunk),
           onError: (error) => {
             failed = { code: error.code, message: error.message };

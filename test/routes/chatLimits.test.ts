@@ -1,7 +1,8 @@
 // The chat route's worker limits (spec 4.2, 8) and failures, against a stand-in llama-server
 // (test/fixtures/fake-llama-server.mjs) that can misbehave on demand: a buffered answer over
 // 16 MiB, a worker that goes silent (120 s, shortened here), an SSE stream that runs past its
-// limit (600 s, shortened here), and a worker that crashes with a model error.
+// limit (600 s, shortened here), an error event in a running stream, and a worker that crashes
+// with a model error.
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -78,6 +79,35 @@ t.test('an error event after an event the worker cut off halfway stands on its o
   const last = events.at(-1) ?? '';
   t.match(JSON.parse(last.replace(/^data: /, '')), { error: { code: 'worker_failed', message: /no data for 1 s/ } }, 'the last event is a whole error event');
   t.equal(await running(b), 0);
+});
+
+t.test("the worker's error event inside a running stream becomes the service's own summary", async (t) => {
+  const b = await setUp(t, 'error');
+  const prompt = 'PROMPT-7171 the words of the request';
+  const response = await b.api('POST', '/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: prompt }], stream: true });
+  t.equal(response.status, 200);
+  const text = await response.text();
+  t.notMatch(text, /unordered_map|last read|PROMPT-7171/, 'neither the C++ text nor the request it quotes reaches the client');
+  const events = text.split('\n\n').filter((e) => e.trim() !== '');
+  t.equal(events.length, 2, 'the token, then one error event');
+  t.match(JSON.parse((events[0] ?? '').replace(/^data: /, '')), { choices: [{ delta: { content: 'x' } }] }, 'the events before the error are relayed');
+  t.same(
+    JSON.parse((events[1] ?? '').replace(/^data: /, '')),
+    {
+      error: {
+        message: 'The chat worker failed on this request with an internal error (Value is not an object); the service log has the details.',
+        type: 'server_error',
+        param: null,
+        code: 'worker_failed',
+      },
+    },
+    "the stream ends with the service's own error event, the summary a non-streamed answer gets",
+  );
+  const logged = b.logLines.filter((line) => line.includes('the chat worker answered with an error'));
+  t.equal(logged.length, 1, 'the detail goes to the log');
+  t.match(logged[0], /unordered_map::at; last read: \(left out\)/, "with the worker's own words");
+  t.notMatch(b.logLines.join(''), /PROMPT-7171/, "but not the request's text");
+  t.equal(await running(b), 0, 'the reservation is given back');
 });
 
 t.test('a worker that crashes answers 502 worker_failed with the likely cause', async (t) => {

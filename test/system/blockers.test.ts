@@ -5,8 +5,12 @@
 import { execFileSync } from 'node:child_process';
 import { constants, openSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
+import { writeTinyModel } from '../../src/adapters/tinyModel.js';
+import type { StoredProfile } from '../../src/store/profile.schema.js';
+import { profileBlockers } from '../../src/system/blockers.js';
 import { build, PASSWORD, tempDir, type Built } from '../helpers/build.js';
 
 /** How long any one answer may take here: the service answers these in milliseconds. */
@@ -114,3 +118,30 @@ async function attack(t: Parameters<typeof build>[0], fifos: string[], dir: stri
   t.ok(after.filter((view) => view.blockers.some((blocker) => blocker.includes('is a FIFO'))).length >= 5, 'the FIFO blockers are there after the restart');
   await login(t, again);
 }
+
+t.test('a model file checked on every request: each change is seen at the next check, also on the fast path', async (t) => {
+  const dir = await tempDir(t);
+  const model = path.join(dir, 'model.gguf');
+  await writeTinyModel(model);
+  const profile = {
+    id: 'p',
+    revision: 1,
+    name: 'p',
+    category: 'chat',
+    params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null, sampling: {} },
+  } as unknown as StoredProfile;
+  const lookup = { env: {}, cacheDir: dir };
+  const modelBlockers = async () => (await profileBlockers(profile, lookup)).filter((b) => b.startsWith('model file'));
+  t.same(await modelBlockers(), [], 'a GGUF file: no blocker (the first look, on the probe lane)');
+  t.same(await modelBlockers(), [], 'unchanged: still none (stat on the event loop, the head from memory)');
+  await rm(model);
+  t.same(await modelBlockers(), [`model file missing: ${model}`], 'removed: missing at the next check');
+  await writeFile(model, 'not a model');
+  t.same(await modelBlockers(), [`model file is not a GGUF file: ${model}`], 'replaced by another file: read again');
+  await rm(model);
+  execFileSync('mkfifo', [model]);
+  t.same(await modelBlockers(), [`model file is a FIFO, not a regular file: ${model}`], 'a FIFO in its place: named, never opened');
+  await rm(model);
+  await writeTinyModel(model);
+  t.same(await modelBlockers(), [], 'a GGUF file again: no blocker');
+});

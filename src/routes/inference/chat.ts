@@ -69,7 +69,7 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
     // SSE: the headers go out with the worker's first chunk, then every chunk as it comes; the
     // reservation is kept until the end.
     const out = new PassThrough();
-    void relayStream(opened, out, { limits, signal }).finally(() => lease.release());
+    void relayStream(opened, out, { limits, signal, log: request.log, profile }).finally(() => lease.release());
     return reply
       .code(200)
       .headers({ ...headers, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' })
