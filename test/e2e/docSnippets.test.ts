@@ -5,10 +5,11 @@
 // it), or the line right above it says, visibly, why it is not run against the demo
 // (`*Not run against the demo: what it needs.*`). Data (JSON bodies, output samples, diagrams)
 // is a block whose fence says so. The blocks run here are the ones that change the service's
-// state (the token, the password, the endpoint, profiles, the audio policy), so they get a demo of
-// their own: its own state directory and ports.
+// state (the token, the password, the endpoint, profiles, the audio policy) and the image script,
+// so they get a demo of their own: its own state directory and ports, and the image tests'
+// stand-in for sd-cli with a model file in place, so that its `painter` can run.
 import { execFile } from 'node:child_process';
-import { mkdir, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t, { type Test } from 'tap';
 import { freePort, tempDir } from '../helpers/build.js';
@@ -25,6 +26,10 @@ const DATA = new Set(['json', 'ini', 'nginx', 'yaml', 'text']);
 const RUN = /^<!-- snippet: run ([\w-]+) -->$/;
 const NOT_RUN = /^\*Not run against the demo: (.{12,})\*$/;
 
+/** stable-diffusion.cpp's sd-cli cannot be built here: the stand-in the image tests use. */
+const SD_CLI = path.join(root, 'test', 'fixtures', 'sd-cli');
+const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
 /** The private demo's operator password at its start: the password change's block expects it. */
 const FIRST_PASSWORD = 'old secret';
 
@@ -40,7 +45,14 @@ interface Context {
  * must print and what the test checks after it. A block that calls `adm` runs after the login
  * block of docs/api.md, which defines `json` and `adm`.
  */
-const RUNS: Array<{ name: string; expect: RegExp[]; after?: (t: Test, out: string, ctx: Context) => Promise<unknown> }> = [
+const RUNS: Array<{
+  name: string;
+  expect: RegExp[];
+  /** The files it leaves where it runs (PNG images). */
+  writes?: string[];
+  before?: (ctx: Context) => Promise<unknown>;
+  after?: (t: Test, out: string, ctx: Context) => Promise<unknown>;
+}> = [
   {
     name: 'rotate-token-api',
     expect: [/^\{"token":"sd-[\w-]{20,}"\}$/m],
@@ -51,25 +63,39 @@ const RUNS: Array<{ name: string; expect: RegExp[]; after?: (t: Test, out: strin
       ctx.token = token;
     },
   },
-  {
-    name: 'rotate-token-cli',
-    expect: [/^\{"status":"ok","endpoint":"running"\}$/m],
-    after: async (t, _out, ctx) => {
-      t.equal(await healthStatus(ctx.api, ctx.token), 401, 'the token before the command stops working');
-    },
-  },
   // /readyz's answer ends without a line break, so grep's first line follows it on the same line.
   { name: 'metrics', expect: [/^\{"status":"ok"\}/, /(^|\})service_deck_http_requests_total\{listener="inference",route="\/health"/m] },
   {
     name: 'profiles',
     expect: [/"revision":2,.*"name":"qwen-small","category":"chat","params":\{"model":"\/models\/qwen-small\.gguf","context":4096,"slots":2/],
-    after: async (t, _out, ctx) => t.notOk((await profileNames(ctx)).includes('qwen-small'), 'the profile is deleted'),
+    after: async (t, _out, ctx) => {
+      const { profiles } = (await admin(ctx, 'GET', '/api/v1/profiles')) as { profiles: Array<{ name: string }> };
+      t.notOk(profiles.some((p) => p.name === 'qwen-small'), 'the profile is deleted');
+    },
   },
   { name: 'models-chat', expect: [/"name":"qwen-small","category":"chat".*"temperature":0\.7.*"blockers":\["model file missing: \/srv\/models\/qwen2\.5-1\.5b-instruct-q4_k_m\.gguf"\]/] },
   { name: 'models-image', expect: [/"name":"z-image","category":"image".*"steps":8.*"blockers":\[.*"model file missing: \/srv\/models\/z_image_turbo-Q4_K\.gguf"/] },
   { name: 'models-whisper', expect: [/"name":"whisper","category":"stt".*"defaultLanguage":"auto".*"blockers":\[.*"model file missing: \/srv\/models\/ggml-base\.bin"/] },
   { name: 'publish', expect: [/^\{"published":\["demo-chat","demo-tts","demo-stt","demo-image","p-[0-9a-f]{12}"\],"profile":\{.*"name":"qwen-small".*"published":true/] },
   { name: 'audio-policy', expect: [/"kind":"stt","mode":"warm","profile_id":"demo-stt"/, /"states":\{"tts":"auto","stt":"warm\.(preloading|held)"\}/] },
+  {
+    name: 'images',
+    expect: [/^1024x1024$/m],
+    writes: ['lighthouse-winter.png', 'lighthouse.png'],
+    // The edit needs a profile that takes a reference image; the demo's painter takes none.
+    before: async (ctx) => {
+      const painter = (await admin(ctx, 'GET', '/api/v1/profiles/demo-image')) as { params: Record<string, unknown> };
+      return admin(ctx, 'PUT', '/api/v1/profiles/demo-image', { ...painter, params: { ...painter.params, referenceImages: 1 } });
+    },
+  },
+  {
+    name: 'rotate-token-cli',
+    expect: [/^\{"status":"ok","endpoint":"running"\}$/m],
+    // The token it makes stays in the script: nothing after it needs the token.
+    after: async (t, _out, ctx) => {
+      t.equal(await healthStatus(ctx.api, ctx.token), 401, 'the token before the command stops working');
+    },
+  },
   {
     name: 'password',
     expect: [/^\{"csrfToken":"[^"]+"\}$/m],
@@ -102,16 +128,18 @@ async function loginStatus(admin: string, password: string): Promise<number> {
   return response.status;
 }
 
-async function profileNames(ctx: Context): Promise<string[]> {
+/** One admin API call in a session of its own. */
+async function admin(ctx: Context, method: string, route: string, body?: unknown): Promise<unknown> {
   const login = await fetch(`${ctx.admin}/api/v1/session`, {
     method: 'POST',
     headers: { 'X-Service-Deck': '1', 'Content-Type': 'application/json' },
     body: JSON.stringify({ password: ctx.password }),
   });
-  const cookie = login.headers.getSetCookie()[0]!.split(';')[0]!;
-  await login.arrayBuffer();
-  const answer = (await (await fetch(`${ctx.admin}/api/v1/profiles`, { headers: { 'X-Service-Deck': '1', cookie } })).json()) as { profiles: Array<{ name: string }> };
-  return answer.profiles.map((p) => p.name);
+  const { csrfToken } = (await login.json()) as { csrfToken: string };
+  const headers = { 'X-Service-Deck': '1', 'X-CSRF-Token': csrfToken, cookie: login.headers.getSetCookie()[0]!.split(';')[0]!, ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) };
+  const response = await fetch(`${ctx.admin}${route}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  if (!response.ok) throw new Error(`${method} ${route}: ${response.status} ${await response.text()}`);
+  return response.json();
 }
 
 /** How the block is accounted for, or why it is not. */
@@ -166,6 +194,11 @@ t.test('the blocks that change the state run as written against a private demo',
   await mkdir(stateDir, { mode: 0o700 });
   await mkdir(path.join(home, '.config'), { recursive: true });
   await mkdir(bin);
+  // A script here finds the `openai` package as one in the checkout does.
+  await symlink(path.join(root, 'node_modules'), path.join(dir, 'node_modules'));
+  // The demo's painter with a stand-in for sd-cli: its model file is there.
+  await mkdir(path.join(stateDir, 'models'), { mode: 0o700 });
+  await writeFile(path.join(stateDir, 'models', 'sd-model.gguf'), 'stand-in weights\n');
   // `service-deck` on the PATH, as an installed package puts it there.
   await writeFile(path.join(bin, 'service-deck'), `#!/bin/sh\nexec "${process.execPath}" "${path.join(root, 'bin', 'service-deck.js')}" "$@"\n`, { mode: 0o755 });
   const uiPort = await freePort();
@@ -176,7 +209,7 @@ t.test('the blocks that change the state run as written against a private demo',
   t.same(await setPassword.exited, { code: 0, signal: null }, 'the password is set before the demo starts');
 
   const started = performance.now();
-  const demo = spawnCli(t, ['demo', '--ui-port', String(uiPort)], { ...env, SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(), SERVICE_DECK_GPUS: 'none' });
+  const demo = spawnCli(t, ['demo', '--ui-port', String(uiPort)], { ...env, SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(), SERVICE_DECK_SD_CLI: SD_CLI, SERVICE_DECK_GPUS: 'none' });
   await demo.waitFor(/Ctrl-C stops the service/, 60_000);
   const token = demo.output().match(/new API token \(shown once, only its hash is stored\): (\S+)/)?.[1];
   t.ok(token, 'the demo printed the API token');
@@ -189,15 +222,17 @@ t.test('the blocks that change the state run as written against a private demo',
       t.fail(`no block is marked to run as ${run.name}`);
       continue;
     }
-    const script = block.text.includes('adm ') ? `${login!.text}\n${block.text}\n` : `${block.text}\n`;
+    const shell = block.lang === 'sh';
+    const script = shell && block.text.includes('adm ') ? `${login!.text}\n${block.text}\n` : `${block.text}\n`;
     const cwd = path.join(dir, `run-${run.name}`);
     await mkdir(cwd);
-    const file = path.join(dir, `${run.name}.sh`);
+    const file = path.join(dir, `${run.name}.${shell ? 'sh' : 'mjs'}`);
     await writeFile(file, script);
+    await run.before?.(ctx);
     const began = performance.now();
     const ran = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
       execFile(
-        'sh',
+        shell ? 'sh' : process.execPath,
         [file],
         {
           cwd,
@@ -220,7 +255,8 @@ t.test('the blocks that change the state run as written against a private demo',
     const where = `${run.name} (${block.doc}:${block.line})`;
     t.equal(ran.code, 0, `${where} exits 0`, { stdout: ran.stdout, stderr: ran.stderr });
     for (const pattern of run.expect) t.match(ran.stdout, pattern, `${where} prints ${pattern}`, { stderr: ran.stderr });
-    t.same(await readdir(cwd), [], `${where} writes nothing where it runs`);
+    t.same((await readdir(cwd)).sort(), run.writes ?? [], `${where} writes ${run.writes?.join(', ') ?? 'nothing'} where it runs`);
+    for (const name of run.writes ?? []) t.same([...(await readFile(path.join(cwd, name))).subarray(0, 8)], [...PNG], `${where}: ${name} is a PNG`);
     await run.after?.(t, ran.stdout, ctx);
   }
 
