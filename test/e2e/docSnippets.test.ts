@@ -76,6 +76,16 @@ const RUNS: Array<{
   { name: 'models-chat', expect: [/"name":"qwen-small","category":"chat".*"temperature":0\.7.*"blockers":\["model file missing: \/srv\/models\/qwen2\.5-1\.5b-instruct-q4_k_m\.gguf"\]/] },
   { name: 'models-image', expect: [/"name":"z-image","category":"image".*"steps":8.*"blockers":\[.*"model file missing: \/srv\/models\/z_image_turbo-Q4_K\.gguf"/] },
   { name: 'models-whisper', expect: [/"name":"whisper","category":"stt".*"defaultLanguage":"auto".*"blockers":\[.*"model file missing: \/srv\/models\/ggml-base\.bin"/] },
+  { name: 'kokoro-models', expect: [/"name":"kokoro","category":"tts".*"blockers":\[.*"runtime missing: \/opt\/kokoro\/serve-for-deck\.sh/] },
+  {
+    name: 'kokoro-api',
+    expect: [/"name":"kokoro","category":"tts".*"blockers":\[.*"runtime missing: \/opt\/kokoro\/serve-for-deck\.sh/],
+    // The same profile as models.md's: that one goes first.
+    before: async (ctx) => {
+      const { profiles } = (await admin(ctx, 'GET', '/api/v1/profiles')) as { profiles: Array<{ id: string; name: string }> };
+      return admin(ctx, 'DELETE', `/api/v1/profiles/${profiles.find((p) => p.name === 'kokoro')!.id}`);
+    },
+  },
   { name: 'publish', expect: [/^\{"published":\["demo-chat","demo-tts","demo-stt","demo-image","p-[0-9a-f]{12}"\],"profile":\{.*"name":"qwen-small".*"published":true/] },
   { name: 'audio-policy', expect: [/"kind":"stt","mode":"warm","profile_id":"demo-stt"/, /"states":\{"tts":"auto","stt":"warm\.(preloading|held)"\}/] },
   {
@@ -139,7 +149,7 @@ async function admin(ctx: Context, method: string, route: string, body?: unknown
   const headers = { 'X-Service-Deck': '1', 'X-CSRF-Token': csrfToken, cookie: login.headers.getSetCookie()[0]!.split(';')[0]!, ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) };
   const response = await fetch(`${ctx.admin}${route}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   if (!response.ok) throw new Error(`${method} ${route}: ${response.status} ${await response.text()}`);
-  return response.json();
+  return response.status === 204 ? null : response.json();
 }
 
 /** How the block is accounted for, or why it is not. */
