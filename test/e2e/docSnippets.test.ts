@@ -187,6 +187,19 @@ t.test('every command block in the docs is run or says why not', async (t) => {
   t.ok((counts.get('script') ?? 0) >= 20 && (counts.get('run') ?? 0) === RUNS.length, 'the docs show the examples and the blocks run here');
 });
 
+t.test('a command block that is not accounted for, and a block without a language, are refused', async (t) => {
+  const scripts = await readdir(examplesDir);
+  const block = (over: Partial<DocBlock>): DocBlock => ({ doc: 'docs/x.md', line: 1, lang: 'sh', text: 'echo hi', above: 'Some prose:', script: undefined, ...over });
+  t.match(verdict(block({}), scripts), { error: /does not say why it is not run/ });
+  t.match(verdict(block({ lang: '' }), scripts), { error: /no language/ });
+  t.match(verdict(block({ lang: 'perl' }), scripts), { error: /neither a command nor data/ });
+  t.match(verdict(block({ script: 'gone.mjs' }), scripts), { error: /not there/ });
+  t.match(verdict(block({ above: '*Not run against the demo:*' }), scripts), { error: /does not say why/ }, 'a marker needs its reason');
+  t.same(verdict(block({ above: '*Not run against the demo: needs a GPU and its model.*' }), scripts), { kind: 'not run', detail: 'needs a GPU and its model.' });
+  t.same(verdict(block({ above: '<!-- snippet: run images -->' }), scripts), { kind: 'run', detail: 'images' });
+  t.same(verdict(block({ lang: 'json' }), scripts), { kind: 'data', detail: 'json' });
+});
+
 t.test('the blocks that change the state run as written against a private demo', async (t) => {
   const blocks = new Map<string, DocBlock>();
   for (const block of await docBlocks()) {
