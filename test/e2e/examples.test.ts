@@ -7,17 +7,14 @@
 import { execFile } from 'node:child_process';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { freePort, tempDir } from '../helpers/build.js';
+import { docBlocks, examplesDir } from '../helpers/docBlocks.js';
 import { llamaServerPath } from '../helpers/llama.js';
 import { spawnCli } from '../helpers/spawn.js';
 
 // The demo's start and twelve scripts, some of which start a worker: about a minute on 2 cores.
 t.setTimeout(300_000);
-
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const examplesDir = path.join(root, 'examples');
 
 /** Each example, how it is run, and what its output must show. */
 const EXAMPLES: Array<{ file: string; expect: RegExp[] }> = [
@@ -109,28 +106,12 @@ t.test('every example runs against the demo', async (t) => {
 });
 
 t.test('the code blocks the docs show from an example stand in it word for word', async (t) => {
-  const docs = ['README.md', 'examples/README.md', ...(await readdir(path.join(root, 'docs'))).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
   const shown = new Map<string, number>();
-  for (const doc of docs) {
-    const lines = (await readFile(path.join(root, doc), 'utf8')).split('\n');
-    for (let at = 0; at < lines.length; at += 1) {
-      if (!lines[at]!.startsWith('```')) continue;
-      const end = lines.findIndex((line, i) => i > at && line.startsWith('```'));
-      const block = lines.slice(at + 1, end).join('\n');
-      // The block shows an example when the paragraph right before it links to one (the last link).
-      let first = at - 1;
-      while (first >= 0 && lines[first]!.trim() === '') first -= 1;
-      const last = first;
-      while (first >= 0 && lines[first]!.trim() !== '') first -= 1;
-      const paragraph = lines.slice(first + 1, last + 1).join('\n');
-      const link = [...paragraph.matchAll(/\]\((?:\.\.\/)?(?:examples\/)?([\w-]+\.(?:mjs|sh))\)/g)].pop()?.[1];
-      if (link) {
-        const source = await readFile(path.join(examplesDir, link), 'utf8');
-        t.ok(source.includes(block), `${doc}:${at + 1} stands in examples/${link} word for word`, { block });
-        shown.set(doc, (shown.get(doc) ?? 0) + 1);
-      }
-      at = end;
-    }
+  for (const block of await docBlocks()) {
+    if (!block.script) continue;
+    const source = await readFile(path.join(examplesDir, block.script), 'utf8');
+    t.ok(source.includes(block.text), `${block.doc}:${block.line} stands in examples/${block.script} word for word`, { block: block.text });
+    shown.set(block.doc, (shown.get(block.doc) ?? 0) + 1);
   }
   t.ok((shown.get('README.md') ?? 0) >= 3, `README.md shows the examples (${shown.get('README.md') ?? 0} blocks)`);
   t.ok((shown.get('docs/api.md') ?? 0) >= 5, `docs/api.md shows the examples (${shown.get('docs/api.md') ?? 0} blocks)`);
