@@ -137,11 +137,23 @@ t.test('one service, every worker kind', async (t) => {
     const heldMs = Date.now() - sentAt;
     clearInterval(sampler);
     t.ok(heldMs >= STREAM_MS && heldMs < STREAM_MS + 5_000, `the slot came back with the ${STREAM_MS} ms limit (${heldMs} ms after the request)`);
+    // The worker stopped generating for it: an idle llama-server uses next to no CPU.
+    const worker = await workerPid(b, 'chat');
+    const cpuTicks = async () => {
+      // utime and stime, in clock ticks (100 a second), follow the command name: `pid (comm) S …`.
+      const fields = (await readFile(`/proc/${worker}/stat`, 'utf8')).replace(/^.*\) /s, '').split(' ');
+      return Number(fields[11]) + Number(fields[12]);
+    };
+    const ticksBefore = await cpuTicks();
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const ticks = (await cpuTicks()) - ticksBefore;
+    t.ok(ticks < 25, `the worker's slot is free too: it used ${ticks / 100} s of CPU in the second after`);
     const grownMiB = (rssPeak - rssBefore) / 2 ** 20;
     t.ok(grownMiB < 64, `the service's RSS grew ${grownMiB.toFixed(1)} MiB while the client was stalled`);
 
     stalled.socket.resume();
     await stalled.closed;
+    t.comment(`the stalled client was sent ${(stalled.received().length / 1024).toFixed(0)} KiB in all`);
     const tail = stalled.received().slice(-600);
     t.match(tail, /data: \{"error":\{[^\n]*"code":"worker_failed"/, 'the stream ends with the contract error event once the client reads again');
     t.match(tail, /the limit for running SSE output/, 'which names the limit');
