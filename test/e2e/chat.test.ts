@@ -4,7 +4,7 @@
 import OpenAI from 'openai';
 import t, { type Test } from 'tap';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
-import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
+import { llamaServerPath, streamFailure, tinyModelIn } from '../helpers/llama.js';
 import { openapiErrors } from '../helpers/openapi.js';
 import { alive, until } from '../helpers/until.js';
 
@@ -241,18 +241,9 @@ t.test('parallel requests up to the slot count run together, the next waits; kil
   // kill -9 of the worker mid-stream: the client gets an error event, the next request reloads.
   const before = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
   const stream = await client.chat.completions.create({ model: 'slow', messages: [{ role: 'user', content: 'go' }], max_tokens: 4000, stream: true });
-  let chunks = 0;
-  const failure = await (async () => {
-    try {
-      for await (const chunk of stream) {
-        chunks += chunk.choices.length;
-        if (chunks === 5) process.kill(before!.pid!, 'SIGKILL');
-      }
-      return undefined;
-    } catch (error) {
-      return error;
-    }
-  })();
+  const failure = await streamFailure(stream, (chunks) => {
+    if (chunks === 5) process.kill(before!.pid!, 'SIGKILL');
+  });
   t.ok(failure instanceof OpenAI.APIError, 'the stream ended with an error event');
   t.match((failure as InstanceType<typeof OpenAI.APIError>).error, { code: 'worker_failed', type: 'server_error' });
   t.match((failure as Error).message, /SIGKILL/, 'the message names how the worker ended and the likely causes');

@@ -42,3 +42,21 @@ export function tinyModelIn(dir: string, name = 'tiny.gguf', options: TinyModelO
 export function tinyProjectorIn(dir: string, name = 'tiny-mmproj.gguf', options: TinyProjectorOptions = {}): Promise<string> {
   return writeTinyProjector(path.join(dir, name), options);
 }
+
+/**
+ * Reads a streamed chat answer to its end, telling `each` how many choices came so far after every
+ * chunk (a test kills the worker at a count); resolves with the error that ended the stream, or
+ * undefined when it ended normally.
+ */
+export async function streamFailure(stream: AsyncIterable<{ choices: unknown[] }>, each: (choices: number) => void): Promise<unknown> {
+  let choices = 0;
+  try {
+    for await (const chunk of stream) {
+      choices += chunk.choices.length;
+      each(choices);
+    }
+    return undefined;
+  } catch (error) {
+    return error;
+  }
+}
