@@ -347,7 +347,8 @@ export function streamedError(events: Buffer): { at: number; status: number; bod
  * usual case, goes out as it is; the start of an unfinished event waits for its end). Ends after
  * the worker's last byte, or with an error event of the service's own when the worker sends one
  * (its detail goes to `log`, as a non-streamed error answer's does: workerStatusError), fails,
- * goes quiet (120 s) or runs past the SSE limit (600 s). An event the worker cut off halfway is
+ * goes quiet (120 s) or runs past the SSE limit (600 s). A client that stops reading pauses the
+ * worker's response (backpressure, holdWorker) instead of piling its answer up in memory. An event the worker cut off halfway is
  * not relayed. Resolves when the relay is over (never rejects); `onChunk` sees what `out` gets of
  * the worker's events (the chat test), `onError` the error that ended the stream.
  */
@@ -401,12 +402,32 @@ export function relayStream(
       const before = failed ? events.subarray(0, failed.at) : events;
       if (before.length > 0) {
         options.onChunk?.(before);
-        out.write(before);
+        if (!out.write(before) && !failed) holdWorker();
       }
       if (failed) {
         opened.abort();
         finish(workerStatusError(failed.status, failed.body, options.log, options.profile));
       }
+    };
+    /**
+     * Backpressure: a client that reads slower than the worker writes (or not at all) pauses the
+     * worker's response until `out` drains, so what waits in the service stays about one buffer,
+     * whatever the answer's length; the worker's own socket buffers fill and llama-server waits
+     * to send. The idle limit (the worker sending nothing) does not count while the client is the
+     * one not reading; the SSE limit still does, so a stalled client frees its slot at that limit.
+     */
+    let holding = false;
+    const holdWorker = () => {
+      if (holding || over) return;
+      holding = true;
+      response.pause();
+      response.socket?.setTimeout(0);
+      out.once('drain', () => {
+        holding = false;
+        if (over) return;
+        response.socket?.setTimeout(options.limits.idleMs);
+        response.resume();
+      });
     };
     /** The start of an event whose blank line has not come yet. */
     let held: Buffer | undefined;
