@@ -110,6 +110,18 @@ export function admit(view: PlanView, job: JobSpec): Admission {
   return { type: 'wait', busy: false, unload: [{ kind: job.kind, reason }] };
 }
 
+/**
+ * Whether a job runs at once, without waiting in the queue (3.7): nobody waits, is submitted or is
+ * in its memory check, so it overtakes no one (FIFO), and `admit` grants it: its worker is loaded
+ * (or loading) with its profile and revision and has a slot free (3.2). A job that needs a worker
+ * start always goes through the queue: its memory check takes time, and it waits meanwhile.
+ */
+export function runsAtOnce(view: PlanView, job: JobSpec): boolean {
+  if (view.checking !== null || view.waiting.length > 0) return false;
+  for (const id in view.jobs) if (view.jobs[id]!.phase !== 'running') return false;
+  return admit(view, job).type === 'grant';
+}
+
 export function plan(view: PlanView): Step[] {
   const steps: Step[] = [];
   // A hypothetical copy: grants in this pass count against the slots of later jobs.

@@ -3,7 +3,9 @@
 //
 // - "A scheduler serialises access to GPUs and memory through reservations and a FIFO queue."
 // - Reservation is an event protocol: a job sends `gpu.reserve`, waits in the queue child, and hears
-//   `gpu.granted` (with the worker start plan when its worker must start) or `gpu.denied`; it holds
+//   `gpu.granted` (with the worker start plan when its worker must start) or `gpu.denied`. When
+//   nobody waits and its loaded worker has a slot free, it is granted at once, without the queue's
+//   round trip (FIFO holds: it overtakes nobody; `runsAtOnce` in schedule.ts). It holds
 //   the reservation for its whole life ("streaming keeps the model reservation until the output
 //   ends") and gives it back with `gpu.release`. `gpu.revoked` takes it back early (a foreign GPU
 //   process appeared, the worker died, the endpoint stopped).
@@ -20,7 +22,7 @@ import { SYSTEM_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
 import type { QueueEvent, QueuedJob } from '../queue/index.js';
 import { decideStart, type CheckInput, type StartFacts } from './fit.js';
-import { admit, plan, preloadsOn, runningOn, unloadableFor } from './schedule.js';
+import { admit, plan, preloadsOn, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
 import { supervisorActors } from './supervisor.actors.js';
 import type {
   DenialCode,
@@ -63,6 +65,23 @@ function deny(enqueue: Enqueue, jobs: Record<string, JobRecord>, jobId: string, 
   delete jobs[jobId];
   const denied: SupervisorEmitted = { type: 'gpu.denied', jobId, code, message };
   enqueue.emit(retryAfterSeconds === undefined ? denied : { ...denied, retryAfterSeconds });
+}
+
+/**
+ * Why a new job is refused before it waits: the endpoint is stopping, or its profile snapshot was
+ * taken before a save that already reached us (it may not reload an old revision); null: accepted.
+ */
+function refusal(context: SupervisorContext, job: JobSpec): 'endpoint_stopped' | 'profile_changed' | null {
+  if (!context.accepting) return 'endpoint_stopped';
+  const latest = context.revisions[job.profileId];
+  return latest === null || (latest !== undefined && job.revision < latest) ? 'profile_changed' : null;
+}
+
+/** A job runs on a worker loaded (or loading) with its profile: no start, the worker's GPUs. */
+function grantOn(enqueue: Enqueue, jobs: Record<string, JobRecord>, workers: Record<WorkerKind, WorkerRecord>, job: JobRecord, worker: WorkerKind) {
+  const gpus = workers[worker].plan?.gpus ?? [];
+  jobs[job.spec.id] = { ...job, phase: 'running', worker, gpus };
+  enqueue.emit({ type: 'gpu.granted', jobId: job.spec.id, worker, generation: workers[worker].generation, start: null, gpus });
 }
 
 /** Takes running jobs' reservations back: their routes end them with `code`. */
@@ -126,6 +145,13 @@ export const supervisorMachine = setup({
   guards: {
     allUnloaded: ({ context }) => WORKER_KINDS.every((k) => context.workers[k].state === 'unloaded'),
     checkPending: ({ context }) => context.checking !== null,
+    /** Nobody waits (FIFO: it overtakes no one) and its worker is loaded with its profile with a slot free. */
+    nobodyWaitsAndSlotFree: ({ context, event }) =>
+      event.type === 'gpu.reserve' &&
+      context.jobs[event.job.id] === undefined &&
+      context.unloadWaiters.length === 0 &&
+      refusal(context, event.job) === null &&
+      runsAtOnce(context, event.job),
     chatWorkerOnGpu: ({ context }) => {
       const chat = context.workers.chat;
       return (chat.state === 'loading' || chat.state === 'loaded') && (chat.plan?.gpus.length ?? 0) > 0;
@@ -135,19 +161,21 @@ export const supervisorMachine = setup({
     submit: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'gpu.reserve' || context.jobs[event.job.id]) return;
       const { job } = event;
-      if (!context.accepting) {
-        enqueue.emit({ type: 'gpu.denied', jobId: job.id, code: 'endpoint_stopped', message: DENIALS.endpoint_stopped(context) });
-        return;
-      }
-      // A snapshot taken before a save that already reached us is stale: it may not reload an old revision.
-      const latest = context.revisions[job.profileId];
-      if (latest === null || (latest !== undefined && job.revision < latest)) {
-        enqueue.emit({ type: 'gpu.denied', jobId: job.id, code: 'profile_changed', message: DENIALS.profile_changed(context) });
+      const code = refusal(context, job);
+      if (code !== null) {
+        enqueue.emit({ type: 'gpu.denied', jobId: job.id, code, message: DENIALS[code](context) });
         return;
       }
       enqueue.assign({ jobs: { ...context.jobs, [job.id]: { spec: job, phase: 'submitted', worker: null, gpus: [] } } });
       const queued: QueuedJob = { id: job.id, kind: job.kind, source: job.source, profileId: job.profileId, revision: job.revision, at: job.at };
       toQueue(enqueue, { type: 'job.enqueue', job: queued });
+    }),
+    /** Nobody waits and its worker has a slot free: the job runs now, without the queue's round trip or wait timer. */
+    grantAtOnce: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'gpu.reserve') return;
+      const jobs = { ...context.jobs };
+      grantOn(enqueue, jobs, context.workers, { spec: event.job, phase: 'submitted', worker: null, gpus: [] }, event.job.kind);
+      enqueue.assign({ jobs });
     }),
     fromQueue: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'job.queued' && event.type !== 'job.rejected' && event.type !== 'job.removed') return;
@@ -337,11 +365,9 @@ export const supervisorMachine = setup({
           checking = step.jobId;
           jobs[step.jobId] = { ...job, phase: 'checking' };
         } else if (step.do === 'grant') {
-          const gpus = workers[step.worker].plan?.gpus ?? [];
-          jobs[step.jobId] = { ...job, phase: 'running', worker: step.worker, gpus };
           left.add(step.jobId);
           toQueue(enqueue, { type: 'job.dispatch', jobId: step.jobId });
-          enqueue.emit({ type: 'gpu.granted', jobId: step.jobId, worker: step.worker, generation: workers[step.worker].generation, start: null, gpus });
+          grantOn(enqueue, jobs, workers, job, step.worker);
         } else {
           left.add(step.jobId);
           toQueue(enqueue, { type: 'job.cancel', jobId: step.jobId });
@@ -457,10 +483,18 @@ export const supervisorMachine = setup({
         },
       ],
       on: {
-        'gpu.reserve': {
-          actions: ['submit'],
-          description: 'a job asks for its reservation: it waits in the FIFO queue (at most 16, at most 600 s)',
-        },
+        'gpu.reserve': [
+          {
+            guard: 'nobodyWaitsAndSlotFree',
+            actions: ['grantAtOnce'],
+            description:
+              'FIFO queue: nobody waits, and "the same profile may answer in parallel up to its configured slot count" has a slot free: the job runs at once, without entering the queue',
+          },
+          {
+            actions: ['submit'],
+            description: 'a job asks for its reservation: it waits in the FIFO queue (at most 16, at most 600 s)',
+          },
+        ],
         'job.queued': { actions: ['fromQueue', 'schedule'], description: 'the queue took the job: plan who runs next' },
         'job.rejected': {
           actions: ['fromQueue', 'schedule'],

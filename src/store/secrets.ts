@@ -2,7 +2,7 @@
 // the API token as a SHA-256 hash, and the key that signs session cookies. No secret is stored in
 // plain text. The file is re-read when another process (`service-deck rotate-token`) replaced it,
 // so a rotation takes effect for the next request.
-import { createHash, randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
+import { hash, randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
@@ -42,13 +42,28 @@ const secretsSchema = z.looseObject({
 });
 type Secrets = z.output<typeof secretsSchema>;
 
+/** One-shot: without a Hash object per call (the bearer check runs it on every request, issue 17). */
 export function sha256(text: string): Buffer {
-  return createHash('sha256').update(text, 'utf8').digest();
+  return hash('sha256', text, 'buffer');
+}
+
+/** The stored digests as bytes, decoded once per stored value instead of on every request. */
+const storedDigests = new Map<string, Buffer>();
+
+function storedDigest(hex: string): Buffer {
+  let digest = storedDigests.get(hex);
+  if (digest === undefined) {
+    // Only the API and scrape tokens in force are ever kept; rotations replace them.
+    if (storedDigests.size >= 4) storedDigests.clear();
+    digest = Buffer.from(hex, 'hex');
+    storedDigests.set(hex, digest);
+  }
+  return digest;
 }
 
 function hashMatches(presented: string, stored: string | null): boolean {
   if (stored === null) return false;
-  return timingSafeEqual(sha256(presented), Buffer.from(stored, 'hex'));
+  return timingSafeEqual(sha256(presented), storedDigest(stored));
 }
 
 export async function hashPassword(password: string): Promise<string> {

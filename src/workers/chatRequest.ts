@@ -245,6 +245,23 @@ export function workerStatusError(
 }
 
 /**
+ * A signal that aborts when the client leaves or the reservation is revoked, with the first one's
+ * reason. Both live only as long as the request, so plain listeners suffice: `AbortSignal.any`
+ * tracks its sources through weak references, which cost more per request (issue 17).
+ */
+export function clientOrLease(client: AbortSignal, lease: Lease): AbortSignal {
+  if (client.aborted) return client;
+  if (lease.signal.aborted) return lease.signal;
+  const either = new AbortController();
+  const abort = function (this: AbortSignal) {
+    either.abort(this.reason);
+  };
+  client.addEventListener('abort', abort, { once: true });
+  lease.signal.addEventListener('abort', abort, { once: true });
+  return either.signal;
+}
+
+/**
  * Reserves, starts or joins the worker start, waits until it is loaded, and sends the request.
  * On any failure the reservation is given back (a start this job began and nobody else uses is
  * aborted) and the error is an ApiError, or the client's own abort reason.
@@ -277,7 +294,7 @@ export async function openChat(
     },
     { signal: options.signal, ...(options.onQueued ? { onQueued: options.onQueued } : {}) },
   );
-  const both = AbortSignal.any([options.signal, lease.signal]);
+  const both = clientOrLease(options.signal, lease);
   options.onGranted?.(lease);
   try {
     service.chat.start(lease, profile);

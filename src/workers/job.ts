@@ -4,12 +4,12 @@
 // revocation), else 502 worker_failed naming the worker.
 import { ApiError, errors } from '../errors.js';
 import { ReservationDenied, ReservationRevoked, type Lease } from '../system/scheduler.js';
-import { revocation } from './chatRequest.js';
+import { clientOrLease, revocation } from './chatRequest.js';
 
 export async function onLease<T>(lease: Lease, client: AbortSignal, worker: string, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
   let result: T;
   try {
-    result = await work(AbortSignal.any([client, lease.signal]));
+    result = await work(clientOrLease(client, lease));
   } catch (error) {
     if (client.aborted) {
       lease.cancel();

@@ -3,6 +3,8 @@
 // queue children, simulated workers and a simulated clock. Each row names the spec row it checks.
 import t from 'tap';
 import type { Test } from 'tap';
+import type { InspectionEvent } from 'xstate';
+import { runsAtOnce } from '../../machines/supervisor/index.js';
 import { GIB, gpu, model, supervisorHarness, type SupervisorHarness } from '../helpers/supervisor.js';
 
 interface Row {
@@ -470,7 +472,7 @@ const ttsRows: Row[] = [
       t.same(h.grant(first)?.start?.gpus, ['GPU-a']);
       await h.release(first);
       const second = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
-      t.same(h.outcome(second), ['job.queued', 'granted'], 'no second start: the worker stayed ready');
+      t.same(h.outcome(second), ['granted'], 'no second start: the worker stayed ready (nobody waits: granted at once)');
     },
   },
   {
@@ -647,7 +649,83 @@ const stopRows: Row[] = [
   },
 ];
 
+/** The ids of the queue's wait timers (expiryTimer actors) that were ever created. */
+function timersSeen(events: InspectionEvent[]): string[] {
+  const ids = events.flatMap((e) => (e.type === '@xstate.actor' ? [(e.actorRef as unknown as { id: string }).id] : []));
+  return ids.filter((id) => id.startsWith('expiry-'));
+}
+
 const queueRows: Row[] = [
+  {
+    row: '3.7 FIFO queue | nobody waits, the worker is loaded with the profile and has a slot free (3.2 slot count) | runs at once: granted without entering the queue, no wait timer',
+    async run(t) {
+      const seen: InspectionEvent[] = [];
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')] }, inspect: (e) => seen.push(e) });
+      const first = await h.submit({ slots: 2 });
+      t.same(h.outcome(first), ['job.queued', 'granted +start'], 'a worker start goes through the queue: its memory check takes time');
+      t.equal(timersSeen(seen).length, 1, 'the job that waited for its start had a wait timer');
+      const second = await h.submit({ slots: 2 });
+      t.same(h.outcome(second), ['granted'], 'nobody waits, a slot is free: granted at once, never queued');
+      t.same(h.grant(second), { type: 'gpu.granted', jobId: second, worker: 'chat', generation: h.gen('chat'), start: null, gpus: h.worker('chat').plan!.gpus }, 'on the loaded start, with its GPUs');
+      t.ok(h.grant(second)!.gpus.length > 0, 'the worker holds a GPU: the grant names it');
+      t.equal(timersSeen(seen).length, 1, 'no wait timer for the job granted at once');
+      t.same(h.queueJobs(), [], 'the queue never held it');
+      t.match(h.context().jobs[second], { phase: 'running', worker: 'chat' });
+      const third = await h.submit({ slots: 2 });
+      t.same(h.outcome(third), ['job.queued'], 'both slots taken: the third waits in the queue');
+      t.equal(timersSeen(seen).length, 2, 'with its wait timer');
+      await h.release(second);
+      t.same(h.outcome(third), ['job.queued', 'granted'], 'the freed slot goes to the waiting job');
+      await h.release(first);
+      await h.release(third);
+      const again = await h.submit({ slots: 2 });
+      t.same(h.outcome(again), ['granted'], 'once nobody waits, the next runs at once again');
+      await h.send({ type: 'job.cancel', jobId: again });
+      t.same(h.context().jobs, {}, 'a client that leaves frees the reservation it got at once');
+      t.same(h.queueJobs(), []);
+    },
+  },
+  {
+    row: '3.7 FIFO: a job never goes at once past one that waits, even with a slot free for it; it queues and plan() decides',
+    async run(t) {
+      const h = supervisorHarness();
+      await h.release(await h.submit({ profileId: 'a', slots: 4 }));
+      const stt = await h.submit({ kind: 'stt', profileId: 's' });
+      const sttNext = await h.submit({ kind: 'stt', profileId: 's' });
+      t.same(h.outcome(sttNext), ['job.queued'], 'one STT job at a time: the second waits');
+      const chat = await h.submit({ profileId: 'a', slots: 4 });
+      t.same(h.outcome(chat), ['job.queued', 'granted'], 'someone waits: the chat goes through the queue (and runs, as it needs nothing the STT job waits for)');
+      const running = await h.submit({ profileId: 'a', slots: 4 });
+      const sw = await h.submit({ profileId: 'b' });
+      const later = await h.submit({ profileId: 'a', slots: 4 });
+      t.same(h.outcome(running), ['job.queued', 'granted']);
+      t.same(h.outcome(sw), ['job.queued'], 'the switch to b waits for the running chats of a');
+      t.same(h.outcome(later), ['job.queued'], 'a free slot of a is not taken past the waiting switch to b');
+      await h.release(stt);
+      t.ok(h.granted(sttNext));
+    },
+  },
+  {
+    row: '3.7 the grant at once is refused like any job: endpoint stopped, a stale snapshot, an unloading or stale worker, a slot in use',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false });
+      const first = await h.submit({ slots: 1 });
+      await h.send({ type: 'worker.loaded', kind: 'chat', generation: h.gen('chat') });
+      const full = await h.submit({ slots: 1 });
+      t.same(h.outcome(full), ['job.queued'], 'the one slot is in use');
+      await h.send({ type: 'job.cancel', jobId: full });
+      await h.release(first);
+      await h.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
+      const old = await h.submit({ revision: 1 });
+      t.same(h.outcome(old), ['denied profile_changed'], 'a snapshot older than a save that reached us is refused, as before');
+      t.equal(h.worker('chat').state, 'unloading', 'the stale worker goes');
+      const fresh = await h.submit({ revision: 2 });
+      t.same(h.outcome(fresh), ['job.queued'], 'no grant on an unloading worker: it waits for the new start');
+      await h.send({ type: 'endpoint.discard', requestId: 'd1' });
+      const late = await h.submit({ revision: 2 });
+      t.same(h.outcome(late), ['denied endpoint_stopped']);
+    },
+  },
   {
     row: '3.7 at most 16 waiting: the 17th is refused with queue_full and a Retry-After hint',
     async run(t) {
@@ -750,7 +828,7 @@ const audioRows: Row[] = [
         h.clock.increment(3_600_000);
         t.equal(h.worker(kind).state, 'loaded', `${kind}: kept loaded`);
         const next = await h.submit({ kind, profileId: kind });
-        t.same(h.outcome(next), ['job.queued', 'granted'], `${kind}: the next job needs no start`);
+        t.same(h.outcome(next), ['granted'], `${kind}: the next job needs no start (granted at once)`);
       }
       t.same(h.unloads(), []);
     },
@@ -806,7 +884,7 @@ const audioRows: Row[] = [
       await h.release(preload);
       t.equal(h.worker('stt').state, 'loaded', 'the preload is over, the worker stays');
       const request = await h.submit({ kind: 'stt', profileId: 's' });
-      t.same(h.outcome(request), ['job.queued', 'granted'], 'the first request finds it loaded');
+      t.same(h.outcome(request), ['granted'], 'the first request finds it loaded (granted at once)');
     },
   },
   {
@@ -907,7 +985,7 @@ const audioRows: Row[] = [
       const request = await h.submit({ kind: 'stt', profileId: 's' });
       const another = await h.submit({ kind: 'stt', profileId: 's' });
       t.same(h.outcome(preload), ['job.queued', 'granted +start']);
-      t.same(h.outcome(request), ['job.queued', 'granted'], 'joins the loading start');
+      t.same(h.outcome(request), ['granted'], 'joins the loading start at once: the preload is no request, nobody waits');
       t.same(h.outcome(another), ['job.queued'], 'one request at a time');
     },
   },
@@ -924,6 +1002,23 @@ const audioRows: Row[] = [
     },
   },
 ];
+
+t.test('3.7 runsAtOnce: only while no job other than a running one exists (one sent to the queue and not yet reported counts as waiting)', async (t) => {
+  const h = supervisorHarness();
+  await h.release(await h.submit({ slots: 3 }));
+  const view = h.context();
+  const job = h.spec({ slots: 3 });
+  t.ok(runsAtOnce(view, job), 'loaded with its profile, a slot free, nobody waits');
+  for (const phase of ['submitted', 'waiting', 'checking'] as const) {
+    const other = { spec: h.spec({ kind: 'stt', profileId: 's' }), phase, worker: null, gpus: [] };
+    t.notOk(runsAtOnce({ ...view, jobs: { other } }, job), `a ${phase} job of another kind holds it back`);
+  }
+  t.notOk(runsAtOnce({ ...view, checking: 'x' }, job), 'a memory check in progress holds it back');
+  t.notOk(runsAtOnce(view, h.spec({ profileId: 'b' })), 'another profile needs a switch');
+  t.notOk(runsAtOnce(view, h.spec({ revision: 2 })), 'another revision needs a restart');
+  t.notOk(runsAtOnce(view, h.spec({ kind: 'stt', profileId: 's' })), 'an unloaded worker needs a start');
+  h.actor.stop();
+});
 
 for (const [name, rows] of [
   ['spec 3.2 chat worker', chatRows],
