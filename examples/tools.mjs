@@ -24,14 +24,6 @@ const tools = [
 ];
 const question = { role: 'user', content: 'Weather in Berlin?' };
 
-const called = await client.chat.completions.create({
-  model: MODEL,
-  messages: [question],
-  tools,
-  tool_choice: { type: 'function', function: { name: 'get_weather' } },
-  max_tokens: 300,
-});
-const { message, finish_reason } = called.choices[0];
 const wholeJson = (text) => {
   try {
     JSON.parse(text);
@@ -40,8 +32,27 @@ const wholeJson = (text) => {
     return false;
   }
 };
-const calls = (message.tool_calls ?? []).filter((call) => call.type === 'function' && wholeJson(call.function.arguments));
-if (calls.length === 0) throw new Error(`no complete tool call came back (finish_reason: ${finish_reason})`);
+/**
+ * Asks for the call and keeps the complete ones. A real model makes it at once; the demo's
+ * tiny-chat (random weights) now and then spends max_tokens on text before its first call is
+ * whole (about one run in fifty), so it is asked up to three times.
+ */
+async function askForCalls() {
+  for (let attempt = 1; ; attempt += 1) {
+    const called = await client.chat.completions.create({
+      model: MODEL,
+      messages: [question],
+      tools,
+      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+      max_tokens: 300,
+    });
+    const { message, finish_reason } = called.choices[0];
+    const calls = (message.tool_calls ?? []).filter((call) => call.type === 'function' && wholeJson(call.function.arguments));
+    if (calls.length > 0) return { message, calls };
+    if (attempt === 3) throw new Error(`no complete tool call came back in 3 tries (finish_reason: ${finish_reason})`);
+  }
+}
+const { message, calls } = await askForCalls();
 
 const results = calls.map((call) => {
   const { city } = JSON.parse(call.function.arguments);
