@@ -89,18 +89,24 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, { on
   installErrorHandling(app);
   app.addHook('onRequest', hostGuard(http.allowedHosts));
   app.addHook('preValidation', checkJsonBody);
-  app.addHook('onRequest', async (request, reply) => {
+  // Callback-style hooks on every request's path: no promise per request.
+  app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
+    done();
   });
   if (gate) app.addHook('onRequest', gate);
   // After the gate: only a request that may be answered gets its chunked body read before the refusal.
   app.addHook('onRequest', refuseChunked);
   // An answer sent before the body was read (a 401, a refused Host) ends the connection: a client
   // must not keep it by trickling the rest of a body nobody reads.
-  app.addHook('onSend', async (request, reply) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
     if (!request.raw.complete) reply.header('connection', 'close');
+    done(null, payload);
   });
-  app.addHook('onResponse', async (request, reply) => logAccess(request, reply, onAccess));
+  app.addHook('onResponse', (request, reply, done) => {
+    logAccess(request, reply, onAccess);
+    done();
+  });
   return app;
 }
 

@@ -36,10 +36,16 @@ function drain(raw: IncomingMessage, limit: number): Promise<void> {
 }
 
 /** The onRequest hook: a request with Transfer-Encoding gets its refusal once its body is in (or over the limit). */
-export async function refuseChunked(request: FastifyRequest, reply: FastifyReply): Promise<void> {
-  if (request.headers['transfer-encoding'] === undefined) return;
-  await drain(request.raw, request.routeOptions.config.uploadLimit ?? request.routeOptions.bodyLimit ?? 0);
-  // Over the limit, the rest is not read: the connection goes with the answer.
-  reply.header('connection', 'close');
-  throw errors.chunked((request.headers['content-type'] ?? '').toLowerCase().startsWith('multipart/'));
+export function refuseChunked(request: FastifyRequest, reply: FastifyReply, done: (error?: Error) => void): void {
+  // The callback form: a request without a chunked body (nearly all) costs no promise.
+  if (request.headers['transfer-encoding'] === undefined) {
+    done();
+    return;
+  }
+  // drain() never rejects: it resolves at the end, the limit, an error or the close.
+  void drain(request.raw, request.routeOptions.config.uploadLimit ?? request.routeOptions.bodyLimit ?? 0).then(() => {
+    // Over the limit, the rest is not read: the connection goes with the answer.
+    reply.header('connection', 'close');
+    done(errors.chunked((request.headers['content-type'] ?? '').toLowerCase().startsWith('multipart/')));
+  });
 }

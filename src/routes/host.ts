@@ -4,7 +4,7 @@
 // loopback names, the address the connection arrived at (an IP literal involves no DNS), and the
 // names the operator configured (SERVICE_DECK_ALLOWED_HOSTS, for a proxy or a name on the LAN).
 // Any port is accepted: a port forward may put the listener behind another one.
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors } from '../errors.js';
 
 export const LOOPBACK_HOSTS = ['localhost', '127.0.0.1', '[::1]'] as const;
@@ -26,11 +26,15 @@ function asHost(address: string | undefined): string | undefined {
 /** An onRequest hook refusing (421) a request whose Host names neither this machine nor a configured name. */
 export function hostGuard(allowedHosts: readonly string[]) {
   const allowed = new Set<string>([...LOOPBACK_HOSTS, ...allowedHosts]);
-  return async (request: FastifyRequest): Promise<void> => {
+  // The callback form: no promise per request.
+  return (request: FastifyRequest, _reply: FastifyReply, done: (error?: Error) => void): void => {
     const name = hostName(request.headers.host);
-    if (name !== undefined && (allowed.has(name) || name === asHost(request.socket.localAddress))) return;
-    throw errors.misdirected(
-      'This listener answers only to its own address, localhost, 127.0.0.1, [::1] and the names in SERVICE_DECK_ALLOWED_HOSTS.',
+    if (name !== undefined && (allowed.has(name) || name === asHost(request.socket.localAddress))) {
+      done();
+      return;
+    }
+    done(
+      errors.misdirected('This listener answers only to its own address, localhost, 127.0.0.1, [::1] and the names in SERVICE_DECK_ALLOWED_HOSTS.'),
     );
   };
 }

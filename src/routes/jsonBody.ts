@@ -3,7 +3,7 @@
 // than a real request needs (JSON nested thousands of levels parses too, and then overflows the
 // stack of whatever walks it recursively: the validator, the serializer, a worker). Both are the
 // client's mistake, a 400 naming the field, found by one walk without recursion.
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, type ApiError } from '../errors.js';
 
 /** Levels of objects and arrays; a tool's JSON schema 30 levels deep uses about 60. */
@@ -51,7 +51,7 @@ export function jsonBodyProblem(body: unknown): ApiError | undefined {
 }
 
 /** The preValidation hook of both listeners. */
-export async function checkJsonBody(request: FastifyRequest): Promise<void> {
-  const problem = jsonBodyProblem(request.body);
-  if (problem) throw problem;
+export function checkJsonBody(request: FastifyRequest, _reply: FastifyReply, done: (error?: Error) => void): void {
+  // The callback form: no promise per request.
+  done(jsonBodyProblem(request.body));
 }
