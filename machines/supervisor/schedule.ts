@@ -23,6 +23,7 @@
 //   its worker and holds up none: a TTS preload waits while an image job waits or runs ("TTS
 //   preloads only in the LLM GPU mode"), and its memory check never unloads anything of ours.
 import type { JobRecord, JobSpec, SupervisorContext, WorkerKind, WorkerRecord } from './supervisor.types.js';
+import { WORKER_KINDS } from './supervisor.types.js';
 
 export type Step =
   /** The job runs now on a worker that is loaded (or loading) with its profile. */
@@ -120,6 +121,21 @@ export function runsAtOnce(view: PlanView, job: JobSpec): boolean {
   if (view.checking !== null || view.waiting.length > 0) return false;
   for (const id in view.jobs) if (view.jobs[id]!.phase !== 'running') return false;
   return admit(view, job).type === 'grant';
+}
+
+/**
+ * Whether releasing `jobId` leaves `plan()` nothing to do, so the release skips it (3.7): nobody
+ * waits or is in its memory check, so there is no one to grant and FIFO has nobody to serve; the
+ * released job ran on the chat worker, which stays (a chat worker is unloaded when idle only when
+ * its revision is stale); and every other worker is down or going, so none of them falls due for
+ * an idle unload. In any other case `plan()` decides, as for every release.
+ */
+export function releaseLeavesNothingToPlan(view: PlanView, jobId: string): boolean {
+  if (view.checking !== null || view.waiting.length > 0) return false;
+  const job = view.jobs[jobId];
+  if (job?.phase !== 'running' || job.worker !== 'chat' || job.spec.kind !== 'chat' || view.workers.chat.stale) return false;
+  for (const kind of WORKER_KINDS) if (kind !== 'chat' && loadedOrLoading(view.workers[kind])) return false;
+  return true;
 }
 
 export function plan(view: PlanView): Step[] {

@@ -8,7 +8,8 @@
 //   round trip (FIFO holds: it overtakes nobody; `runsAtOnce` in schedule.ts). It holds
 //   the reservation for its whole life ("streaming keeps the model reservation until the output
 //   ends") and gives it back with `gpu.release`. `gpu.revoked` takes it back early (a foreign GPU
-//   process appeared, the worker died, the endpoint stopped).
+//   process appeared, the worker died, the endpoint stopped). A release that nobody waits for,
+//   with no worker due for an idle unload, skips `plan()` (`releaseLeavesNothingToPlan`).
 // - Which job runs next is `plan()` (schedule.ts); whether a worker start fits is `decideStart()`
 //   (fit.ts) on facts an adapter gathered. Both are pure; this machine carries their steps out.
 // - (3.2) "additional foreign GPU process during operation → unloaded: only the service's own
@@ -22,7 +23,7 @@ import { SYSTEM_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
 import type { QueueEvent, QueuedJob } from '../queue/index.js';
 import { decideStart, type CheckInput, type StartFacts } from './fit.js';
-import { admit, plan, preloadsOn, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
+import { admit, plan, preloadsOn, releaseLeavesNothingToPlan, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
 import { supervisorActors } from './supervisor.actors.js';
 import type {
   DenialCode,
@@ -152,6 +153,8 @@ export const supervisorMachine = setup({
       context.unloadWaiters.length === 0 &&
       refusal(context, event.job) === null &&
       runsAtOnce(context, event.job),
+    /** Nobody waits for the released slot (FIFO has nobody to serve) and no worker falls due for an idle unload. */
+    nobodyWaitsAndNothingToUnload: ({ context, event }) => event.type === 'gpu.release' && releaseLeavesNothingToPlan(context, event.jobId),
     chatWorkerOnGpu: ({ context }) => {
       const chat = context.workers.chat;
       return (chat.state === 'loading' || chat.state === 'loaded') && (chat.plan?.gpus.length ?? 0) > 0;
@@ -501,10 +504,18 @@ export const supervisorMachine = setup({
           description: 'queue full, waited 600 s, its profile changed, or the endpoint stopped: the job is refused',
         },
         'job.removed': { actions: ['fromQueue', 'schedule'], description: 'a client that disconnected left the queue' },
-        'gpu.release': {
-          actions: ['release', 'schedule'],
-          description: 'the job ended (a stream after its last byte): its reservation goes to the next job',
-        },
+        'gpu.release': [
+          {
+            guard: 'nobodyWaitsAndNothingToUnload',
+            actions: ['release'],
+            description:
+              'the job ended (a stream after its last byte), and nobody waits for "its reservation goes to the next job": its chat slot is free, its worker stays loaded, and no plan is made',
+          },
+          {
+            actions: ['release', 'schedule'],
+            description: 'the job ended (a stream after its last byte): its reservation goes to the next job',
+          },
+        ],
         'job.cancel': {
           actions: ['release', 'schedule'],
           description: 'the client disconnected: it leaves the queue at once, or frees its running reservation',

@@ -686,6 +686,41 @@ const queueRows: Row[] = [
     },
   },
   {
+    row: '3.7 FIFO queue | the job ended and nobody waits for its reservation (3.2 chat worker loaded, nothing to unload) | its slot is free at once: no plan() is made; with someone waiting, or a worker due for an unload, plan() decides as before',
+    async run(t) {
+      const seen: InspectionEvent[] = [];
+      const h = supervisorHarness({ inspect: (e) => seen.push(e) });
+      // Releases that made a plan: the transitions taken on gpu.release, by the guard they passed.
+      const plansMade = () =>
+        seen.filter((e) => e.type === '@xstate.microstep' && e.event.type === 'gpu.release' && e._transitions.some((tr) => tr.guard === undefined && tr.eventType === 'gpu.release')).length;
+      const first = await h.submit({ slots: 2 });
+      const second = await h.submit({ slots: 2 });
+      t.same(h.outcome(second), ['granted']);
+      let before = plansMade();
+      await h.release(first);
+      t.equal(plansMade(), before, 'nobody waits: the release makes no plan');
+      t.match(h.worker('chat'), { state: 'loaded', profileId: 'a' }, 'the worker stays loaded');
+      t.same(Object.keys(h.context().jobs), [second], 'the released job is gone, the other runs on');
+      const again = await h.submit({ slots: 2 });
+      t.same(h.outcome(again), ['granted'], 'the freed slot is taken at once');
+      const waiter = await h.submit({ slots: 2 });
+      t.same(h.outcome(waiter), ['job.queued'], 'both slots taken: it waits');
+      before = plansMade();
+      await h.release(second);
+      t.ok(plansMade() > before, 'someone waits: plan() decides');
+      t.same(h.outcome(waiter), ['job.queued', 'granted'], 'FIFO: the freed slot goes to the waiting job');
+      await h.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
+      before = plansMade();
+      await h.release(again);
+      t.same(h.outcome(waiter), ['job.queued', 'granted']);
+      t.equal(h.worker('chat').state, 'loaded', 'a stale worker with a job still running stays');
+      await h.release(waiter);
+      t.ok(plansMade() > before, 'the stale worker falls idle: plan() decides');
+      t.equal(h.unloads('chat').length, 1, 'and unloads it');
+      t.same(h.context().jobs, {});
+    },
+  },
+  {
     row: '3.7 FIFO: a job never goes at once past one that waits, even with a slot free for it; it queues and plan() decides',
     async run(t) {
       const h = supervisorHarness();
