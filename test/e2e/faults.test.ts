@@ -152,7 +152,8 @@ t.test('one service, every worker kind', async (t) => {
     const ticksBefore = await cpuTicks();
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     const ticks = (await cpuTicks()) - ticksBefore;
-    t.ok(ticks < 30, `the worker's slot is free too: it used ${ticks / 100} s of CPU in the second after`);
+    // A generating llama-server takes both cores (about 2 s of CPU a second); a loaded test run adds noise.
+    t.ok(ticks < 100, `the worker's slot is free too: it used ${ticks / 100} s of CPU in the second after`);
     const grownMiB = (rssPeak - rssBefore) / 2 ** 20;
     t.ok(grownMiB < 64, `the service's RSS grew ${grownMiB.toFixed(1)} MiB while the client was stalled`);
 

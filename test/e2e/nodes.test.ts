@@ -151,20 +151,26 @@ t.test('two nodes behind nginx through the openai client', { skip: missing }, as
 
   // Its first event arrives while node 1 still generates the answer, and a client that leaves
   // frees node 1's slot long before the answer's end.
-  await until('node 1 to free the slot of the stream read above', async () => ((await status(node1)).queue.running.length === 0 ? true : undefined), 60_000);
-  const controller = new AbortController();
-  const stream = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'go' }], max_tokens: 4000, stream: true }, { signal: controller.signal });
-  const began = Date.now();
+  // A loaded machine may read the status only after the whole answer was made: up to three tries.
   let chunks = 0;
   let runningAtFirst: number | undefined;
-  for await (const chunk of stream) {
-    if (chunk.choices[0]?.delta.content === undefined) continue;
-    chunks += 1;
-    if (chunks === 1) runningAtFirst = (await status(node1)).queue.running.length;
-    if (chunks === 50) break;
+  let perToken = 0;
+  for (let attempt = 0; attempt < 3 && runningAtFirst !== 1; attempt += 1) {
+    await until('node 1 to free the slot of the stream read above', async () => ((await status(node1)).queue.running.length === 0 ? true : undefined), 60_000);
+    const controller = new AbortController();
+    const stream = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'go' }], max_tokens: 4000, stream: true }, { signal: controller.signal });
+    const began = Date.now();
+    chunks = 0;
+    runningAtFirst = undefined;
+    for await (const chunk of stream) {
+      if (chunk.choices[0]?.delta.content === undefined) continue;
+      chunks += 1;
+      if (chunks === 1) runningAtFirst = (await status(node1)).queue.running.length;
+      if (chunks === 50) break;
+    }
+    perToken = (Date.now() - began) / chunks;
+    controller.abort();
   }
-  const perToken = (Date.now() - began) / chunks;
-  controller.abort();
   t.equal(runningAtFirst, 1, 'the first event came while node 1 still generated the answer');
   const freedIn = Date.now();
   await until('node 1 to free its slot', async () => ((await status(node1)).queue.running.length === 0 ? true : undefined), 60_000);
