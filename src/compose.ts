@@ -17,7 +17,7 @@ import { expiryTimer, queueMachine } from '../machines/queue/index.js';
 import { sttWorkerMachine } from '../machines/sttWorker/index.js';
 import { supervisorMachine } from '../machines/supervisor/index.js';
 import { ttsWorkerMachine } from '../machines/ttsWorker/index.js';
-import { parentDeathLauncher, SETPRIV_VARIABLE } from './adapters/parentDeath.js';
+import { bindingOff, parentDeathLauncher, SETPRIV_VARIABLE } from './adapters/parentDeath.js';
 import { localCommandLinesHidden } from './adapters/procVisibility.js';
 import { buildAdminApp, buildInferenceApp, type App } from './app.js';
 import type { Config } from './config.js';
@@ -108,7 +108,7 @@ async function prepareStateDir(config: Config, log: Logger): Promise<void> {
  * user's (src/adapters/procVisibility.ts).
  */
 async function reportLocalExposure(env: NodeJS.ProcessEnv, log: Logger): Promise<void> {
-  if (env[SETPRIV_VARIABLE] === 'off') {
+  if (bindingOff(env)) {
     log.warn('SERVICE_DECK_SETPRIV=off: workers are started without setpriv --pdeathsig and without the process-group watchdog: a worker may outlive a killed service until its next start ends it');
   } else if (!(await parentDeathLauncher(env))) {
     log.warn(

@@ -39,7 +39,7 @@ import { findCommand, isExecutableFile } from './runtimes.js';
 export const SETPRIV_VARIABLE = 'SERVICE_DECK_SETPRIV';
 
 /** Whether the setting turns the binding of workers to the service's life off. */
-const bindingOff = (env: NodeJS.ProcessEnv) => env[SETPRIV_VARIABLE] === 'off';
+export const bindingOff = (env: NodeJS.ProcessEnv) => env[SETPRIV_VARIABLE] === 'off';
 
 /** The launcher found for each setting (variable and PATH): resolved and proven once. */
 const found = new Map<string, Promise<string | undefined>>();

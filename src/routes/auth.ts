@@ -34,6 +34,12 @@ export function sessionFromCookie(request: FastifyRequest, sessions: SessionStor
   return unsigned.valid && unsigned.value ? sessions.get(unsigned.value) : undefined;
 }
 
+/** The session of the cookie while it is valid: not expired, and no password change since its login. */
+export function currentSession(request: FastifyRequest, sessions: SessionStore, secrets: SecretStore): Session | undefined {
+  const session = sessionFromCookie(request, sessions);
+  return session && session.passwordStamp === secrets.passwordStamp ? session : undefined;
+}
+
 export function requireAdminHeader(request: FastifyRequest): void {
   if (request.headers['x-service-deck'] !== '1') {
     throw errors.forbidden('header_required', 'Admin API calls need the header X-Service-Deck: 1.');
@@ -45,8 +51,8 @@ export function adminAuth({ sessions, secrets }: { sessions: SessionStore; secre
   return async (request: FastifyRequest, _reply: FastifyReply): Promise<void> => {
     requireAdminHeader(request);
     await secrets.refresh();
-    const session = sessionFromCookie(request, sessions);
-    if (!session || session.passwordStamp !== secrets.passwordStamp) throw errors.notLoggedIn();
+    const session = currentSession(request, sessions, secrets);
+    if (!session) throw errors.notLoggedIn();
     if (STATE_CHANGING.has(request.method)) {
       const presented = request.headers['x-csrf-token'];
       if (!SessionStore.csrfMatches(session, typeof presented === 'string' ? presented : undefined)) {
@@ -71,8 +77,7 @@ export function metricsAuth({ sessions, secrets }: { sessions: SessionStore; sec
       if (presented && secrets.metricsTokenMatches(presented)) return;
       throw errors.invalidApiKey('Invalid scrape token: send the token of `service-deck rotate-metrics-token` as the bearer.');
     }
-    const session = sessionFromCookie(request, sessions);
-    if (!session || session.passwordStamp !== secrets.passwordStamp) {
+    if (!currentSession(request, sessions, secrets)) {
       throw errors.invalidApiKey('GET /metrics needs the scrape token (`service-deck rotate-metrics-token`) as the bearer, or an admin session.');
     }
   };

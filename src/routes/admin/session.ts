@@ -5,7 +5,7 @@ import { z } from 'zod';
 import type { Service } from '../../workers/service.js';
 import { DEVICE_COOKIE, DEVICE_TTL_MS, loginSource, SESSION_COOKIE, SESSION_TTL_MS, SessionStore } from '../../system/sessions.js';
 import { MIN_PASSWORD_LENGTH } from '../../store/secrets.js';
-import { adminAuth, requireAdminHeader, sessionFromCookie } from '../auth.js';
+import { adminAuth, currentSession, requireAdminHeader, sessionFromCookie } from '../auth.js';
 import { overTls } from '../host.js';
 import { errors } from '../../errors.js';
 
@@ -87,8 +87,8 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
   // an answer here, not a 401: the page asks before it knows.
   app.get('/api/v1/session', { onRequest: async (request) => requireAdminHeader(request) }, async (request) => {
     await secrets.refresh();
-    const session = sessionFromCookie(request, sessions);
-    if (!session || session.passwordStamp !== secrets.passwordStamp) return { logged_in: false, password_set: secrets.hasPassword };
+    const session = currentSession(request, sessions, secrets);
+    if (!session) return { logged_in: false, password_set: secrets.hasPassword };
     return { logged_in: true, password_set: true, csrfToken: session.csrfToken };
   });
 
