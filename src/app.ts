@@ -7,7 +7,7 @@ import fastifyCookie from '@fastify/cookie';
 import fastifyMultipart from '@fastify/multipart';
 import Fastify, {
   LogController,
-  type onRequestAsyncHookHandler,
+  type onRequestHookHandler,
   type FastifyBaseLogger,
   type FastifyInstance,
   type RawReplyDefaultExpression,
@@ -20,7 +20,7 @@ import type { Logger } from './system/log.js';
 import type { Service } from './workers/service.js';
 import { logAccess, type AccessRecorder } from './routes/access.js';
 import { bearerAuth } from './routes/auth.js';
-import { errors } from './errors.js';
+import { errors, type ApiError } from './errors.js';
 import { clientErrorHandler, installErrorHandling } from './routes/errors.js';
 import { hostGuard } from './routes/host.js';
 import { checkJsonBody } from './routes/jsonBody.js';
@@ -56,7 +56,7 @@ export interface ListenerOptions {
   onAccess?: AccessRecorder;
   http?: HttpConfig;
   /** The listener's own admission check (the inference token), before any body is read. */
-  gate?: onRequestAsyncHookHandler;
+  gate?: onRequestHookHandler;
 }
 
 export function createListenerApp(name: 'admin' | 'inference', log: Logger, { onAccess, http = DEFAULT_HTTP, gate }: ListenerOptions = {}): App {
@@ -120,12 +120,16 @@ export async function buildInferenceApp(service: Service): Promise<App> {
       measure(route, status, request, reply);
     },
     http: service.config.http,
-    gate: async (request, reply) => {
+    gate: (request, reply, done) => {
       // What an endpoint stop waits for: every request until its answer is over or its client gone.
       service.counters.opened();
       reply.raw.once('close', () => service.counters.closed());
-      await authenticate(request);
-      if (!service.accepting()) throw errors.unavailable('endpoint_stopped', 'The endpoint is stopping or stopped: no new requests are accepted.');
+      const admit = (refused: ApiError | undefined) =>
+        done(refused ?? (service.accepting() ? undefined : errors.unavailable('endpoint_stopped', 'The endpoint is stopping or stopped: no new requests are accepted.')));
+      // A callback hook: the token check answers at once unless the token file changed.
+      const checked = authenticate(request);
+      if (checked instanceof Promise) checked.then(admit, done);
+      else admit(checked);
     },
   });
   app.addHook('onSend', chatAnswerMetrics(service.metrics, service.profiles));

@@ -53,6 +53,43 @@ export interface RuntimeLookup {
   enhancersDir?: string;
 }
 
+/**
+ * isExecutableFile without a promise, for the per-request check (issue 17): true for a file whose
+ * access check passed and that did not change since, false for one that is missing or not a
+ * file, undefined when only the access check can tell (then ask isExecutableFile).
+ */
+export function isExecutableFileNow(file: string): boolean | undefined {
+  let s: Stats;
+  try {
+    s = statSync(file);
+  } catch {
+    return false;
+  }
+  if (!s.isFile()) return false;
+  return executable.get(file) === stampOf(s) ? true : undefined;
+}
+
+/**
+ * resolveRuntime without a promise: the same look-up (variable, the project's cache, PATH), with
+ * null when a candidate's access check is not known (then ask resolveRuntime).
+ */
+export function resolveRuntimeNow(name: RuntimeName, lookup: RuntimeLookup): string | undefined | null {
+  const fromEnv = lookup.env[RUNTIMES[name]];
+  if (fromEnv) {
+    const known = isExecutableFileNow(fromEnv);
+    return known === undefined ? null : known ? path.resolve(fromEnv) : undefined;
+  }
+  const file = FILE_NAMES[name] ?? name;
+  const candidates = [path.join(lookup.cacheDir, 'bin', file)];
+  for (const dir of (lookup.env.PATH ?? '').split(path.delimiter)) if (dir) candidates.push(path.join(dir, file));
+  for (const candidate of candidates) {
+    const known = isExecutableFileNow(candidate);
+    if (known === undefined) return null;
+    if (known) return candidate;
+  }
+  return undefined;
+}
+
 /** The path of a runtime, or undefined when it is not installed. An env variable that names a missing file is not silently passed over. */
 export async function resolveRuntime(name: RuntimeName, lookup: RuntimeLookup): Promise<string | undefined> {
   const fromEnv = lookup.env[RUNTIMES[name]];

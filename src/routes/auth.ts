@@ -5,7 +5,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { SecretStore } from '../store/secrets.js';
 import { SESSION_COOKIE, SessionStore, type Session } from '../system/sessions.js';
-import { errors } from '../errors.js';
+import { errors, type ApiError } from '../errors.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -15,12 +15,19 @@ declare module 'fastify' {
 
 const BEARER = /^Bearer\s+(\S+)\s*$/i;
 
-export function bearerAuth(secrets: SecretStore) {
-  return async (request: FastifyRequest): Promise<void> => {
+/**
+ * The inference listener's token check: undefined when the presented token is the one in force,
+ * else the 401. The token file is stat'ed on every request, so a rotation by another process
+ * takes effect at once; only when it changed is the answer a promise (the file is read again).
+ * Synchronous otherwise: no promise on the hot path (issue 17).
+ */
+export function bearerAuth(secrets: SecretStore): (request: FastifyRequest) => ApiError | undefined | Promise<ApiError | undefined> {
+  return (request) => {
     const match = BEARER.exec(request.headers.authorization ?? '');
-    if (!match?.[1]) throw errors.invalidApiKey();
-    await secrets.refresh();
-    if (!secrets.tokenMatches(match[1])) throw errors.invalidApiKey('Invalid API token.');
+    const presented = match?.[1];
+    if (!presented) return errors.invalidApiKey();
+    const verdict = () => (secrets.tokenMatches(presented) ? undefined : errors.invalidApiKey('Invalid API token.'));
+    return secrets.unchanged() ? verdict() : secrets.refresh().then(verdict);
   };
 }
 

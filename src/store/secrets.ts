@@ -7,7 +7,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 import { errors } from '../errors.js';
-import { fileStamp, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './files.js';
+import { fileStamp, fileStampNow, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './files.js';
 
 const scryptAsync = promisify(scrypt) as (
   password: string,
@@ -221,6 +221,19 @@ export class SecretStore {
     }
     this.#secrets = next;
     this.problem = undefined;
+  }
+
+  /**
+   * Whether the file on disk is still the one in force (its stamp is unchanged), checked without
+   * a promise: each API request asks (issue 17), and only a changed file needs `refresh()`.
+   * False also when the file cannot be stat'ed: refresh() then records the problem.
+   */
+  unchanged(): boolean {
+    try {
+      return fileStampNow(this.file) === this.#stamp;
+    } catch {
+      return false;
+    }
   }
 
   /** Why the file on disk is not in force, if it is not. */

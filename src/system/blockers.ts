@@ -6,7 +6,7 @@ import { stat, statfs } from 'node:fs/promises';
 import { STT_LANGUAGES, type StoredProfile } from '../store/profile.schema.js';
 import { ENHANCER_TASKS, readInstalled, type EnhancerTask } from '../store/enhancers.js';
 import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
-import { findCommand, resolveRuntime, runtimeVariableProblem, whisperProgram } from '../adapters/runtimes.js';
+import { findCommand, resolveRuntime, resolveRuntimeNow, runtimeVariableProblem, whisperProgram } from '../adapters/runtimes.js';
 import { fileKind, onProbeLane, openRegular, statStamp } from '../adapters/regularFile.js';
 
 const GGUF_MAGIC = Buffer.from('GGUF', 'latin1');
@@ -138,6 +138,28 @@ async function runtimeBlocker(profile: StoredProfile, lookup: RuntimeLookup): Pr
 async function enhancerBlocker(enhancersDir: string | undefined, task: EnhancerTask, repo: string): Promise<string | undefined> {
   const installed = enhancersDir ? await readInstalled(enhancersDir, task) : null;
   return installed?.repo === repo ? undefined : `prompt enhancer not installed: ${repo} (${task})`;
+}
+
+/**
+ * Whether a chat profile has no blockers, decided without a promise when all it needs was seen
+ * before and did not change (issue 17: every chat request asks): true when llama-server is found
+ * where the look-up found an executable before and the model file is the GGUF file probed before,
+ * unchanged, on a local filesystem. Undefined when only profileBlockers can tell: a first look, a
+ * change, a network filesystem, or a missing part (whose blocker profileBlockers then names).
+ */
+export function chatReadyNow(profile: StoredProfile, lookup: RuntimeLookup): true | undefined {
+  if (profile.category !== 'chat') return undefined;
+  if (typeof resolveRuntimeNow('llama-server', lookup) !== 'string') return undefined;
+  const file = profile.params.model;
+  const known = heads.get(file);
+  if (!known?.local || !known.head?.equals(GGUF_MAGIC)) return undefined;
+  let stats;
+  try {
+    stats = statSync(file);
+  } catch {
+    return undefined;
+  }
+  return stats.isFile() && statStamp(stats) === known.stamp ? true : undefined;
 }
 
 export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLookup): Promise<string[]> {

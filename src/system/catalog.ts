@@ -15,7 +15,7 @@ import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
 import type { Config } from '../config.js';
 import { IMAGE_ALIAS, type Category, type ProfileView, type StoredProfile } from '../store/profile.schema.js';
 import type { ProfileStore } from '../store/profiles.js';
-import { profileBlockers } from './blockers.js';
+import { chatReadyNow, profileBlockers } from './blockers.js';
 
 /** What each category is, and the route and list that take it, for a model_not_found that says where to go. */
 const CATEGORY_WORDS: Record<Category, { what: string; where: string }> = {
@@ -94,6 +94,18 @@ export class Catalog {
     const profile = category === 'image' && model === IMAGE_ALIAS ? this.profiles.publishedImage() : this.profiles.byName(model);
     if (!profile || profile.category !== category || !this.profiles.isPublished(profile.id)) return undefined;
     return (await this.blockers(profile)).length === 0 ? profile : undefined;
+  }
+
+  /**
+   * The snapshot a chat request works on, when it is known without a promise that it is published
+   * and executable (chatReadyNow: nothing it needs changed since it was last checked); undefined
+   * otherwise, and then \`require\` decides. The hot path of every chat request (issue 17).
+   */
+  readyNow(category: Category, model: string): StoredProfile | undefined {
+    if (category !== 'chat' || this.blockersOf !== profileBlockers) return undefined;
+    const profile = this.profiles.byName(model);
+    if (!profile || profile.category !== category || !this.profiles.isPublished(profile.id)) return undefined;
+    return chatReadyNow(profile, this.lookup) ? profile : undefined;
   }
 
   /** The snapshot a request works on (see resolve), or the model_not_found that says why there is none. */

@@ -119,6 +119,21 @@ export class ChartFeed extends EventEmitter<{ actor: [view: ActorView] }> {
   readonly #machines = new Map<string, MachineView>();
   readonly #described = new WeakMap<AnyStateMachine, MachineView>();
   readonly #actors = new Map<RefLike, ActorView>();
+  /**
+   * The active state nodes of each view's last snapshot, turned into ids only when the view is
+   * read: the supervisor takes a snapshot on every reservation and release (issue 17).
+   */
+  readonly #nodes = new WeakMap<ActorView, Array<{ id: string }>>();
+
+  /** The view with its active state ids brought up to date. */
+  #current(view: ActorView): ActorView {
+    const nodes = this.#nodes.get(view);
+    if (nodes) {
+      view.active = nodes.map((node) => node.id);
+      this.#nodes.delete(view);
+    }
+    return view;
+  }
 
   /** Definitions known before an actor of theirs runs (compose.ts lists every machine). */
   constructor(definitions: AnyStateMachine[] = []) {
@@ -160,7 +175,7 @@ export class ChartFeed extends EventEmitter<{ actor: [view: ActorView] }> {
         const snapshot = event.snapshot as SnapshotLike;
         view.value = snapshot.value ?? null;
         view.status = snapshot.status ?? 'active';
-        view.active = (snapshot._nodes ?? []).map((node) => node.id);
+        this.#nodes.set(view, snapshot._nodes ?? []);
         break;
       }
       default:
@@ -172,12 +187,15 @@ export class ChartFeed extends EventEmitter<{ actor: [view: ActorView] }> {
     const gone = view.status !== 'active' && ref.systemId === undefined;
     if (gone) this.#actors.delete(ref);
     // A copy for the listeners (the open event streams), only when there is one.
-    if (this.listenerCount('actor') > 0) this.emit('actor', gone ? { ...structuredClone(view), gone: true } : structuredClone(view));
+    if (this.listenerCount('actor') > 0) {
+      const copy = structuredClone(this.#current(view));
+      this.emit('actor', gone ? { ...copy, gone: true } : copy);
+    }
   };
 
   /** Every actor of a machine it has seen, the long-lived (with a systemId) and those still running. */
   actors(): ActorView[] {
-    return [...this.#actors.values()].map((view) => structuredClone(view));
+    return [...this.#actors.values()].map((view) => structuredClone(this.#current(view)));
   }
 
   /** Every machine definition it knows, by machine id. */

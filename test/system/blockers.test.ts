@@ -5,12 +5,12 @@
 import { execFileSync } from 'node:child_process';
 import { constants, openSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { rm, writeFile } from 'node:fs/promises';
+import { chmod, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { writeTinyModel } from '../../src/adapters/tinyModel.js';
 import type { StoredProfile } from '../../src/store/profile.schema.js';
-import { profileBlockers } from '../../src/system/blockers.js';
+import { chatReadyNow, profileBlockers } from '../../src/system/blockers.js';
 import { build, PASSWORD, tempDir, type Built } from '../helpers/build.js';
 
 /** How long any one answer may take here: the service answers these in milliseconds. */
@@ -119,17 +119,15 @@ async function attack(t: Parameters<typeof build>[0], fifos: string[], dir: stri
   await login(t, again);
 }
 
+/** A chat profile of `model`, as the store holds one. */
+const chatProfile = (model: string) =>
+  ({ id: 'p', revision: 1, name: 'p', category: 'chat', params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null, sampling: {} } }) as unknown as StoredProfile;
+
 t.test('a model file checked on every request: each change is seen at the next check, also on the fast path', async (t) => {
   const dir = await tempDir(t);
   const model = path.join(dir, 'model.gguf');
   await writeTinyModel(model);
-  const profile = {
-    id: 'p',
-    revision: 1,
-    name: 'p',
-    category: 'chat',
-    params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null, sampling: {} },
-  } as unknown as StoredProfile;
+  const profile = chatProfile(model);
   const lookup = { env: {}, cacheDir: dir };
   const modelBlockers = async () => (await profileBlockers(profile, lookup)).filter((b) => b.startsWith('model file'));
   t.same(await modelBlockers(), [], 'a GGUF file: no blocker (the first look, on the probe lane)');
@@ -144,4 +142,36 @@ t.test('a model file checked on every request: each change is seen at the next c
   await rm(model);
   await writeTinyModel(model);
   t.same(await modelBlockers(), [], 'a GGUF file again: no blocker');
+});
+
+t.test('the chat fast path (chatReadyNow) answers only what profileBlockers found, and steps aside at every change', async (t) => {
+  const dir = await tempDir(t);
+  const model = path.join(dir, 'model.gguf');
+  const runtime = path.join(dir, 'llama-server');
+  await writeTinyModel(model);
+  await writeFile(runtime, '#!/bin/sh\n', { mode: 0o755 });
+  const profile = chatProfile(model);
+  const lookup = { env: { SERVICE_DECK_LLAMA_SERVER: runtime }, cacheDir: dir };
+  t.equal(chatReadyNow(profile, lookup), undefined, 'never checked: only profileBlockers can tell');
+  t.same(await profileBlockers(profile, lookup), [], 'profileBlockers: none');
+  t.equal(chatReadyNow(profile, lookup), true, 'then ready at once');
+  t.equal(chatReadyNow({ ...profile, category: 'tts' } as unknown as StoredProfile, lookup), undefined, 'only chat profiles');
+
+  await writeTinyModel(model, { seed: 9 });
+  t.equal(chatReadyNow(profile, lookup), undefined, 'the model file changed: steps aside');
+  t.same(await profileBlockers(profile, lookup), [], 'profileBlockers reads it again: still a GGUF file');
+  t.equal(chatReadyNow(profile, lookup), true, 'ready at once again');
+
+  await rm(model);
+  t.equal(chatReadyNow(profile, lookup), undefined, 'the model file removed: steps aside');
+  t.same(await profileBlockers(profile, lookup), [`model file missing: ${model}`], 'and profileBlockers names it');
+  await writeTinyModel(model);
+  t.same(await profileBlockers(profile, lookup), [], 'back');
+
+  await chmod(runtime, 0o644);
+  t.equal(chatReadyNow(profile, lookup), undefined, 'the runtime lost its x bit (its stat changed): steps aside');
+  t.match((await profileBlockers(profile, lookup))[0], /^runtime missing: llama-server/, 'and profileBlockers names it');
+  await rm(runtime);
+  t.equal(chatReadyNow(profile, lookup), undefined, 'the runtime removed: steps aside');
+  t.equal(chatReadyNow(profile, { env: {}, cacheDir: dir }), undefined, 'a look-up that finds no runtime: steps aside');
 });

@@ -1,9 +1,10 @@
 // The catalog's look-ups (spec 2.1, 2.2, 4.1; issue 15): a request's look-up checks the blockers of
 // the one profile it names, whatever the number of profiles; concurrent checks of one snapshot
 // share one computation; a new revision is checked again; the lists check only their category.
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
+import { writeTinyModel } from '../../src/adapters/tinyModel.js';
 import { EndpointStore } from '../../src/store/endpoint.js';
 import type { StoredProfile } from '../../src/store/profile.schema.js';
 import { MAX_PROFILES, ProfileStore } from '../../src/store/profiles.js';
@@ -72,4 +73,31 @@ t.test(`with ${MAX_PROFILES} published profiles a request's look-up checks only 
   const again = await checks(() => catalog.resolve('chat', 'chat-nine'));
   t.same(again, { result: renamed, checked: ['chat-9'] }, 'the new revision is found by its new name and checked anew');
   t.equal(again.result, profiles.get('chat-9'), 'the snapshot is the stored one');
+  t.equal(catalog.readyNow('chat', 'chat-nine'), undefined, 'with blockers of its own (a test double), the fast path always steps aside');
+});
+
+t.test('readyNow: a chat profile known at once only when published, of its category and checked before with nothing changed', async (t) => {
+  const dir = await tempDir(t);
+  const model = path.join(dir, 'model.gguf');
+  const runtime = path.join(dir, 'llama-server');
+  await writeTinyModel(model);
+  await writeFile(runtime, '#!/bin/sh\n', { mode: 0o755 });
+  const profiles = await ProfileStore.open(dir, await EndpointStore.open(dir));
+  const chat = await profiles.create({ name: 'talk', category: 'chat', params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null, sampling: {} } });
+  const catalog = new Catalog(profiles, { env: { SERVICE_DECK_LLAMA_SERVER: runtime }, cacheDir: dir });
+  t.equal(catalog.readyNow('chat', 'talk'), undefined, 'unpublished: not known at once');
+  await t.rejects(catalog.require('chat', 'talk'), { code: 'model_not_found' }, 'and not found');
+  await profiles.setPublished(chat.id, true);
+  t.equal(catalog.readyNow('chat', 'talk'), undefined, 'published, never checked: require decides');
+  t.equal(await catalog.require('chat', 'talk'), profiles.get(chat.id), 'require finds it');
+  t.equal(catalog.readyNow('chat', 'talk'), profiles.get(chat.id), 'then it is known at once, the stored snapshot');
+  t.equal(catalog.readyNow('tts', 'talk'), undefined, 'not for another category');
+  t.equal(catalog.readyNow('chat', 'nope'), undefined, 'not for an unknown name');
+  await rm(model);
+  t.equal(catalog.readyNow('chat', 'talk'), undefined, 'its model file removed: not known at once');
+  await t.rejects(catalog.require('chat', 'talk'), { code: 'model_not_found' }, 'and require does not find it');
+  await writeTinyModel(model);
+  t.equal(await catalog.require('chat', 'talk'), profiles.get(chat.id), 'the file back: found');
+  await profiles.setPublished(chat.id, false);
+  t.equal(catalog.readyNow('chat', 'talk'), undefined, 'unpublished again: not known at once');
 });

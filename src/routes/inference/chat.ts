@@ -31,7 +31,8 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
     // First, so that a client that leaves at any later point is noticed.
     const signal = clientGone(reply);
     const body = request.body;
-    const profile = (await service.catalog.require('chat', body.model)) as ChatProfile;
+    // Known at once when nothing the profile needs changed since it was last checked.
+    const profile = (service.catalog.readyNow('chat', body.model) ?? (await service.catalog.require('chat', body.model))) as ChatProfile;
     const stream = body.stream === true;
     const opened = await openChat(service, profile, upstreamBody(body, profile), { source: 'api', stream, signal, limits });
     const { response, lease } = opened;
