@@ -116,8 +116,12 @@ function recordUsage(series: ChatSeries, usage: AnswerUsage | undefined): void {
   if (usage.perSecond !== undefined && usage.perSecond > 0) series.tokensPerSecond.observe(usage.perSecond);
 }
 
-/** Passes a chat stream through unchanged: notes its first chunk's time and reads the usage from its end. */
-class ChatStreamTap extends Transform {
+/**
+ * A chat stream's own output stream (the route writes the relayed events into it, Fastify sends
+ * it): passes every chunk unchanged, notes the first one's time and reads the usage from the end.
+ * Being the stream itself, it costs no stream of its own in between (issue 17: per token).
+ */
+export class ChatStreamTap extends Transform {
   #first = true;
   #previous: Buffer | undefined;
   #last: Buffer | undefined;
@@ -146,26 +150,24 @@ class ChatStreamTap extends Transform {
   }
 }
 
+/** The output stream of one chat stream, measuring it as it passes (see ChatStreamTap). */
+export function chatStreamTap(metrics: Metrics, profiles: ProfileStore, request: FastifyRequest, reply: FastifyReply): ChatStreamTap {
+  return new ChatStreamTap(reply, metrics.chat(CHAT_ROUTE, modelLabel(request, profiles)));
+}
+
 /**
- * The inference listener's onSend hook for chat answers (200 only): a buffered answer's first byte
- * is the whole answer, so its time is now; a stream is passed through a tap that notes its first
- * chunk. Other routes and errors pass untouched.
+ * The inference listener's onSend hook for buffered chat answers (200 only): a buffered answer's
+ * first byte is the whole answer, so its time is now, and its usage is at its end. A stream
+ * measures itself (the route sends a chatStreamTap). Other routes and errors pass untouched.
  */
 export function chatAnswerMetrics(metrics: Metrics, profiles: ProfileStore) {
   // The callback form: no promise per response on the inference listener's path.
   return (request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (error: null, payload: unknown) => void): void => {
-    if (reply.statusCode !== 200 || request.routeOptions.url !== CHAT_ROUTE) {
-      done(null, payload);
-      return;
-    }
-    const series = metrics.chat(CHAT_ROUTE, modelLabel(request, profiles));
-    if (Buffer.isBuffer(payload) || typeof payload === 'string') {
+    if (reply.statusCode === 200 && request.routeOptions.url === CHAT_ROUTE && (Buffer.isBuffer(payload) || typeof payload === 'string')) {
+      const series = metrics.chat(CHAT_ROUTE, modelLabel(request, profiles));
       series.firstToken.observe(reply.elapsedTime / 1000);
       recordUsage(series, answerUsage(Buffer.isBuffer(payload) ? payload.subarray(-TAIL_BYTES) : Buffer.from(payload.slice(-TAIL_BYTES))));
-      done(null, payload);
-      return;
     }
-    const stream = payload !== null && typeof payload === 'object' && typeof (payload as NodeJS.ReadableStream).pipe === 'function';
-    done(null, stream ? (payload as NodeJS.ReadableStream).pipe(new ChatStreamTap(reply, series)) : payload);
+    done(null, payload);
   };
 }

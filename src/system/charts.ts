@@ -154,10 +154,11 @@ export class ChartFeed extends EventEmitter<{ actor: [view: ActorView] }> {
   /** The inspect callback: give it to every actor (it sees the actor's whole system). */
   readonly observe = (event: InspectionEvent): void => {
     const ref = event.actorRef as unknown as RefLike;
-    if (!isMachine(ref.logic)) return;
-    if (event.type !== '@xstate.event' && event.type !== '@xstate.snapshot' && this.#actors.has(ref)) return;
     let view = this.#actors.get(ref);
+    // Only events and snapshots change a known view: the rest (actions, microsteps) return first.
+    if (view && event.type !== '@xstate.event' && event.type !== '@xstate.snapshot') return;
     if (!view) {
+      if (!isMachine(ref.logic)) return;
       view = { id: ref.id, machine: this.#describe(ref.logic).id, active: [], value: null, status: 'active', events: [], updated_at: isoNow() };
       this.#actors.set(ref, view);
     }

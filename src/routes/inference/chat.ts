@@ -4,13 +4,13 @@
 // (src/workers/chatRequest.ts). A buffered answer is relayed as the worker wrote it; a stream is
 // relayed chunk by chunk, never buffered. A client that goes away cancels its queued job, or
 // closes the worker connection so llama-server frees the slot.
-import { PassThrough } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Service } from '../../workers/service.js';
 import type { ChatProfile } from '../../workers/chat.js';
 import { CHAT_LIMITS, completeAnswer, openChat, readBody, relayStream, workerError, workerStatusError, type ChatLimits } from '../../workers/chatRequest.js';
 import { clientGone } from '../client.js';
+import { chatStreamTap } from '../metrics.js';
 import { chatRequestSchema, effectiveEffort, upstreamBody, type ChatRequest } from '../../workers/chat.schema.js';
 
 /** Spec 4.2: the three headers of an answer whose request set a reasoning effort. */
@@ -69,7 +69,8 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
 
     // SSE: the headers go out with the worker's first chunk, then every chunk as it comes; the
     // reservation is kept until the end.
-    const out = new PassThrough();
+    // The output stream measures itself for the metrics as the events pass (no extra stream per token).
+    const out = chatStreamTap(service.metrics, service.profiles, request, reply);
     void relayStream(opened, out, { limits, signal, log: request.log, profile }).finally(() => lease.release());
     return reply
       .code(200)
