@@ -21,7 +21,10 @@
 // The sides run one phase at a time, in turn (the order rotates every round), so they never
 // compete for the CPU and drift hits all alike. Each phase starts with a few unmeasured requests.
 // Then the service's own cost against a stand-in worker that answers at once
-// (test/fixtures/fake-llama-server.mjs): the same three sides, request by request.
+// (test/fixtures/fake-llama-server.mjs): the same three sides, request by request, and beside them
+// two proxies that only forward (bench/proxies.ts: a bare node:http one, and the service's own
+// Fastify listener with its hooks and the zod schema), so the report shows the floor under the
+// service's own cost on this machine and what the service adds above it.
 //
 // Run: npm run bench:chat [-- ROUNDS]; `--own` measures only the own cost against the stand-in
 // (with BENCH_CPU_PROFILE=FILE, a CPU profile of its measured requests; bench/cpuprofile.ts
@@ -43,6 +46,7 @@ import { startService, type Service } from '../src/compose.js';
 import { freePort } from '../test/helpers/build.js';
 import { llamaServerPath } from '../test/helpers/llama.js';
 import { percentile, stop } from './lib.js';
+import { startReferenceProxies, type ReferenceProxy } from './proxies.js';
 
 const argv = process.argv.slice(2);
 const OWN_ONLY = argv.includes('--own');
@@ -76,7 +80,7 @@ const busy = (what: string) =>
 
 const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / values.length;
 
-type SideName = 'direct' | 'direct again' | 'service';
+type SideName = 'direct' | 'direct again' | 'service' | ReferenceProxy['name'];
 
 interface Side {
   name: SideName;
@@ -369,7 +373,7 @@ async function startProfile(): Promise<{ stop(): Promise<void> } | undefined> {
  * The service's own cost against a stand-in worker that answers at once: the same keep-alive
  * client, requests in turn to the stand-in itself, to it again (the A/A floor) and to the service.
  */
-async function ownCost(root: string): Promise<Figure[]> {
+async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string[] }> {
   const fake = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../test/fixtures/fake-llama-server.mjs');
   const model = await writeTinyModel(path.join(root, 'own.gguf'));
   // The worker's environment is an allowlist: the stand-in's mode travels in a wrapper script.
@@ -388,6 +392,7 @@ async function ownCost(root: string): Promise<Figure[]> {
   const own = (await startService(loadConfig({ stateDir: path.join(root, 'own-state') }, env), { log, adminPort: 0 })).service;
   const standPort = await freePort();
   const stand = spawn(wrapper, ['--port', String(standPort)], { env, stdio: 'ignore' });
+  const references = await startReferenceProxies(standPort, log);
   try {
     const profile = await own.profiles.create({ name: NAME, category: 'chat', params: { model, context: CONTEXT, slots: SLOTS, gpuSplit: null, gpuLayers: null, sampling: {} } });
     await own.profiles.setPublished(profile.id, true);
@@ -396,15 +401,18 @@ async function ownCost(root: string): Promise<Figure[]> {
     while (!own.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
     await healthy(standPort, stand, 10_000);
     const sides = [side('direct', standPort, {}), side('direct again', standPort, {}), side('service', own.inferenceAddress()?.port ?? 0, { authorization: `Bearer ${TOKEN}` })] as const;
+    // The floor: the same requests through two proxies that only forward (bench/proxies.ts).
+    const floors = references.proxies.map((proxy) => side(proxy.name, proxy.port, {}));
+    const measured = [...sides, ...floors];
     const body = { model: NAME, messages: MESSAGES, max_tokens: 1 };
-    for (let i = 0; i < 100; i++) for (const s of sides) await chat(s, body);
+    for (let i = 0; i < 100; i++) for (const s of measured) await chat(s, body);
     // This process's CPU time around each request: the client's share is the same on every side,
     // so the service's difference is its own CPU work per request, which other processes on the
     // machine do not stretch as they stretch latencies.
     const cpu = new Map(sides.map((s) => [s, 0]));
     const profiler = await startProfile();
     for (let i = 0; i < OWN_REQUESTS; i++) {
-      for (const s of turn(sides, i)) {
+      for (const s of turn(measured, i)) {
         const before = process.cpuUsage();
         s.latencies.push(await chat(s, body));
         const used = process.cpuUsage(before);
@@ -413,11 +421,28 @@ async function ownCost(root: string): Promise<Figure[]> {
     }
     await profiler?.stop();
     const perRequest = (s: Side) => (cpu.get(s) ?? 0) / 1000 / OWN_REQUESTS;
-    return [
-      ...spread('own cost: latency (ms)', (s) => s.latencies, sides, 3, { 50: { kind: 'added', limit: 0.3 }, 99: { kind: 'added', limit: 0.6 } }),
-      { label: 'own cost: CPU per request (ms)', direct: perRequest(sides[0]), again: perRequest(sides[1]), service: perRequest(sides[2]), digits: 3 },
+    const added = (s: Side, p: number) => percentile(s.latencies, p) - percentile(sides[0].latencies, p);
+    const signed = (n: number) => `${n >= 0 ? '+' : ''}${n.toFixed(3)}`;
+    const line = (s: Side, what: string) =>
+      `  ${what.padEnd(62)}${signed(added(s, 50)).padStart(9)}${signed(added(s, 99)).padStart(9)}${signed(perRequest(s) - perRequest(sides[0])).padStart(9)}`;
+    const [bare, listener] = floors as [Side, Side];
+    const floor = [
+      `the floor: added over direct by proxies that only forward (bench/proxies.ts), same client, same stand-in, same run`,
+      `  ${''.padEnd(62)}${'p50'.padStart(9)}${'p99'.padStart(9)}${'CPU'.padStart(9)}`,
+      line(bare, 'node proxy (node:http server and keep-alive agent)'),
+      line(listener, "listener proxy (the service's Fastify listener, hooks and zod)"),
+      line(sides[2], 'the service'),
+      `  the service beyond the listener proxy: ${signed(added(sides[2], 50) - added(listener, 50))} ms at p50, ${signed(perRequest(sides[2]) - perRequest(listener))} ms CPU per request`,
     ];
+    return {
+      figures: [
+        ...spread('own cost: latency (ms)', (s) => s.latencies, sides, 3, { 50: { kind: 'added', limit: 0.3 }, 99: { kind: 'added', limit: 0.6 } }),
+        { label: 'own cost: CPU per request (ms)', direct: perRequest(sides[0]), again: perRequest(sides[1]), service: perRequest(sides[2]), digits: 3 },
+      ],
+      floor,
+    };
   } finally {
+    await references.close();
     await stop(stand);
     await own.shutdown();
   }
@@ -546,7 +571,8 @@ try {
   }
   const own = await ownCost(dir);
   console.log(`\nservice's own cost against an instant stand-in worker (test/fixtures/fake-llama-server.mjs, ${OWN_REQUESTS} requests per side); ${conditions()}`);
-  if (!report(own)) met = false;
+  if (!report(own.figures)) met = false;
+  console.log(own.floor.join('\n'));
   if (!met) process.exitCode = 1;
 } catch (error) {
   if (tail.length > 0) console.error(`direct llama-server output (tail):\n${tail.join('').slice(-4000)}`);
