@@ -122,7 +122,8 @@ t.test('two nodes behind nginx through the openai client', { skip: missing }, as
   // A stream passes through as node 1 sends it, uncompressed, its events one or a few a read.
   // (Tried: nginx with proxy buffers and gzip on event streams hands 140 events over in 2 reads.)
   // A busy test machine may read late and see a burst; buffering by nginx shows in every try,
-  // so the stream is read up to three times and the best try counts.
+  // so the stream is read up to five times, 1.5 s apart (the other test files' load comes in
+  // waves: in one CI run three tries in a row saw 4 reads), and the best try counts.
   const streamReads = async () => {
     const raw = await fetch(`${nginx.url}/v1/chat/completions`, {
       method: 'POST',
@@ -143,11 +144,15 @@ t.test('two nodes behind nginx through the openai client', { skip: missing }, as
     return { perRead, median, compressed: raw.headers.get('content-encoding'), type: raw.headers.get('content-type') };
   };
   let tried = await streamReads();
-  for (let again = 0; again < 2 && tried.median >= 8; again += 1) tried = await streamReads();
+  let tries = 1;
+  for (; tries < 5 && tried.median >= 8; tries += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    tried = await streamReads();
+  }
   const { perRead, median } = tried;
   t.equal(tried.type, 'text/event-stream; charset=utf-8');
   t.equal(tried.compressed, null, 'an event stream is not compressed');
-  t.ok(median < 8, `the first ${perRead.reduce((a, b) => a + b, 0)} events came in ${perRead.length} reads, a median of ${median} a read`);
+  t.ok(median < 8, `the first ${perRead.reduce((a, b) => a + b, 0)} events came in ${perRead.length} reads, a median of ${median} a read (try ${tries} of at most 5)`);
 
   // Its first event arrives while node 1 still generates the answer, and a client that leaves
   // frees node 1's slot long before the answer's end.

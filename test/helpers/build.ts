@@ -1,5 +1,7 @@
 // The `build(t)` helper: a real service on loopback with a private state directory, a captured
 // log, a logged-in admin session and a bearer token; everything closes when the test ends.
+import { randomInt } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import os from 'node:os';
@@ -14,7 +16,49 @@ import type { ChatLimits } from '../../src/workers/chatRequest.js';
 export const PASSWORD = 'correct horse battery';
 export const TOKEN = 'sd-test-token-0123456789abcdefghijklmnop';
 
+/** Where freePort looks first: ports from here up to the kernel's ephemeral range. */
+const FIRST_PORT = 20_000;
+
+/**
+ * The lowest port the kernel hands out on its own (for listen(0) and for every outgoing
+ * connection's source port), from /proc; 32768, Linux's default, when it cannot be read.
+ */
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 1024 ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+/** Whether a listener can open on `port` of 127.0.0.1 now (it is closed again at once). */
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+/** Ports this process handed out already: never twice. */
+const handedOut = new Set<number>();
+
+/**
+ * A port free on 127.0.0.1 for a listener the test starts next. It is taken below the kernel's
+ * ephemeral range, at random: there the kernel never gives it to anyone else between this check
+ * and the listen (an ephemeral port can go to any outgoing connection of a parallel test in that
+ * moment, which once made a restart test fail with EADDRINUSE). Only when nothing there is free
+ * does the kernel choose one.
+ */
 export async function freePort(): Promise<number> {
+  const low = ephemeralLow();
+  for (let attempt = 0; attempt < 50 && low - FIRST_PORT > 1_000; attempt += 1) {
+    const port = FIRST_PORT + randomInt(low - FIRST_PORT);
+    if (handedOut.has(port) || !(await bindable(port))) continue;
+    handedOut.add(port);
+    return port;
+  }
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once('error', reject);
