@@ -48,17 +48,8 @@ async function localFilesystem(file: string): Promise<boolean> {
  * network filesystem, a stat that fails other than as missing) goes to the probe lane.
  */
 function probe(file: string): Promise<Probe> {
-  const known = heads.get(file);
-  if (known?.local) {
-    let stats;
-    try {
-      stats = statSync(file);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return Promise.resolve({ missing: true });
-      stats = undefined;
-    }
-    if (stats?.isFile() && statStamp(stats) === known.stamp) return Promise.resolve({ head: known.head });
-  }
+  const now = probeNow(file);
+  if (now) return Promise.resolve(now);
   return onProbeLane(async () => {
     let stats;
     try {
@@ -76,6 +67,23 @@ function probe(file: string): Promise<Probe> {
     heads.set(file, { stamp, head, local });
     return { head };
   });
+}
+
+/**
+ * The probe of a known file on a local filesystem, answered on the event loop: its head from
+ * memory when its stat is unchanged, or missing when it is gone. Undefined when only the probe
+ * lane can tell (a first look, a change, a network filesystem, a stat that fails otherwise).
+ */
+function probeNow(file: string): Probe | undefined {
+  const known = heads.get(file);
+  if (!known?.local) return undefined;
+  let stats;
+  try {
+    stats = statSync(file);
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ENOENT' ? { missing: true } : undefined;
+  }
+  return stats.isFile() && statStamp(stats) === known.stamp ? { head: known.head } : undefined;
 }
 
 async function readHead(file: string, length: number): Promise<Buffer | undefined> {
@@ -150,16 +158,8 @@ async function enhancerBlocker(enhancersDir: string | undefined, task: EnhancerT
 export function chatReadyNow(profile: StoredProfile, lookup: RuntimeLookup): true | undefined {
   if (profile.category !== 'chat') return undefined;
   if (typeof resolveRuntimeNow('llama-server', lookup) !== 'string') return undefined;
-  const file = profile.params.model;
-  const known = heads.get(file);
-  if (!known?.local || !known.head?.equals(GGUF_MAGIC)) return undefined;
-  let stats;
-  try {
-    stats = statSync(file);
-  } catch {
-    return undefined;
-  }
-  return stats.isFile() && statStamp(stats) === known.stamp ? true : undefined;
+  const found = probeNow(profile.params.model);
+  return found && 'head' in found && found.head?.equals(GGUF_MAGIC) ? true : undefined;
 }
 
 export async function profileBlockers(profile: StoredProfile, lookup: RuntimeLookup): Promise<string[]> {

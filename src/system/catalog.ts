@@ -99,7 +99,7 @@ export class Catalog {
   /**
    * The snapshot a chat request works on, when it is known without a promise that it is published
    * and executable (chatReadyNow: nothing it needs changed since it was last checked); undefined
-   * otherwise, and then \`require\` decides. The hot path of every chat request (issue 17).
+   * otherwise, and then `require` decides. The hot path of every chat request (issue 17).
    */
   readyNow(category: Category, model: string): StoredProfile | undefined {
     if (category !== 'chat' || this.blockersOf !== profileBlockers) return undefined;
