@@ -22,11 +22,13 @@
 // compete for the CPU and drift hits all alike. Each phase starts with a few unmeasured requests.
 // Then the service's own cost against a stand-in worker that answers at once
 // (test/fixtures/fake-llama-server.mjs): the same three sides, request by request, and beside them
-// two proxies that only forward (bench/proxies.ts: a bare node:http one, and the service's own
-// Fastify listener with its hooks and the zod schema), so the report shows the floor under the
-// service's own cost on this machine and what the service adds above it.
+// three proxies that only forward (bench/proxies.ts: a bare node:http one, a bare Fastify one, and
+// the service's own Fastify listener with its hooks and the zod schema), so the report shows the
+// floor under the service's own cost on this machine and what the service adds above it.
 //
-// Run: npm run bench:chat [-- ROUNDS]; `--own` measures only the own cost against the stand-in
+// Run: npm run bench:chat [-- ROUNDS] (it measures the code as built: tsc compiles the service and
+// the bench into dist/ first; under tsx, esbuild's name helpers cost ~0.05 ms per request more);
+// `--own` measures only the own cost against the stand-in
 // (with BENCH_CPU_PROFILE=FILE, a CPU profile of its measured requests; bench/cpuprofile.ts
 // summarises it).
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -37,7 +39,6 @@ import inspector from 'node:inspector/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { fileURLToPath } from 'node:url';
 import { serverArgs } from '../machines/chatWorker/args.js';
 import { writeTinyModel } from '../src/adapters/tinyModel.js';
 import { loadConfig } from '../src/config.js';
@@ -45,7 +46,7 @@ import { createLogger } from '../src/system/log.js';
 import { startService, type Service } from '../src/compose.js';
 import { freePort } from '../test/helpers/build.js';
 import { llamaServerPath } from '../test/helpers/llama.js';
-import { percentile, stop } from './lib.js';
+import { percentile, ROOT, stop } from './lib.js';
 import { startReferenceProxies, type ReferenceProxy } from './proxies.js';
 
 const argv = process.argv.slice(2);
@@ -374,7 +375,7 @@ async function startProfile(): Promise<{ stop(): Promise<void> } | undefined> {
  * client, requests in turn to the stand-in itself, to it again (the A/A floor) and to the service.
  */
 async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string[] }> {
-  const fake = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../test/fixtures/fake-llama-server.mjs');
+  const fake = path.join(ROOT, 'test/fixtures/fake-llama-server.mjs');
   const model = await writeTinyModel(path.join(root, 'own.gguf'));
   // The worker's environment is an allowlist: the stand-in's mode travels in a wrapper script.
   const wrapper = path.join(root, 'instant-llama-server');
@@ -401,7 +402,7 @@ async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string
     while (!own.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
     await healthy(standPort, stand, 10_000);
     const sides = [side('direct', standPort, {}), side('direct again', standPort, {}), side('service', own.inferenceAddress()?.port ?? 0, { authorization: `Bearer ${TOKEN}` })] as const;
-    // The floor: the same requests through two proxies that only forward (bench/proxies.ts).
+    // The floor: the same requests through three proxies that only forward (bench/proxies.ts).
     const floors = references.proxies.map((proxy) => side(proxy.name, proxy.port, {}));
     const measured = [...sides, ...floors];
     const body = { model: NAME, messages: MESSAGES, max_tokens: 1 };
@@ -425,11 +426,12 @@ async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string
     const signed = (n: number) => `${n >= 0 ? '+' : ''}${n.toFixed(3)}`;
     const line = (s: Side, what: string) =>
       `  ${what.padEnd(62)}${signed(added(s, 50)).padStart(9)}${signed(added(s, 99)).padStart(9)}${signed(perRequest(s) - perRequest(sides[0])).padStart(9)}`;
-    const [bare, listener] = floors as [Side, Side];
+    const [bare, framework, listener] = floors as [Side, Side, Side];
     const floor = [
       `the floor: added over direct by proxies that only forward (bench/proxies.ts), same client, same stand-in, same run`,
       `  ${''.padEnd(62)}${'p50'.padStart(9)}${'p99'.padStart(9)}${'CPU'.padStart(9)}`,
       line(bare, 'node proxy (node:http server and keep-alive agent)'),
+      line(framework, 'fastify proxy (bare Fastify: no logger, hooks or schema)'),
       line(listener, "listener proxy (the service's Fastify listener, hooks and zod)"),
       line(sides[2], 'the service'),
       `  the service beyond the listener proxy: ${signed(added(sides[2], 50) - added(listener, 50))} ms at p50, ${signed(perRequest(sides[2]) - perRequest(listener))} ms CPU per request`,

@@ -1,7 +1,7 @@
 // bench/cpuprofile: where the CPU time of a V8 profile went, by area and by function (self time).
 //
-// Run: BENCH_CPU_PROFILE=/tmp/own.cpuprofile npx tsx bench/chat.ts --own (the measured requests
-// only; node --cpu-prof profiles a whole run), then npx tsx bench/cpuprofile.ts FILE [TOP].
+// Run: BENCH_CPU_PROFILE=/tmp/own.cpuprofile npm run bench:chat -- --own (the measured requests
+// only; node --cpu-prof profiles a whole run), then node dist/bench/cpuprofile.js FILE [TOP].
 // Idle time is left out of the shares.
 // Areas: each package under node_modules, each project file, Node's own modules
 // (node:internal/…), V8's (garbage collector) and (program), the native part of Node ((native)).
@@ -30,7 +30,7 @@ export function areaOf(url: string, functionName: string): string {
 }
 
 const [file, topArg] = process.argv.slice(2);
-if (!file) throw new Error('usage: tsx bench/cpuprofile.ts PROFILE.cpuprofile [TOP]');
+if (!file) throw new Error('usage: node dist/bench/cpuprofile.js PROFILE.cpuprofile [TOP]');
 const top = Number(topArg ?? 25);
 const profile = JSON.parse(await readFile(file, 'utf8')) as CpuProfile;
 const byId = new Map(profile.nodes.map((node) => [node.id, node]));

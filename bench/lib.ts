@@ -1,5 +1,24 @@
-// What the benchmarks share: percentiles of a sample, and stopping a child process.
+// What the benchmarks share: the repository's root, percentiles of a sample, and stopping a child
+// process.
 import type { ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * The repository's root: the first folder up from this file with a package.json. The benchmarks
+ * run as built (`npm run bench:*` compiles them with tsconfig.bench.json into dist/bench, next to
+ * the service's own dist/src), or from source under tsx (bench/).
+ */
+export const ROOT = (() => {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(path.join(dir, 'package.json'))) {
+    const up = path.dirname(dir);
+    if (up === dir) throw new Error('bench: no package.json above the benchmark');
+    dir = up;
+  }
+  return dir;
+})();
 
 /** The p-th percentile (0–100) of `values`, nearest rank; NaN for none. */
 export const percentile = (values: number[], p: number) => {

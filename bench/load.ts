@@ -16,18 +16,17 @@
 // streams and the time of the refusals as the clients saw them (both include the time the service
 // took to accept and parse 1000 requests at once); and the peaks under load.
 //
-// Run: npm run build && npm run bench:load [-- CLIENTS]. Loopback only; about half a minute.
+// Run: npm run bench:load [-- CLIENTS] (it builds the service first). Loopback only; about half a minute.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { access, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { fileURLToPath } from 'node:url';
 import { writeTinyModel } from '../src/adapters/tinyModel.js';
 import { freePort } from '../test/helpers/build.js';
 import { llamaServerPath } from '../test/helpers/llama.js';
-import { percentile, stop } from './lib.js';
+import { percentile, ROOT, stop } from './lib.js';
 
 const CLIENTS = Number(process.argv[2] ?? 1000);
 const SLOTS = 2;
@@ -42,7 +41,6 @@ const RSS_SLACK_MIB = 48;
 const NAME = 'tiny';
 const PASSWORD = 'bench password 0123';
 const TOKEN = 'sd-bench-token-0123456789abcdefghijklmnop';
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 const ms = (value: number) => `${value.toFixed(0)} ms`;
 

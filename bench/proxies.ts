@@ -1,4 +1,4 @@
-// The floor under the service's own cost (issue 17: "approach the physical limit"): two proxies in
+// The floor under the service's own cost (issue 17: "approach the physical limit"): three proxies in
 // the bench's process that forward a chat request to the same worker as the service does, and do
 // nothing else. bench/chat.ts measures them beside the service with the same client, so its report
 // shows how much of the service's added time any Node proxy pays, how much the design card's stack
@@ -6,17 +6,20 @@
 //
 // - `node proxy`: node:http server, the body parsed and serialised again, forwarded over a
 //   keep-alive node:http agent, the answer sent back with its length.
+// - `fastify proxy`: a bare Fastify instance (no logger, no hooks, no schema, its own JSON body
+//   parser), forwarding the same way: what the design card's HTTP framework costs by itself.
 // - `listener proxy`: the service's own listener (createListenerApp: the Host check, the request
 //   id, the JSON body check, the chunked refusal, the access log) with the strict chat schema
 //   (zod), forwarding the same way. No token check, profile look-up, reservation or metrics.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import Fastify from 'fastify';
 import { createListenerApp } from '../src/app.js';
 import type { Logger } from '../src/system/log.js';
 import { chatRequestSchema } from '../src/workers/chat.schema.js';
 
 export interface ReferenceProxy {
-  name: 'node proxy' | 'listener proxy';
+  name: 'node proxy' | 'fastify proxy' | 'listener proxy';
   port: number;
 }
 
@@ -37,7 +40,7 @@ function forward(agent: http.Agent, port: number, body: string): Promise<Buffer>
   });
 }
 
-/** Starts both proxies in front of the worker at `workerPort`; `close` ends them. */
+/** Starts the three proxies in front of the worker at `workerPort`; `close` ends them. */
 export async function startReferenceProxies(workerPort: number, log: Logger): Promise<{ proxies: ReferenceProxy[]; close(): Promise<void> }> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
 
@@ -53,6 +56,13 @@ export async function startReferenceProxies(workerPort: number, log: Logger): Pr
   });
   await new Promise<void>((resolve) => bare.listen(0, '127.0.0.1', resolve));
 
+  const framework = Fastify({ logger: false });
+  framework.post('/v1/chat/completions', async (request, reply) => {
+    const answer = await forward(agent, workerPort, JSON.stringify(request.body));
+    return reply.code(200).type('application/json').send(answer);
+  });
+  await framework.listen({ port: 0, host: '127.0.0.1' });
+
   const listener = createListenerApp('inference', log);
   listener.post('/v1/chat/completions', { schema: { body: chatRequestSchema } }, async (request, reply) => {
     const answer = await forward(agent, workerPort, JSON.stringify(request.body));
@@ -63,11 +73,13 @@ export async function startReferenceProxies(workerPort: number, log: Logger): Pr
   return {
     proxies: [
       { name: 'node proxy', port: (bare.address() as AddressInfo).port },
+      { name: 'fastify proxy', port: (framework.server.address() as AddressInfo).port },
       { name: 'listener proxy', port: (listener.server.address() as AddressInfo).port },
     ],
     async close() {
       agent.destroy();
       await listener.close();
+      await framework.close();
       await new Promise((resolve) => bare.close(resolve));
     },
   };

@@ -39,3 +39,22 @@ t.test('no token, cookie, password or prompt reaches the log', async (t) => {
     'SERVICE_DECK_INSPECT=log writes the machines\' events through pino',
   );
 });
+
+t.test('every request gets a fresh request id: sent as x-request-id, the same in its access line, never the client\'s', async (t) => {
+  const b = await build(t);
+  await b.startEndpoint();
+  const ids: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const response = await b.api('GET', '/v1/models', undefined, { 'x-request-id': 'client-chosen-id' });
+    t.equal(response.status, 200);
+    ids.push(response.headers.get('x-request-id') ?? '');
+  }
+  const refused = await b.api('GET', '/v1/models', undefined, { authorization: 'Bearer wrong', 'x-request-id': 'client-chosen-id' });
+  t.equal(refused.status, 401);
+  ids.push(refused.headers.get('x-request-id') ?? '');
+  for (const id of ids) t.match(id, /^[0-9a-f]{16}$/, 'an id is 16 hex digits');
+  t.equal(new Set(ids).size, ids.length, 'no two requests share an id');
+  const logged = b.logLines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((entry) => entry.msg === 'access').map((entry) => entry.reqId);
+  for (const id of ids) t.ok(logged.includes(id), `the access line carries ${id}`);
+  t.notOk(logged.includes('client-chosen-id'), 'a client cannot set the id');
+});
