@@ -60,6 +60,8 @@ const CLIENTS = 8;
 const CONCURRENT_REQUESTS = 4; // per client and round
 const CONCURRENT_TOKENS = 8;
 const OWN_REQUESTS = 1000; // per side, against the instant stand-in
+const OWN_STREAMS = 12; // per side, against the instant stand-in's paced stream
+const OWN_STREAM_TOKENS = 256;
 const WARM_UP = 5; // unmeasured requests at the start of every phase
 const SLOTS = 2;
 const CONTEXT = 2048;
@@ -421,6 +423,19 @@ async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string
       }
     }
     await profiler?.stop();
+    // The relay's cost per token: streams of OWN_STREAM_TOKENS tokens, one write a tick apart, this
+    // process's CPU time per token (the client's parsing is the same on every side).
+    const tokenCpu = new Map(sides.map((s) => [s, [] as number[]]));
+    for (let i = 0; i < OWN_STREAMS; i++) {
+      for (const s of turn(sides, i)) {
+        const before = process.cpuUsage();
+        const streamed = await stream(s, OWN_STREAM_TOKENS);
+        const used = process.cpuUsage(before);
+        if (streamed.tokens !== OWN_STREAM_TOKENS) throw new Error(`${s.name}: ${streamed.tokens} tokens instead of ${OWN_STREAM_TOKENS}`);
+        tokenCpu.get(s)?.push((used.user + used.system) / OWN_STREAM_TOKENS);
+      }
+    }
+    const perToken = (s: Side) => percentile(tokenCpu.get(s) ?? [], 50);
     const perRequest = (s: Side) => (cpu.get(s) ?? 0) / 1000 / OWN_REQUESTS;
     const added = (s: Side, p: number) => percentile(s.latencies, p) - percentile(sides[0].latencies, p);
     const signed = (n: number) => `${n >= 0 ? '+' : ''}${n.toFixed(3)}`;
@@ -440,6 +455,7 @@ async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string
       figures: [
         ...spread('own cost: latency (ms)', (s) => s.latencies, sides, 3, { 50: { kind: 'added', limit: 0.3 }, 99: { kind: 'added', limit: 0.6 } }),
         { label: 'own cost: CPU per request (ms)', direct: perRequest(sides[0]), again: perRequest(sides[1]), service: perRequest(sides[2]), digits: 3 },
+        { label: `own cost: CPU per streamed token (µs)`, direct: perToken(sides[0]), again: perToken(sides[1]), service: perToken(sides[2]), digits: 1 },
       ],
       floor,
     };
