@@ -26,11 +26,14 @@
 // the service's own Fastify listener with its hooks and the zod schema), so the report shows the
 // floor under the service's own cost on this machine and what the service adds above it.
 //
+// The own-cost part also streams OWN_STREAM_TOKENS tokens from the stand-in (one write a timer
+// tick apart) on each of the three sides and reports this process's CPU time per token: what the
+// service's relay costs per token beyond the client's own parsing.
+//
 // Run: npm run bench:chat [-- ROUNDS] (it measures the code as built: tsc compiles the service and
-// the bench into dist/ first; under tsx, esbuild's name helpers cost ~0.05 ms per request more);
-// `--own` measures only the own cost against the stand-in
-// (with BENCH_CPU_PROFILE=FILE, a CPU profile of its measured requests; bench/cpuprofile.ts
-// summarises it).
+// the bench into dist/ first; under tsx, esbuild's name helpers cost ~0.05 ms per request more).
+// `--own` measures only the own cost against the stand-in (with BENCH_CPU_PROFILE=FILE, a CPU
+// profile of its measured non-streamed requests; bench/cpuprofile.ts summarises it).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';

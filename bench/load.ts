@@ -16,7 +16,8 @@
 // streams and the time of the refusals as the clients saw them (both include the time the service
 // took to accept and parse 1000 requests at once); and the peaks under load.
 //
-// Run: npm run bench:load [-- CLIENTS] (it builds the service first). Loopback only; about half a minute.
+// Run: npm run bench:load [-- CLIENTS] (it builds the service first). Loopback only; about half a
+// minute.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { access, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
