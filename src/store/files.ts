@@ -84,13 +84,11 @@ export async function readJsonFile(file: string): Promise<unknown> {
   }
 }
 
-/** Size, modification time and inode: enough to notice that another process replaced a file. */
-export async function fileStamp(file: string): Promise<string | undefined> {
-  return fileStampNow(file);
-}
-
-/** fileStamp without the promise, for the per-request checks (the token file, issue 17). */
-export function fileStampNow(file: string): string | undefined {
+/**
+ * Size, modification time and inode: enough to notice that another process replaced a file.
+ * Undefined when the file is missing.
+ */
+export function fileStamp(file: string): string | undefined {
   try {
     // Synchronous: the state directory is local, and this runs on every API request (the token
     // check), where a thread-pool round trip costs more than the stat itself.

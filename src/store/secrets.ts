@@ -7,7 +7,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 import { errors } from '../errors.js';
-import { fileStamp, fileStampNow, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './files.js';
+import { fileStamp, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './files.js';
 
 const scryptAsync = promisify(scrypt) as (
   password: string,
@@ -195,7 +195,7 @@ export class SecretStore {
       }
     }
     if (changed) await writeJsonAtomic(file, secrets);
-    const store = new SecretStore(file, secrets, await fileStamp(file));
+    const store = new SecretStore(file, secrets, fileStamp(file));
     return generatedToken === undefined ? { store } : { store, generatedToken };
   }
 
@@ -207,7 +207,7 @@ export class SecretStore {
     let stamp: string | undefined;
     let next: Secrets | undefined;
     try {
-      stamp = await fileStamp(this.file);
+      stamp = fileStamp(this.file);
       if (stamp === this.#stamp) return;
       next = await SecretStore.#read(this.file);
     } catch (error) {
@@ -230,7 +230,7 @@ export class SecretStore {
    */
   unchanged(): boolean {
     try {
-      return fileStampNow(this.file) === this.#stamp;
+      return fileStamp(this.file) === this.#stamp;
     } catch {
       return false;
     }
@@ -286,7 +286,7 @@ export class SecretStore {
       const next = { ...this.#secrets, ...patch };
       await writeJsonAtomic(this.file, next);
       this.#secrets = next;
-      this.#stamp = await fileStamp(this.file);
+      this.#stamp = fileStamp(this.file);
     });
   }
 
