@@ -37,7 +37,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
 import inspector from 'node:inspector/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -49,6 +48,7 @@ import { createLogger } from '../src/system/log.js';
 import { startService, type Service } from '../src/compose.js';
 import { freePort } from '../test/helpers/build.js';
 import { llamaServerPath } from '../test/helpers/llama.js';
+import { busy, chat, closeAgents, healthy, measure, MESSAGES, mean, report, rateSpread, side as makeSide, spread, stream as streamChat, type Figure, type Side } from './chatClient.js';
 import { percentile, ROOT, stop } from './lib.js';
 import { startReferenceProxies, type ReferenceProxy } from './proxies.js';
 
@@ -74,285 +74,36 @@ const MODEL = { embedding: 512, layers: 6, heads: 8, seed: 7 };
 const NAME = 'bench';
 const PASSWORD = 'bench password 0123';
 const TOKEN = 'sd-bench-token-0123456789abcdefghijklmnop';
-const MESSAGES = [{ role: 'user', content: 'Say hello.' }];
-/** A request that takes longer ends the run: the machine is busy with other work (see `busy`). */
-const REQUEST_LIMIT_MS = 60_000;
 /** The whole run's limit (about a minute on an idle 2-core machine). */
 const RUN_LIMIT_MS = 8 * 60_000;
-// llama-server's threads (one per core) spin at their barriers: with other processes on the
-// cores, generation slows down many times over, and the ratios say nothing about the service.
-const busy = (what: string) =>
-  new Error(`${what}: the machine is busy with other work (load ${os.loadavg()[0]!.toFixed(2)} on ${os.cpus().length} CPUs); run the benchmark on an idle machine`);
-
-const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / values.length;
 
 type SideName = 'direct' | 'direct again' | 'service' | ReferenceProxy['name'];
-
-interface Side {
-  name: SideName;
-  port: number;
-  headers: Record<string, string>;
-  /** Keep-alive connections for the non-streamed requests. */
-  agent: http.Agent;
-  latencies: number[];
-  ttfts: number[];
-  /** One stream at a time: tokens per second, and ms until its last byte. */
-  oneRates: number[];
-  ends: number[];
-  /** Tokens per second of each batch of `slots` parallel streams. */
-  rates: number[];
-  /** ms of each request of the 8 concurrent clients. */
-  concurrent: number[];
-}
-
-/** Every keep-alive agent, destroyed at the end. */
-const agents: http.Agent[] = [];
-const keepAlive = () => {
-  const agent = new http.Agent({ keepAlive: true, maxSockets: SLOTS });
-  agents.push(agent);
-  return agent;
-};
-const side = (name: SideName, port: number, headers: Record<string, string>): Side => ({
-  name,
-  port,
-  headers,
-  agent: keepAlive(),
-  latencies: [],
-  ttfts: [],
-  oneRates: [],
-  ends: [],
-  rates: [],
-  concurrent: [],
-});
-/**
- * One non-streamed request over the side's keep-alive agent, or on a connection of its own
- * (`fresh`: llama-server serves a kept-alive connection with one of its few HTTP threads for as
- * long as it is used, so more keep-alive clients than threads starve the rest); resolves with its
- * time in ms.
- */
-function chat(s: Side, body: Record<string, unknown>, fresh = false): Promise<number> {
-  const payload = Buffer.from(JSON.stringify(body));
-  return new Promise((resolve, fail) => {
-    const start = performance.now();
-    const timer = setTimeout(() => {
-      fail(busy(`${s.name}: a request took over ${REQUEST_LIMIT_MS / 1000} s`));
-      request.destroy();
-    }, REQUEST_LIMIT_MS);
-    const reject = (error: Error) => {
-      clearTimeout(timer);
-      fail(error);
-    };
-    const request = http.request(
-      {
-        host: '127.0.0.1',
-        port: s.port,
-        path: '/v1/chat/completions',
-        method: 'POST',
-        agent: fresh ? false : s.agent,
-        headers: { ...s.headers, 'content-type': 'application/json', 'content-length': payload.length, ...(fresh ? { connection: 'close' } : {}) },
-      },
-      (response) => {
-        const chunks: Buffer[] = [];
-        response.on('data', (chunk: Buffer) => chunks.push(chunk));
-        response.on('error', reject);
-        response.on('end', () => {
-          const elapsed = performance.now() - start;
-          clearTimeout(timer);
-          if (response.statusCode !== 200) reject(new Error(`${s.name}: ${response.statusCode} ${Buffer.concat(chunks).toString('utf8')}`));
-          else resolve(elapsed);
-        });
-      },
-    );
-    request.on('error', reject);
-    request.end(payload);
-  });
-}
-
-interface Streamed {
-  /** ms until the first chunk with a role or content. */
-  firstMs: number;
-  /** ms until the stream ended. */
-  totalMs: number;
-  /** completion_tokens of the final usage chunk. */
-  tokens: number;
-}
-
-/** One streamed request on a fresh connection, read to its end. */
-function stream(s: Side, maxTokens: number): Promise<Streamed> {
-  const payload = Buffer.from(
-    JSON.stringify({ model: NAME, messages: MESSAGES, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } }),
-  );
-  return new Promise((resolve, fail) => {
-    const start = performance.now();
-    let firstMs = NaN;
-    let tokens = NaN;
-    let pending = '';
-    const timer = setTimeout(() => {
-      fail(busy(`${s.name}: a stream took over ${REQUEST_LIMIT_MS / 1000} s`));
-      request.destroy();
-    }, REQUEST_LIMIT_MS);
-    const reject = (error: Error) => {
-      clearTimeout(timer);
-      fail(error);
-    };
-    const event = (text: string) => {
-      if (!text.startsWith('data: ') || text === 'data: [DONE]') return;
-      const chunk = JSON.parse(text.slice(6)) as { choices?: Array<{ delta?: { role?: string; content?: string | null } }>; usage?: { completion_tokens?: number }; error?: unknown };
-      if (chunk.error) throw new Error(`${s.name}: stream error ${JSON.stringify(chunk.error)}`);
-      const delta = chunk.choices?.[0]?.delta;
-      if (Number.isNaN(firstMs) && delta && (delta.role || delta.content)) firstMs = performance.now() - start;
-      if (chunk.usage?.completion_tokens !== undefined) tokens = chunk.usage.completion_tokens;
-    };
-    const request = http.request(
-      {
-        host: '127.0.0.1',
-        port: s.port,
-        path: '/v1/chat/completions',
-        method: 'POST',
-        agent: false,
-        headers: { ...s.headers, 'content-type': 'application/json', 'content-length': payload.length, accept: 'text/event-stream' },
-      },
-      (response) => {
-        if (response.statusCode !== 200) {
-          response.resume();
-          reject(new Error(`${s.name}: stream answered ${response.statusCode}`));
-          return;
-        }
-        response.setEncoding('utf8');
-        response.on('data', (text: string) => {
-          pending += text;
-          let end: number;
-          try {
-            while ((end = pending.indexOf('\n\n')) >= 0) {
-              event(pending.slice(0, end).trim());
-              pending = pending.slice(end + 2);
-            }
-          } catch (error) {
-            response.destroy();
-            reject(error as Error);
-          }
-        });
-        response.on('error', reject);
-        response.on('end', () => {
-          clearTimeout(timer);
-          if (Number.isNaN(firstMs) || Number.isNaN(tokens)) reject(new Error(`${s.name}: the stream had no content or no usage`));
-          else resolve({ firstMs, totalMs: performance.now() - start, tokens });
-        });
-      },
-    );
-    request.on('error', reject);
-    request.end(payload);
-  });
-}
-
-async function healthy(port: number, child: ChildProcess, limitMs: number) {
-  const until = Date.now() + limitMs;
-  while (Date.now() < until) {
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`the direct llama-server ended (${child.exitCode ?? child.signalCode})`);
-    const status = await new Promise<number>((resolve) => {
-      const request = http.get({ host: '127.0.0.1', port, path: '/health', agent: false, timeout: 2000 }, (response) => {
-        response.resume();
-        resolve(response.statusCode ?? 0);
-      });
-      request.on('timeout', () => request.destroy());
-      request.on('error', () => resolve(0));
-    });
-    if (status === 200) return;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error('the direct llama-server did not become healthy');
-}
+const side = (name: SideName, port: number, headers: Record<string, string>): Side => makeSide(name, port, headers, SLOTS);
+const stream = (s: Side, maxTokens: number) => streamChat(s, NAME, maxTokens);
 
 const share = (total: number, round: number) => Math.floor((total * (round + 1)) / ROUNDS) - Math.floor((total * round) / ROUNDS);
 
 /** One phase of one side: its share of each measurement in this round. */
 async function phase(s: Side, round: number) {
   if (performance.now() - began > RUN_LIMIT_MS) throw busy(`the run took over ${RUN_LIMIT_MS / 60_000} minutes`);
-  const small = { model: NAME, messages: MESSAGES, max_tokens: 1 };
-  for (let i = 0; i < WARM_UP; i++) await chat(s, small);
-  await stream(s, TTFT_TOKENS);
-  for (let i = 0; i < share(LATENCY_REQUESTS, round); i++) s.latencies.push(await chat(s, small));
-  for (let i = 0; i < share(TTFT_REQUESTS, round); i++) s.ttfts.push((await stream(s, TTFT_TOKENS)).firstMs);
-  for (let i = 0; i < share(ONE_STREAMS, round); i++) {
-    const one = await stream(s, STREAM_TOKENS);
-    s.oneRates.push(one.tokens / (one.totalMs / 1000));
-    s.ends.push(one.totalMs);
-  }
-  for (let i = 0; i < share(THROUGHPUT_BATCHES, round); i++) {
-    const start = performance.now();
-    const batch = await Promise.all(Array.from({ length: SLOTS }, () => stream(s, STREAM_TOKENS)));
-    s.rates.push(batch.reduce((sum, b) => sum + b.tokens, 0) / ((performance.now() - start) / 1000));
-  }
-  const asked = { model: NAME, messages: MESSAGES, max_tokens: CONCURRENT_TOKENS };
-  await Promise.all(
-    Array.from({ length: CLIENTS }, async () => {
-      for (let i = 0; i < CONCURRENT_REQUESTS; i++) s.concurrent.push(await chat(s, asked, true));
-    }),
-  );
-  // Its idle connections would hold llama-server's HTTP threads while the next side runs.
-  s.agent.destroy();
-  s.agent = keepAlive();
+  await measure(s, {
+    model: NAME,
+    slots: SLOTS,
+    warmUp: WARM_UP,
+    latency: share(LATENCY_REQUESTS, round),
+    ttft: share(TTFT_REQUESTS, round),
+    ttftTokens: TTFT_TOKENS,
+    oneStreams: share(ONE_STREAMS, round),
+    batches: share(THROUGHPUT_BATCHES, round),
+    streamTokens: STREAM_TOKENS,
+    clients: CLIENTS,
+    clientRequests: CONCURRENT_REQUESTS,
+    clientTokens: CONCURRENT_TOKENS,
+  });
 }
 
 /** The order of the sides in a round: each side comes first, second and third in turn. */
 const turn = <T>(sides: readonly T[], round: number): T[] => sides.map((_, i) => sides[(i + round) % sides.length]!);
-
-interface Figure {
-  label: string;
-  /** What the three sides measured (ms or tokens per second). */
-  direct: number;
-  again: number;
-  service: number;
-  digits: number;
-  /** The issue's target, on the difference (ms) or the ratio (tokens per second); none when the figure is only reported. */
-  target?: { kind: 'added' | 'ratio'; limit: number };
-}
-
-const targetText = (f: Figure) => {
-  if (!f.target) return '';
-  const { kind, limit } = f.target;
-  const met = kind === 'added' ? f.service - f.direct <= limit : f.service / f.direct >= limit;
-  return `${kind === 'added' ? `added <= ${limit} ms` : `ratio >= ${limit}`}: ${met ? 'met' : 'MISSED'}`;
-};
-
-/** The table: each figure with the service's difference and ratio, the A/A difference, and its target. */
-function report(figures: Figure[]): boolean {
-  const signed = (n: number, digits: number) => `${n >= 0 ? '+' : ''}${n.toFixed(digits)}`;
-  console.log(`${''.padEnd(34)}${'direct'.padStart(10)}${'service'.padStart(10)}${'added'.padStart(10)}${'ratio'.padStart(8)}${'A/A'.padStart(10)}  target`);
-  let missed = false;
-  for (const f of figures) {
-    const target = targetText(f);
-    if (target.endsWith('MISSED')) missed = true;
-    console.log(
-      `${f.label.padEnd(34)}${f.direct.toFixed(f.digits).padStart(10)}${f.service.toFixed(f.digits).padStart(10)}` +
-        `${signed(f.service - f.direct, f.digits).padStart(10)}${(f.service / f.direct).toFixed(3).padStart(8)}` +
-        `${signed(f.again - f.direct, f.digits).padStart(10)}  ${target}`,
-    );
-  }
-  return !missed;
-}
-
-/** p50, p90 and p99 of one measurement on the three sides. */
-const spread = (label: string, pick: (s: Side) => number[], [d, a, v]: readonly Side[], digits: number, targets: Partial<Record<50 | 90 | 99, Figure['target']>> = {}): Figure[] =>
-  ([50, 90, 99] as const).map((p) => ({
-    label: `${label} p${p}`,
-    direct: percentile(pick(d!), p),
-    again: percentile(pick(a!), p),
-    service: percentile(pick(v!), p),
-    digits,
-    ...(targets[p] ? { target: targets[p] } : {}),
-  }));
-
-/** Throughput: higher is better, so its low percentiles are the tail. */
-const rateSpread = (label: string, pick: (s: Side) => number[], [d, a, v]: readonly Side[], limit: number): Figure[] =>
-  ([50, 10, 1] as const).map((p) => ({
-    label: `${label} p${p}`,
-    direct: percentile(pick(d!), p),
-    again: percentile(pick(a!), p),
-    service: percentile(pick(v!), p),
-    digits: 1,
-    ...(p === 50 ? { target: { kind: 'ratio' as const, limit } } : {}),
-  }));
 
 /**
  * With BENCH_CPU_PROFILE=FILE, a V8 CPU profile of the measured requests only (no start-up, no
@@ -601,7 +352,7 @@ try {
 } finally {
   process.off('SIGINT', interrupted);
   process.off('SIGTERM', interrupted);
-  for (const agent of agents) agent.destroy();
+  closeAgents();
   if (direct) await stop(direct);
   if (service) await service.shutdown();
   await rm(dir, { recursive: true, force: true });

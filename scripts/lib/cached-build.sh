@@ -50,6 +50,7 @@ need_tools() {
   for tool in "$@"; do
     case $tool in
       c++) command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || missing="$missing g++" ;;
+      ninja) command -v ninja >/dev/null 2>&1 || missing="$missing ninja-build" ;;
       *) command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool" ;;
     esac
   done
@@ -74,20 +75,29 @@ cached_workdir() {
   trap 'rm -rf "$work"; exit 130' INT TERM
 }
 
-# Progress of `cmake --build` on stdin: its percentage, one line per step that moves it. Read by
-# the shell line by line (awk would hold its input back, and the lines would all come at the end).
+# Progress of `cmake --build` on stdin: its percentage, one line per step that moves it. Make
+# prints `[ 42%] ...`, Ninja `[12/345] ...`. Read by the shell line by line (awk would hold its
+# input back, and the lines would all come at the end).
 cmake_progress() {
   last=
   while IFS= read -r line; do
+    pct=
     case $line in
       '['*'%]'*)
         pct=${line%%%]*}
         pct=${pct#?}
         pct=${pct##* }%
-        [ "$pct" = "$last" ] || say "$pct"
-        last=$pct
+        ;;
+      '['[0-9]*/[0-9]*']'*)
+        step=${line%%]*}
+        step=${step#?}
+        done_steps=${step%/*}
+        all_steps=${step#*/}
+        [ "$all_steps" -gt 0 ] 2>/dev/null && pct=$((done_steps * 100 / all_steps))%
         ;;
     esac
+    [ -z "$pct" ] || [ "$pct" = "$last" ] || say "$pct"
+    [ -z "$pct" ] || last=$pct
   done
 }
 

@@ -1,6 +1,6 @@
 // The GPU probe: nvidia-smi output parsed and ordered by UUID, own and foreign processes told
 // apart; the simulated inventory of CONTRACT section 1, inline or from a file re-read per probe.
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
@@ -114,4 +114,47 @@ t.test("a process that one of our workers started (behind a wrapper) is reported
     { pid: wrapper.pid, usedMiB: 7_000, own: true },
     { pid: 999_999, usedMiB: 1_000, own: false },
   ]);
+});
+
+t.test('the nvidia-smi stand-in of the GPU check (test/fixtures/fake-nvidia-smi.mjs) through the real probe: a process is on a GPU its CUDA_VISIBLE_DEVICES names', async (t) => {
+  const dir = await tempDir(t);
+  const uuid = `GPU-stand-in-${process.pid}`;
+  const state = path.join(dir, 'state.json');
+  await writeFile(state, JSON.stringify({ driver: '580.00', cuda: '13.0', gpus: [{ uuid, name: 'NVIDIA H100 80GB HBM3', memoryTotalMiB: 81_559 }] }));
+  const smi = path.join(dir, 'nvidia-smi');
+  await writeFile(smi, `#!/bin/sh\nexec "${process.execPath}" "${path.join(import.meta.dirname, '..', 'fixtures', 'fake-nvidia-smi.mjs')}" "$@"\n`);
+  await chmod(smi, 0o755);
+  const env = { PATH: `${dir}:${process.env.PATH}`, FAKE_NVIDIA_SMI_STATE: state };
+  const idle = await probeGpus(env);
+  t.equal(idle.source, 'nvidia-smi', 'the probe ran the program it found on PATH, not a simulation');
+  t.same(idle.gpus, [{ uuid, name: 'NVIDIA H100 80GB HBM3', memoryTotalMiB: 81_559, memoryFreeMiB: 81_559, processes: [] }]);
+
+  const onGpu = spawn('sleep', ['30'], { env: { ...process.env, CUDA_VISIBLE_DEVICES: `GPU-other,${uuid}` }, stdio: 'ignore' });
+  const elsewhere = spawn('sleep', ['30'], { env: { ...process.env, CUDA_VISIBLE_DEVICES: 'GPU-other' }, stdio: 'ignore' });
+  t.teardown(() => {
+    onGpu.kill('SIGKILL');
+    elsewhere.kill('SIGKILL');
+  });
+  // The environment of a fresh process is readable once it has exec'd sleep.
+  let busy = await probeGpus(env);
+  for (let i = 0; i < 50 && busy.gpus[0]?.processes.length === 0; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    busy = await probeGpus(env);
+  }
+  const processes = busy.gpus[0]?.processes ?? [];
+  t.same(processes.map((p) => [p.pid, p.own]), [[onGpu.pid, false]], 'only the process whose CUDA_VISIBLE_DEVICES names the GPU, foreign to us');
+  t.ok((processes[0]?.usedMiB ?? 0) >= 1, 'its resident memory stands in for GPU memory');
+  t.equal(busy.gpus[0]?.memoryFreeMiB, 81_559 - (processes[0]?.usedMiB ?? 0), 'free memory is the total less what processes hold');
+  const ours = await probeGpus(env, new Set([onGpu.pid!]));
+  t.same(ours.gpus[0]?.processes.map((p) => [p.pid, p.own]), [[onGpu.pid, true]], 'the same process, started by us, is ours');
+
+  const run = (args: string[]) =>
+    new Promise<{ code: number | null; out: string }>((resolve) => {
+      execFile(smi, args, { env: { ...process.env, ...env } }, (error, stdout, stderr) => resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, out: `${stdout}${stderr}` }));
+    });
+  t.match((await run(['-L'])).out, new RegExp(`^GPU 0: NVIDIA H100 80GB HBM3 \\(UUID: ${uuid}\\)$`, 'm'));
+  t.match((await run(['--query-gpu=name,memory.total', '--format=csv'])).out, /^name, memory\.total \[MiB\]\nNVIDIA H100 80GB HBM3, 81559 MiB\n$/);
+  const unknown = await run(['--query-gpu=power.draw', '--format=csv,noheader']);
+  t.equal(unknown.code, 2, 'a field it does not know is refused, as nvidia-smi refuses one');
+  t.match(unknown.out, /"power\.draw" is not a valid field/);
 });
