@@ -1,4 +1,4 @@
-// Issue 16 item 1: every field of OpenAI's request schemas has a fate on its route (honoured,
+// Every field of OpenAI's request schemas has a fate on its route (honoured,
 // passed to the worker, ignored where harmless, or refused with a message that says it is not
 // offered); only a field that no OpenAI schema names is 400 unknown_parameter.
 //
@@ -27,7 +27,7 @@ import { chatParamsSchema } from '../../src/store/profile.schema.js';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
 import { png } from '../helpers/png.js';
-import { openapiErrors, requestFields } from '../helpers/openapi.js';
+import { matchesSchema, OPENAPI_FILE, requestFields, SCHEMA_SKIP } from '../helpers/openapi.js';
 import { pocketsphinxPath } from '../helpers/speech.js';
 
 const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
@@ -252,8 +252,11 @@ function documentedFates(docs: string, schema: string): Record<string, string> {
 t.test('every field of each OpenAI request schema has a fate, the route takes exactly those, and the docs say the same', async (t) => {
   const docs = await readFile(DOCS, 'utf8');
   for (const table of TABLES) {
-    const fields = requestFields(table.schema);
-    t.same(Object.keys(table.fates).sort(), fields, `${table.schema}: the route classifies exactly the schema's fields`);
+    // Without OpenAI's document, the route's own fate table stands for the schema's field list: the
+    // checks below still tie the route's schema, this test's values and docs/api.md to that table.
+    const fields = OPENAPI_FILE ? requestFields(table.schema) : Object.keys(table.fates).sort();
+    if (OPENAPI_FILE) t.same(Object.keys(table.fates).sort(), fields, `${table.schema}: the route classifies exactly the schema's fields`);
+    else t.pass(`${table.schema}: the route classifies exactly the schema's fields`, { skip: SCHEMA_SKIP });
     for (const [field, fate] of Object.entries(table.fates)) t.ok((FATES as readonly string[]).includes(fate), `${table.schema}.${field}: ${fate} is a fate`);
     if (table.schemaKeys) {
       t.same(table.schemaKeys.slice().sort(), [...fields, ...(table.extensions ?? [])].sort(), `${table.schema}: the route's schema takes the OpenAI fields and its own extensions, nothing else`);
@@ -261,7 +264,7 @@ t.test('every field of each OpenAI request schema has a fate, the route takes ex
     t.same(Object.keys(table.plausible).sort(), fields, `${table.schema}: this test has a plausible value for every field`);
     t.same(documentedFates(docs, table.schema), table.fates, `${table.schema}: docs/api.md lists the same fates`);
     for (const [field, fragment] of Object.entries(table.plausible)) {
-      t.same(openapiErrors(table.schema, asOpenapi(table, { ...table.base('gpt-4o'), ...fragment })), [], `${table.schema}.${field}: the plausible value is valid for OpenAI`);
+      matchesSchema(t, table.schema, asOpenapi(table, { ...table.base('gpt-4o'), ...fragment }), `${table.schema}.${field}: the plausible value is valid for OpenAI`);
     }
   }
 });
