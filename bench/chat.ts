@@ -1,5 +1,5 @@
 // bench/chat: the service's own cost on chat requests, measured in one run against llama-server
-// (issue 17: every figure at p50, p90 and p99, every target printed with met or missed).
+// (every figure at p50, p90 and p99, every target printed with met or missed).
 //
 // The same requests go to a llama-server of our own ("direct", started with the service's exact
 // command line less the internal key) and through the service (its own llama-server, started by

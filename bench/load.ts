@@ -1,5 +1,5 @@
-// bench/load: 1000 concurrent chat clients against the tiny model on 2 slots (issue 18, "Load and
-// faults"). The service runs as its own process, as an operator runs it (bin/service-deck.js over
+// bench/load: 1000 concurrent chat clients against the tiny model on 2 slots. The
+// service runs as its own process, as an operator runs it (bin/service-deck.js over
 // dist/), so that its resident memory and open file descriptors are its own; the clients are this
 // process, each on a connection of its own, all started at once.
 //

@@ -1,4 +1,4 @@
-// The floor under the service's own cost (issue 17: "approach the physical limit"): three proxies in
+// The floor under the service's own cost (the physical limit it can approach): three proxies in
 // the bench's process that forward a chat request to the same worker as the service does, and do
 // nothing else. bench/chat.ts measures them beside the service with the same client, so its report
 // shows how much of the service's added time any Node proxy pays, how much the design card's stack

@@ -10,9 +10,9 @@
 // The two sides alternate request by request, so drift hits both alike; the first requests of each
 // side are a warm-up. Prints p50 per side, and the median of the paired ratios (each round's
 // service time over the engine's time on the same text or recording: the recordings differ in
-// length, so pairs compare like with like). Target (issue 5): service overhead under 5%.
+// length, so pairs compare like with like). Target: service overhead under 5%.
 //
-// Speech is also taken apart (issue 17), each figure against its noise floor (an A/A difference:
+// Speech is also taken apart, each figure against its noise floor (an A/A difference:
 // the same thing measured twice in the round):
 // - the service's own work beyond the engine and the WAV's transfer (service time less the
 //   engine's time less a bare server's transfer of the same WAV), against the A/A difference of
@@ -194,7 +194,7 @@ try {
     `speech, taken apart: carrying the WAV (${(spoken[0]!.length / 1e6).toFixed(2)} MB) over loopback HTTP alone takes ${floor.toFixed(1)} ms (${((floor / p50(times.ttsDirect)) * 100).toFixed(1)}% of the engine's time); ` +
       `the service's own work on top of engine and transfer: ${own.toFixed(1)} ms (${((own / p50(times.ttsDirect)) * 100).toFixed(1)}%)`,
   );
-  // Issue 17: each part against its noise floor.
+  // Each part against its noise floor.
   const noise = p50(times.ttsAgain.map((t, i) => Math.abs(t - times.ttsDirect[i]!)));
   const ownMet = own <= noise;
   console.log(

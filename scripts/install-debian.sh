@@ -1,5 +1,5 @@
 #!/bin/sh
-# The Debian packages the speech workers use (issue 5): espeak-ng (text to speech), pocketsphinx
+# The Debian packages the speech workers use: espeak-ng (text to speech), pocketsphinx
 # with its en-us model (speech to text) and libpocketsphinx-dev (to build the STT engine program,
 # scripts/build-pocketsphinx.sh); or the packages named as arguments (the test suite asks for
 # chromium, the browser its console tests drive, and nginx with libnginx-mod-http-js for the

@@ -19,7 +19,7 @@ if ! sh scripts/build-llama.sh; then
   say "warning: llama-server could not be built (see above); chat profiles stay blocked until it is"
 fi
 
-# Speech (issue 5): espeak-ng and pocketsphinx from Debian (as root), and the STT engine program
+# Speech: espeak-ng and pocketsphinx from Debian (as root), and the STT engine program
 # built against libpocketsphinx. Neither stops the set-up.
 sh scripts/install-debian.sh
 sh scripts/build-pocketsphinx.sh || say "warning: the pocketsphinx engine could not be built; STT profiles stay blocked"

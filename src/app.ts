@@ -61,8 +61,8 @@ export interface ListenerOptions {
 
 /**
  * Request ids: 16 random hex digits each, cut from a block of 512 filled at once, so that one
- * request costs no call into OpenSSL of its own (issue 17: `randomBytes(8)` per request was ~2 % of
- * the busy time under bench/chat).
+ * request costs no call into OpenSSL of its own (`randomBytes(8)` per request costs ~2 % of the
+ * busy time under bench/chat).
  */
 export function requestIds(count = 512): () => string {
   const block = Buffer.alloc(8 * count);

@@ -1,4 +1,4 @@
-// The llama-server command line of one chat worker start (spec 5 rule 3, spec 8, issue 4): the
+// The llama-server command line of one chat worker start (spec 5 rule 3, spec 8): the
 // stored parameters as they are (total context, slots), the fixed backend defaults, and what the
 // memory check decided (GPU layers, split, overrides). Pure, so tests check it directly.
 import type { ChatLaunch } from './chatWorker.types.js';

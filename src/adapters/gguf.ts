@@ -468,7 +468,7 @@ async function readHeader(file: string, handle: FileHandle, size: number): Promi
 export async function readGgufInfo(file: string): Promise<GgufInfo> {
   let opened: { handle: FileHandle; stats: Stats };
   try {
-    // Stat first: a FIFO or device named as the model is never opened (issue 15).
+    // Stat first: a FIFO or device named as the model is never opened.
     opened = await openRegular(file);
   } catch (error) {
     throw new GgufError(file, error instanceof NotRegularFile ? `not a regular file (a ${error.kind})` : `cannot open: ${(error as Error).message}`);

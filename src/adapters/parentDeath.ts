@@ -1,4 +1,4 @@
-// Worker processes die with the service (issue 15 item 9), by two means that cover each other:
+// Worker processes die with the service, by two means that cover each other:
 //
 // 1. The worker itself: it is started as `setpriv --pdeathsig KILL -- <program> <args>`.
 //    util-linux's setpriv asks the kernel (PR_SET_PDEATHSIG) to send the process SIGKILL when the

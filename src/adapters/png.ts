@@ -1,5 +1,5 @@
 // Image files by their bytes (spec 4.4: PNG, JPEG or WebP, told by the magic bytes, never the
-// name) and the privacy pass over every returned PNG (spec 8, issue 6): each text chunk (`tEXt`,
+// name) and the privacy pass over every returned PNG (spec 8): each text chunk (`tEXt`,
 // `iTXt`, `zTXt`) and `eXIf` is removed, since image programs write the prompt and their settings
 // there (stable-diffusion.cpp writes a `parameters` text chunk unless told not to).
 import { crc32 } from 'node:zlib';

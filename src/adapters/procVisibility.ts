@@ -1,4 +1,4 @@
-// Whether other local users can read this service's process list (issue 15 item 10). sd-cli takes
+// Whether other local users can read this service's process list. sd-cli takes
 // the image prompt as its `-p` argument (it has no prompt file or stdin), and /proc/<pid>/cmdline
 // is readable by every user unless /proc is mounted with `hidepid` (1/noaccess, 2/invisible or
 // 4/ptraceable: a user then sees only their own processes' details). A private PID namespace would

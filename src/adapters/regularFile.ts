@@ -1,5 +1,5 @@
 // Reading files whose path an operator typed (a profile's model and its other files): such a path
-// may name a FIFO, a socket or a device (issue 15). Opening a FIFO blocks until a writer comes, and
+// may name a FIFO, a socket or a device. Opening a FIFO blocks until a writer comes, and
 // the blocked open holds one of libuv's four threads, which every fs call, scrypt (login) and
 // zlib share: four FIFO profiles hung chat, TTS, login and the profile delete. So a path is
 // stat'ed first (stat never opens it), only a regular file is opened, and then with O_NONBLOCK

@@ -54,7 +54,7 @@ export interface RuntimeLookup {
 }
 
 /**
- * isExecutableFile without a promise, for the per-request check (issue 17): true for a file whose
+ * isExecutableFile without a promise, for the per-request check: true for a file whose
  * access check passed and that did not change since, false for one that is missing or not a
  * file, undefined when only the access check can tell (then ask isExecutableFile).
  */
@@ -164,7 +164,7 @@ export async function buildOf(file: string): Promise<Build | undefined> {
     let fingerprint = fingerprints.get(key);
     if (fingerprint === undefined) {
       const hash = createHash('sha256');
-      // A program swapped for a FIFO after the stat is still never waited on (issue 15).
+      // A program swapped for a FIFO after the stat is still never waited on.
       const { handle } = await openRegular(real);
       for await (const chunk of handle.createReadStream()) hash.update(chunk as Buffer);
       fingerprint = hash.digest('hex').slice(0, 12);

@@ -19,7 +19,7 @@ const BEARER = /^Bearer\s+(\S+)\s*$/i;
  * The inference listener's token check: undefined when the presented token is the one in force,
  * else the 401. The token file is stat'ed on every request, so a rotation by another process
  * takes effect at once; only when it changed is the answer a promise (the file is read again).
- * Synchronous otherwise: no promise on the hot path (issue 17).
+ * Synchronous otherwise: no promise on the hot path.
  */
 export function bearerAuth(secrets: SecretStore): (request: FastifyRequest) => ApiError | undefined | Promise<ApiError | undefined> {
   return (request) => {
@@ -71,7 +71,7 @@ export function adminAuth({ sessions, secrets }: { sessions: SessionStore; secre
 }
 
 /**
- * The guard of GET /metrics (issue 18): the scrape token as a bearer (`service-deck
+ * The guard of GET /metrics: the scrape token as a bearer (`service-deck
  * rotate-metrics-token`), or an operator's session cookie. The API token is not a scrape token:
  * it is refused like any wrong one.
  */

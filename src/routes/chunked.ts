@@ -2,7 +2,7 @@
 // with 400 chunked_upload. The refusal waits until the client has sent its body, which is read
 // and dropped up to the route's upload limit: a client that is still writing when the answer
 // comes and the connection closes sees a broken pipe (EPIPE) instead of the answer, and the
-// openai client retries a connection error (issue 16). The message says how to send a file with a
+// openai client retries a connection error. The message says how to send a file with a
 // Content-Length, and `x-should-retry: false` tells the openai client not to try again.
 import type { IncomingMessage } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';

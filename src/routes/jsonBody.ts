@@ -1,4 +1,4 @@
-// What every parsed JSON body must be before its schema sees it (issue 15, item 4): text that is
+// What every parsed JSON body must be before its schema sees it: text that is
 // Unicode (a lone surrogate such as "\ud800" parses, but no worker can encode it), and no deeper
 // than a real request needs (JSON nested thousands of levels parses too, and then overflows the
 // stack of whatever walks it recursively: the validator, the serializer, a worker). Both are the

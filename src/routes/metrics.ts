@@ -119,7 +119,7 @@ function recordUsage(series: ChatSeries, usage: AnswerUsage | undefined): void {
 /**
  * A chat stream's own output stream (the route writes the relayed events into it, Fastify sends
  * it): passes every chunk unchanged, notes the first one's time and reads the usage from the end.
- * Being the stream itself, it costs no stream of its own in between (issue 17: per token).
+ * Being the stream itself, it costs no stream of its own in between, on every token.
  */
 export class ChatStreamTap extends Transform {
   #first = true;

@@ -20,8 +20,8 @@ export type ProfileEvents = {
 };
 
 /**
- * The most profiles a state directory holds (issue 15: 10 000 made the profile list take 1.1 s and
- * held up the model lists). A start with more on disk keeps them all; only new ones are refused.
+ * The most profiles a state directory holds (10 000 make the profile list take 1.1 s and hold up
+ * the model lists). A start with more on disk keeps them all; only new ones are refused.
  */
 export const MAX_PROFILES = 1000;
 

@@ -20,8 +20,8 @@ const SCRYPT = { N: 2 ** 15, r: 8, p: 1, keylen: 32 } as const;
 const SCRYPT_MAXMEM = 128 * SCRYPT.N * SCRYPT.r * 2;
 export const MIN_PASSWORD_LENGTH = 8;
 /**
- * The shortest API token the first start takes from SERVICE_DECK_API_TOKEN (issue 15: a one-letter
- * token was accepted). A generated token has 46 characters, 256 random bits.
+ * The shortest API token the first start takes from SERVICE_DECK_API_TOKEN: a shorter one, such as
+ * a single letter, is refused. A generated token has 46 characters, 256 random bits.
  */
 export const MIN_TOKEN_LENGTH = 32;
 const TOKEN_PREFIX = 'sd-';
@@ -36,13 +36,13 @@ export class WeakSecretError extends Error {
 const secretsSchema = z.looseObject({
   passwordHash: z.string().regex(/^scrypt\$\d+\$\d+\$\d+\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+$/).nullable(),
   tokenHash: z.string().regex(/^[0-9a-f]{64}$/).nullable(),
-  /** The scrape token of GET /metrics (issue 18), made by `service-deck rotate-metrics-token`; absent until then. */
+  /** The scrape token of GET /metrics, made by `service-deck rotate-metrics-token`; absent until then. */
   metricsTokenHash: z.string().regex(/^[0-9a-f]{64}$/).nullable().optional(),
   sessionKey: z.string().min(32),
 });
 type Secrets = z.output<typeof secretsSchema>;
 
-/** One-shot: without a Hash object per call (the bearer check runs it on every request, issue 17). */
+/** One-shot: without a Hash object per call (the bearer check runs it on every request). */
 export function sha256(text: string): Buffer {
   return hash('sha256', text, 'buffer');
 }
@@ -225,7 +225,7 @@ export class SecretStore {
 
   /**
    * Whether the file on disk is still the one in force (its stamp is unchanged), checked without
-   * a promise: each API request asks (issue 17), and only a changed file needs `refresh()`.
+   * a promise: each API request asks, and only a changed file needs `refresh()`.
    * False also when the file cannot be stat'ed: refresh() then records the problem.
    */
   unchanged(): boolean {

@@ -42,7 +42,7 @@ async function localFilesystem(file: string): Promise<boolean> {
  * probe (src/adapters/regularFile.ts: a FIFO or device is never opened). `head` is undefined when
  * the file cannot be read.
  *
- * Every chat request checks its profile's model file (issue 17: the hot path). A known file on a
+ * Every chat request checks its profile's model file: this is the hot path. A known file on a
  * local filesystem is stat'ed at once, on the event loop like the runtime and the token file: the
  * thread pool's round trip costs many times the stat. Anything else (a first look, a change, a
  * network filesystem, a stat that fails other than as missing) goes to the probe lane.
@@ -150,7 +150,7 @@ async function enhancerBlocker(enhancersDir: string | undefined, task: EnhancerT
 
 /**
  * Whether a chat profile has no blockers, decided without a promise when all it needs was seen
- * before and did not change (issue 17: every chat request asks): true when llama-server is found
+ * before and did not change (every chat request asks): true when llama-server is found
  * where the look-up found an executable before and the model file is the GGUF file probed before,
  * unchanged, on a local filesystem. Undefined when only profileBlockers can tell: a first look, a
  * change, a network filesystem, or a missing part (whose blocker profileBlockers then names).

@@ -5,7 +5,7 @@
 // Blockers are computed when asked, never stored: a model file that appears or a runtime that
 // goes makes the profile come or go at once (rule 4). So a request's look-up checks only the one
 // profile it names, found through the store's indexes: its cost does not grow with the number of
-// profiles (issue 15). Concurrent checks of one profile snapshot share one computation; a new
+// profiles. Concurrent checks of one profile snapshot share one computation; a new
 // revision is a new snapshot and never joins an older check.
 import path from 'node:path';
 import { FIT_TOOL_MISSING_NOTE } from '../../machines/supervisor/index.js';
@@ -99,7 +99,7 @@ export class Catalog {
   /**
    * The snapshot a chat request works on, when it is known without a promise that it is published
    * and executable (chatReadyNow: nothing it needs changed since it was last checked); undefined
-   * otherwise, and then `require` decides. The hot path of every chat request (issue 17).
+   * otherwise, and then `require` decides. The hot path of every chat request.
    */
   readyNow(category: Category, model: string): StoredProfile | undefined {
     if (category !== 'chat' || this.blockersOf !== profileBlockers) return undefined;

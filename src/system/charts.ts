@@ -89,7 +89,7 @@ const actorName = (ref: unknown): string | null => (ref ? ((ref as RefLike).syst
 
 /**
  * The time now as ISO text, made once per millisecond: one chat request brings the feed a few
- * dozen inspection events within the same millisecond (the hot path, issue 17).
+ * dozen inspection events within the same millisecond (the hot path).
  */
 const isoNow = (() => {
   let ms = NaN;
@@ -121,7 +121,7 @@ export class ChartFeed extends EventEmitter<{ actor: [view: ActorView] }> {
   readonly #actors = new Map<RefLike, ActorView>();
   /**
    * The active state nodes of each view's last snapshot, turned into ids only when the view is
-   * read: the supervisor takes a snapshot on every reservation and release (issue 17).
+   * read: the supervisor takes a snapshot on every reservation and release.
    */
   readonly #nodes = new WeakMap<ActorView, Array<{ id: string }>>();
 

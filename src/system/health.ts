@@ -1,4 +1,4 @@
-// Liveness and readiness of the service (issue 18), for supervisors and load balancers: only ok or
+// Liveness and readiness of the service, for supervisors and load balancers: only ok or
 // not ok and a reason code, never data. Live: the supervisor (the root actor) runs. Ready: the
 // state directory can be read, and the inference listener is where `endpoint.json` wants it
 // (running when it says running, stopped when it says stopped), not on its way or failed.

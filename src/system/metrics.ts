@@ -1,4 +1,4 @@
-// The service's Prometheus metrics (issue 18), on a private prom-client registry that the admin
+// The service's Prometheus metrics, on a private prom-client registry that the admin
 // listener's GET /metrics renders. Recording is O(1) and allocation-free on the request path: every
 // series is bound once per label tuple and kept (`Bound`), and the request path's counters and
 // histograms are plain numbers (src/system/metricSeries.ts) that the registry reads at scrape time,

@@ -1,5 +1,5 @@
 // Spec 4.2: the chat completion request, strict. Every field of OpenAI's
-// CreateChatCompletionRequest is known and has its fate (CHAT_FIELDS, issue 16): the ordinary
+// CreateChatCompletionRequest is known and has its fate (CHAT_FIELDS): the ordinary
 // messages (text content only: there is no vision input), tools and tool_choice, response_format,
 // the sampling overrides, stop, seed, the token limits, stream and stream_options and
 // reasoning_effort are honoured or passed to llama-server; identifiers, cache and tier hints,

@@ -209,7 +209,7 @@ function contextNote(profile: { name: string; params: Pick<ChatParams, 'context'
  * error, 5xx become 502 `worker_failed`, except a JSON parser failure on the request's content,
  * which is the client's 400. llama-server's message reaches the client only where it is written
  * for users; the text of its C++ internals (`unordered_map::at`, the JSON parser's exception,
- * which quotes the request back) is replaced by a summary, and the detail goes to `log` (issue 15).
+ * which quotes the request back) is replaced by a summary, and the detail goes to `log`.
  */
 export function workerStatusError(
   status: number,
@@ -247,7 +247,7 @@ export function workerStatusError(
 /**
  * A signal that aborts when the client leaves or the reservation is revoked, with the first one's
  * reason. Both live only as long as the request, so plain listeners suffice: `AbortSignal.any`
- * tracks its sources through weak references, which cost more per request (issue 17).
+ * tracks its sources through weak references, which cost more per request.
  */
 export function clientOrLease(client: AbortSignal, lease: Lease): AbortSignal {
   if (client.aborted) return client;

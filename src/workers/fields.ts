@@ -1,4 +1,4 @@
-// Issue 16: every field of OpenAI's request schemas (../shared/openai-openapi/openapi.json) is known
+// Every field of OpenAI's request schemas (OpenAI's official openapi.json) is known
 // to the route that takes the request, and each has one fate. Only a field that no OpenAI schema
 // names is an unknown extension field (spec 4.2: 400 unknown_parameter). The fate tables sit beside
 // each request's schema (chat.schema.ts, routes/inference/*.ts); docs/api.md lists them, and

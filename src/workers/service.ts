@@ -44,7 +44,7 @@ export interface Service {
   catalog: Catalog;
   sessions: SessionStore;
   counters: Counters;
-  /** The Prometheus metrics of GET /metrics (issue 18). */
+  /** The Prometheus metrics of GET /metrics. */
   metrics: Metrics;
   workers: WorkerHooks;
   /** The root actor: reservations, the queue, the workers' load state. */

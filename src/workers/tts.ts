@@ -22,7 +22,7 @@ import { workerEnv } from './llamaServer.js';
 export type TtsProfile = Extract<StoredProfile, { category: 'tts' }>;
 
 // Maps, not plain objects: a request's name is looked up as an own entry, so `constructor` or
-// `__proto__` finds nothing on a prototype (issue 15) and is refused like any unknown name.
+// `__proto__` finds nothing on a prototype and is refused like any unknown name.
 
 /** Spec 4.5 `language` (a name, default German) → espeak-ng's voice for it. */
 export const ESPEAK_LANGUAGES: ReadonlyMap<string, string> = new Map([

@@ -481,7 +481,7 @@ t.test('errors name the file: not GGUF, unsupported version, truncated, unknown 
   t.ok(message.startsWith(`${missing}: `));
 });
 
-t.test('a FIFO or a device named as the model is refused by its kind, never opened (issue 15)', async (t) => {
+t.test('a FIFO or a device named as the model is refused by its kind, never opened', async (t) => {
   const fifo = path.join(await tempDir(t), 'model.gguf');
   execFileSync('mkfifo', [fifo]);
   // Opening the FIFO would wait for a writer: this one lets such an open go, so a failure ends.

@@ -1,4 +1,4 @@
-// Workers die with the service (issue 15 item 9): a program started through the launcher is
+// Workers die with the service: a program started through the launcher is
 // killed by the kernel when the process that spawned it is killed with SIGKILL; without the
 // launcher it outlives it. What a worker starts itself (a wrapper's server) runs in the worker's
 // process group, which the watchdog kills when the service dies and the service kills when the

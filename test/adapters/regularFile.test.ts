@@ -1,4 +1,4 @@
-// Opening files an operator named (issue 15): only a regular file is opened; a FIFO, a socket, a
+// Opening files an operator named: only a regular file is opened; a FIFO, a socket, a
 // device or a directory is refused by its kind without being opened; and file probes hold at most
 // PROBE_LANES of libuv's threads at once, in the order they came.
 import { execFileSync } from 'node:child_process';

@@ -1,4 +1,4 @@
-// `service-deck rotate-metrics-token` (issue 18): like rotate-token it works on the state directory
+// `service-deck rotate-metrics-token`: like rotate-token it works on the state directory
 // with the service stopped or running, prints the new scrape token once, keeps only its hash
 // (0600), and ends the old token at once, also for a running service.
 import { createHash } from 'node:crypto';

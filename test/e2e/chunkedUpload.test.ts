@@ -1,4 +1,4 @@
-// Issue 16 item 2: the openai client's most common upload, `fs.createReadStream(path)`, goes out
+// The openai client's most common upload, `fs.createReadStream(path)`, goes out
 // chunked, and chunked bodies are refused (spec 4.2, 4.6; CONTRACT section 5: 400 chunked_upload).
 // The client must get that answer as an APIError, not a broken pipe it retries: the service reads
 // and drops the body (up to the route's limit) before it answers, says how to send the file, and

@@ -1,4 +1,4 @@
-// Issue 16 item 3: errors say what to do. A model_not_found says why when the name is known to
+// Errors say what to do. A model_not_found says why when the name is known to
 // the API: a published profile that cannot run (where the operator sees why, without the server
 // paths its blockers name), a profile of another category (which route takes it), no published
 // image profile behind `service-image`. A runtime variable that points nowhere is named in the

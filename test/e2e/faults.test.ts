@@ -1,4 +1,4 @@
-// Faults (issue 18), on loopback with the real workers: a chat client that never reads its stream
+// Faults, on loopback with the real workers: a chat client that never reads its stream
 // is ended by the SSE limit (spec 4.2, 8; shortened here as the other limit tests do) and gives its
 // slot back without slowing the other stream or growing the service's memory; kill -9 of each
 // worker kind in the middle of its job answers the contract's 502 `worker_failed`, leaves nothing

@@ -1,5 +1,5 @@
-// Image-edit uploads are streamed into their job's private folder, never held in memory (issue 15
-// item 3): while several uploads are held open before their last bytes, what they sent is already
+// Image-edit uploads are streamed into their job's private folder, never held in memory: while
+// several uploads are held open before their last bytes, what they sent is already
 // on disk (0700 folders, 0600 files) and the service's memory does not grow with it; a `model`
 // sent before the images is checked before they are read, and an image's first bytes before its
 // rest; every refusal and a client that leaves mid-upload leave no folder behind.

@@ -1,4 +1,4 @@
-// A login flood must not starve the inference listener (issue 15, item 2). Each scrypt check holds
+// A login flood must not starve the inference listener. Each scrypt check holds
 // one of libuv's four threads for about 100 ms (far more on a loaded machine), and that pool also
 // serves the service's file reads and writes (uploads streamed to a job's folder, the job folders,
 // a transcription's recording, the profile and state files); when the flood was reported, the

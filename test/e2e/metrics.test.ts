@@ -1,5 +1,5 @@
-// GET /metrics after chat requests against the real llama-server on the tiny generated model
-// (issue 18): the tokens of a buffered answer (its `usage`) and of a stream without `include_usage`
+// GET /metrics after chat requests against the real llama-server on the tiny generated model:
+// the tokens of a buffered answer (its `usage`) and of a stream without `include_usage`
 // (llama-server's `timings` in its last event), the generation speed of each from the worker's
 // timings, the first-token time, and nothing of the prompt or the model's answer in the output.
 import OpenAI from 'openai';

@@ -108,7 +108,7 @@ t.test('every rule of spec 4.5 refuses with a 400', async (t) => {
     ['speed 0.2', { model: 'speaker', input: 'x', speed: 0.2 }, 400, 'invalid_value', 'speed'],
     ['an unsupported language', { model: 'speaker', input: 'x', language: 'Klingon' }, 400, 'invalid_value', 'language'],
     ['an unknown voice', { model: 'speaker', input: 'x', voice: 'darth' }, 400, 'invalid_value', 'voice'],
-    // Names every plain object has (issue 15): the presets are looked up as own entries only.
+    // Names every plain object has: the presets are looked up as own entries only.
     ...['constructor', '__proto__', 'toString', 'hasOwnProperty'].flatMap((name): Case[] => [
       [`the voice ${name}`, { model: 'speaker', input: 'x', voice: name }, 400, 'invalid_value', 'voice'],
       [`the language ${name}`, { model: 'speaker', input: 'x', language: name }, 400, 'invalid_value', 'language'],

@@ -219,7 +219,7 @@ t.test('a rotation written by another process takes effect on the next request',
   t.equal((await call(b.apiUrl(), 'GET', '/v1/models', bearer(TOKEN))).status, 200, 'the service has read the stored token');
 
   const { store } = await SecretStore.open(b.stateDir);
-  t.ok(b.service.secrets.unchanged(), 'the file is the one in force: each request checks the token at once (issue 17)');
+  t.ok(b.service.secrets.unchanged(), 'the file is the one in force: each request checks the token at once');
   const rotated = await store.rotateToken();
   t.notOk(b.service.secrets.unchanged(), 'the outside write is seen by the stat alone');
   await expectError(t, await call(b.apiUrl(), 'GET', '/v1/models', bearer(TOKEN)), 401, 'authentication_error', 'invalid_api_key', 'the old token after the outside rotation');

@@ -1,4 +1,4 @@
-// What a client may hold of a listener (issue 15, item 3): a request has a time limit to arrive in
+// What a client may hold of a listener: a request has a time limit to arrive in
 // whole (headers, then body), an answer sent before the body was read ends the connection, and a
 // connection beyond the cap is closed as it arrives. Limits are shortened here through their
 // environment variables; every check runs on raw loopback sockets and is bounded in time.

@@ -1,4 +1,4 @@
-// GET /livez and GET /readyz on the admin listener (issue 18): no authentication, nothing but ok or
+// GET /livez and GET /readyz on the admin listener: no authentication, nothing but ok or
 // not ok and a reason code. Ready means the state directory can be read and the inference listener
 // is where endpoint.json wants it: a listener that should run but could not bind its port, or a
 // state directory gone, is not ready, with the reason.

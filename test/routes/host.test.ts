@@ -1,4 +1,4 @@
-// The Host check of both listeners (issue 15, item 7): a DNS rebinding page drives the listeners
+// The Host check of both listeners: a DNS rebinding page drives the listeners
 // from the operator's browser under its own name, so only the names of this machine (loopback
 // names, the address a connection arrived at) and the configured ones are served; any other is a
 // 421 in the OpenAI error body, before the login or the bearer token is looked at. Behind a TLS

@@ -1,4 +1,4 @@
-// The login throttle through the admin listener (issue 15, item 2). A parallel flood of wrong
+// The login throttle through the admin listener. A parallel flood of wrong
 // passwords is counted before scrypt runs, so at most the source's limit is checked and the rest
 // is refused at once, while the inference listener keeps answering quickly; another loopback
 // address is the same source; the operator's browser, which logged in before, gets through a

@@ -1,4 +1,4 @@
-// Client mistakes are client errors (issue 15, item 4): a lone surrogate in a JSON string, JSON
+// Client mistakes are client errors: a lone surrogate in a JSON string, JSON
 // nested thousands of levels deep, a multipart body without or with the wrong boundary or cut
 // short, a multipart form over its limits, and what Node's parser refuses before any route (headers
 // too large, a body framed by both Content-Length and Transfer-Encoding, a line that is not HTTP)

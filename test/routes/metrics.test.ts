@@ -1,4 +1,4 @@
-// GET /metrics on the admin listener (issue 18): who may read it (the scrape token, an operator's
+// GET /metrics on the admin listener: who may read it (the scrape token, an operator's
 // session; not the API token, not a rotated-out scrape token, not nobody), what a chat request
 // leaves in it (its route and model, status, latency, queue wait, first token, tokens, the worker
 // load) against the stand-in llama-server, that no prompt, path or unknown model name becomes a

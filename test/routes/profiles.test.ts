@@ -508,7 +508,7 @@ t.test('a half-written profile file stops the start with its path', async (t) =>
   t.equal(await readFile(file, 'utf8'), '{"id":', 'the damaged file is left as it was, not replaced with defaults');
 });
 
-t.test(`at most ${MAX_PROFILES} profiles: one more is a 409 profile_limit, and the lists keep answering at that count (issue 15)`, async (t) => {
+t.test(`at most ${MAX_PROFILES} profiles: one more is a 409 profile_limit, and the lists keep answering at that count`, async (t) => {
   const f = await fixture(t);
   const stateDir = await tempDir(t, 'sd-state-');
   await mkdir(path.join(stateDir, 'profiles'), { mode: 0o700 });

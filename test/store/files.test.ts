@@ -116,7 +116,7 @@ t.test('secrets: scrypt password, SHA-256 token, constant-time checks', async (t
   await t.rejects(SecretStore.open(await tempDir(t), { password: 'short' }), /at least 8/);
 });
 
-t.test('a first-start API token has at least 32 characters; a shorter one is refused and nothing is stored (issue 15)', async (t) => {
+t.test('a first-start API token has at least 32 characters; a shorter one is refused and nothing is stored', async (t) => {
   t.equal(MIN_TOKEN_LENGTH, 32);
   for (const weak of ['x', 'a'.repeat(31)]) {
     const dir = await tempDir(t);

@@ -1,4 +1,4 @@
-// The gate in front of scrypt (issue 15, item 2): a flood of logins runs at most two hashes at
+// The gate in front of scrypt: a flood of logins runs at most two hashes at
 // once and queues a few; a further one is refused at once with the contract's 429, so the thread
 // pool that every request's file reads need is never filled with password checks.
 import t from 'tap';

@@ -1,4 +1,4 @@
-// Model paths that are not regular files (issue 15): a FIFO, a socket or a device named as a
+// Model paths that are not regular files: a FIFO, a socket or a device named as a
 // profile's model is a blocker naming its kind, and probing it never hangs the service. Opening a
 // FIFO blocks until a writer comes and pins one of libuv's four threads; four such profiles once
 // hung chat, TTS, login and the profile delete, across restarts.

@@ -1,4 +1,4 @@
-// The catalog's look-ups (spec 2.1, 2.2, 4.1; issue 15): a request's look-up checks the blockers of
+// The catalog's look-ups (spec 2.1, 2.2, 4.1): a request's look-up checks the blockers of
 // the one profile it names, whatever the number of profiles; concurrent checks of one snapshot
 // share one computation; a new revision is checked again; the lists check only their category.
 import { mkdir, rm, writeFile } from 'node:fs/promises';

@@ -1,4 +1,4 @@
-// The metrics the supervisor's events feed (issue 18), on a running supervisor with a simulated
+// The metrics the supervisor's events feed, on a running supervisor with a simulated
 // clock: queue wait from the reservation to its grant, refusals by code, a worker's load and load
 // time, a crash by its diagnosis with the revocation it causes, unloads by reason class; the
 // scrape-time gauges (queue depth, running jobs, worker state, simulated GPUs, RAM budget); and

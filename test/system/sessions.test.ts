@@ -1,4 +1,4 @@
-// The login throttle (issue 15, item 2) on a simulated clock: an attempt is counted before its
+// The login throttle on a simulated clock: an attempt is counted before its
 // password is checked and taken back when it was right; every loopback address is one source; a
 // flood from many sources makes each further attempt wait a short backoff, not a lock; a device
 // that logged in before is counted alone, so it gets through a block that others caused.

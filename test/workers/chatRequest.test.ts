@@ -1,4 +1,4 @@
-// How a chat worker's error answer becomes ours (issue 15): the class stays (the client's 400, or
+// How a chat worker's error answer becomes ours: the class stays (the client's 400, or
 // 502 worker_failed), llama-server's words written for users reach the client, and the text of its
 // C++ internals (`unordered_map::at`, nlohmann::json's exceptions, which quote the request back)
 // is replaced by a summary while the detail, without the quote, goes to the log. The texts below

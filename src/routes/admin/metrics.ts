@@ -1,4 +1,4 @@
-// Issue 18: GET /metrics (Prometheus text, for the scrape token or an operator's session),
+// GET /metrics (Prometheus text, for the scrape token or an operator's session),
 // GET /livez and GET /readyz (no authentication; only ok or not ok and a reason code) on the
 // admin listener. The numbers are src/system/metrics.ts's, the judgements src/system/health.ts's.
 import type { FastifyPluginAsync, FastifyReply } from 'fastify';

@@ -45,7 +45,7 @@ interface Refusal {
 
 /**
  * OpenAI fields this endpoint refuses, with the rule that refuses them. A Map: a field named
- * `constructor` or `__proto__` must find nothing here (issue 15), it is an unknown parameter.
+ * `constructor` or `__proto__` must find nothing here, it is an unknown parameter.
  */
 const REFUSED: ReadonlyMap<string, Refusal> = new Map([
   ['stream', { why: 'the answer is one JSON object, never a stream', harmless: 'false' }],
