@@ -26,8 +26,9 @@ export interface GgmlType {
 
 /**
  * [id, name, elements per block, bytes per block], as ggml's type traits define them; the sizes
- * were checked against the block structs of ggml-common.h. Ids 4, 5 and 31..33, 36..38 were
- * removed from ggml and are not valid in GGUF files.
+ * were checked against the block structs of ggml-common.h, and test/adapters/gguf.test.ts compares
+ * the table with llama.cpp's own (gguf-py's GGML_QUANT_SIZES) of the release the set-up builds.
+ * Ids 4, 5 and 31..33, 36..38 were removed from ggml and are not valid in GGUF files.
  */
 const TYPE_TABLE: ReadonlyArray<readonly [number, string, number, number]> = [
   [0, 'F32', 1, 4],
@@ -64,6 +65,7 @@ const TYPE_TABLE: ReadonlyArray<readonly [number, string, number, number]> = [
   [39, 'MXFP4', 32, 17],
   [40, 'NVFP4', 64, 36],
   [41, 'Q1_0', 128, 18],
+  [42, 'Q2_0', 64, 18],
 ];
 
 export const GGML_TYPES: ReadonlyMap<number, GgmlType> = new Map(

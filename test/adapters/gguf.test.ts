@@ -151,46 +151,43 @@ function after(bytes: Uint8Array, text: string): number {
   return at + key.length;
 }
 
-t.test('ggml types: block sizes and bytes per block, and tensor sizes from them', async (t) => {
-  const expected: Array<[number, string, number, number]> = [
-    [0, 'F32', 1, 4],
-    [1, 'F16', 1, 2],
-    [2, 'Q4_0', 32, 18],
-    [3, 'Q4_1', 32, 20],
-    [6, 'Q5_0', 32, 22],
-    [7, 'Q5_1', 32, 24],
-    [8, 'Q8_0', 32, 34],
-    [9, 'Q8_1', 32, 36],
-    [10, 'Q2_K', 256, 84],
-    [11, 'Q3_K', 256, 110],
-    [12, 'Q4_K', 256, 144],
-    [13, 'Q5_K', 256, 176],
-    [14, 'Q6_K', 256, 210],
-    [15, 'Q8_K', 256, 292],
-    [16, 'IQ2_XXS', 256, 66],
-    [17, 'IQ2_XS', 256, 74],
-    [18, 'IQ3_XXS', 256, 98],
-    [19, 'IQ1_S', 256, 50],
-    [20, 'IQ4_NL', 32, 18],
-    [21, 'IQ3_S', 256, 110],
-    [22, 'IQ2_S', 256, 82],
-    [23, 'IQ4_XS', 256, 136],
-    [24, 'I8', 1, 1],
-    [25, 'I16', 1, 2],
-    [26, 'I32', 1, 4],
-    [27, 'I64', 1, 8],
-    [28, 'F64', 1, 8],
-    [29, 'IQ1_M', 256, 56],
-    [30, 'BF16', 1, 2],
-    [34, 'TQ1_0', 256, 54],
-    [35, 'TQ2_0', 256, 66],
-    [39, 'MXFP4', 32, 17],
-    [40, 'NVFP4', 64, 36],
-    [41, 'Q1_0', 128, 18],
-  ];
+/**
+ * The oracle: llama.cpp's own table of the release this project builds (gguf-py/gguf/constants.py
+ * in node-llama-cpp's bundle): `class GGMLQuantizationType` (name = id) and `GGML_QUANT_SIZES`
+ * (block size, bytes per block, written as sums of products and floor divisions of QK_K = 256).
+ */
+function upstreamTypes(): Array<[number, string, number, number]> {
+  const root = path.resolve(import.meta.dirname, '..', '..');
+  const source = execFileSync('sh', ['scripts/build-llama.sh', '--fetch-only'], { cwd: root, encoding: 'utf8' }).trim();
+  const bare = execFileSync('mktemp', ['-d'], { encoding: 'utf8' }).trim();
+  try {
+    execFileSync('git', ['clone', '--quiet', '--bare', path.join(source, 'gitRelease.bundle'), bare]);
+    const constants = execFileSync('git', ['--git-dir', bare, 'show', 'HEAD:gguf-py/gguf/constants.py'], { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
+    const enumBlock = /class GGMLQuantizationType\(IntEnum\):\n([\s\S]*?)\n\n/.exec(constants)?.[1] ?? '';
+    const ids = new Map([...enumBlock.matchAll(/^\s+(\w+)\s*=\s*(\d+)\s*$/gm)].map((m) => [m[1] as string, Number(m[2])]));
+    const evaluate = (expression: string) =>
+      expression.split('+').reduce((sum, term) => {
+        const [first, ...rest] = term.trim().replaceAll('QK_K', '256').split(/\s*(\*|\/\/)\s*/);
+        let value = Number(first);
+        for (let i = 0; i < rest.length; i += 2) value = rest[i] === '*' ? value * Number(rest[i + 1]) : Math.floor(value / Number(rest[i + 1]));
+        return sum + value;
+      }, 0);
+    const sizes = /GGML_QUANT_SIZES[^=]*=\s*\{([\s\S]*?)\n\}/.exec(constants)?.[1] ?? '';
+    return [...sizes.matchAll(/GGMLQuantizationType\.(\w+):\s*\((\d+),\s*([^)]+)\)/g)]
+      .map((m): [number, string, number, number] => [ids.get(m[1] as string) ?? -1, m[1] as string, Number(m[2]), evaluate(m[3] as string)])
+      .sort((x, y) => x[0] - y[0]);
+  } finally {
+    execFileSync('rm', ['-rf', bare]);
+  }
+}
+
+t.test("ggml types: block sizes and bytes per block as llama.cpp's own table has them, and tensor sizes from them", async (t) => {
+  const expected = upstreamTypes();
+  t.ok(expected.length >= 30 && expected.every(([id, , block, bytes]) => id >= 0 && block > 0 && bytes > 0), `the upstream table was read (${expected.length} types)`);
   t.same(
     [...GGML_TYPES.values()].map((type) => [type.id, type.name, type.blockSize, type.typeSize]),
     expected,
+    'every type of the built release, with its block size and bytes per block',
   );
   for (const [id, name, blockSize, typeSize] of expected) {
     t.equal(ggmlTensorBytes(id, [blockSize * 2, 3, 5]), 2 * 3 * 5 * typeSize, `${name}: [${blockSize * 2}, 3, 5]`);
