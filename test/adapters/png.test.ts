@@ -61,14 +61,25 @@ t.test('a damaged PNG is refused with the reason', async (t) => {
     ['a huge length', Buffer.concat([SIGNATURE, Buffer.from([0xff, 0xff, 0xff, 0xff]), Buffer.from('IHDR', 'latin1'), Buffer.alloc(8)]), /past the end/],
   ];
   for (const [what, bytes, reason] of cases) t.throws(() => stripPngMetadata(bytes), { name: PngError.name, message: reason }, what);
+  // A damaged byte is refused (every chunk has its CRC); a "damage" that wrote the byte it found
+  // changes nothing, and only then may a result come back: the clean image, and nothing else.
+  const clean = stripPngMetadata(good).png;
+  let refused = 0;
+  let unchanged = 0;
   for (let seed = 1; seed <= 300; seed++) {
     const damaged = Buffer.from(good);
     damaged[(seed * 7919) % damaged.length] = (seed * 31) & 0xff;
+    const same = damaged.equals(good);
+    if (same) unchanged++;
     try {
-      stripPngMetadata(damaged);
+      const { png: out } = stripPngMetadata(damaged);
+      if (!same || !out.equals(clean)) t.fail(`seed ${seed}: a damaged PNG came back as ${out.equals(clean) ? 'the clean image' : 'another image'}`);
     } catch (error) {
       if (!(error instanceof PngError)) t.fail(`seed ${seed}: ${String(error)}`);
+      else if (same) t.fail(`seed ${seed}: an undamaged PNG was refused: ${error.message}`);
+      else refused++;
     }
   }
-  t.pass('300 random damages: a PngError or a valid result, never a crash');
+  t.equal(refused + unchanged, 300, `300 random damages: ${refused} refused with a PngError, ${unchanged} that changed nothing came back clean`);
+  t.ok(refused > 250, 'most damages change a byte');
 });

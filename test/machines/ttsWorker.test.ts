@@ -37,9 +37,13 @@ t.test('spec 3.4 TTS worker, row by row', async (t) => {
     t.equal(h.state(), '{"running":"loaded"}', 'it stays ready for further requests');
     t.same(h.commands, []);
   });
-  for (const reason of ['an image job needs every GPU', 'an incompatible GPU profile change', 'endpoint stop']) {
-    await t.test(`loaded | ${reason} | | unloaded | foreign GPU processes are never ended`, unloadRow(reason));
-  }
+  // The row's three triggers (an image job, an incompatible GPU profile change, the endpoint stop)
+  // are the supervisor's decisions, each a row of test/machines/supervisor.test.ts; the worker
+  // machine gets one `worker.unload` for all of them, and keeps its reason for the status.
+  await t.test(
+    'loaded | exclusive image or video mode, incompatible GPU profile change, endpoint stop (the supervisor\'s worker.unload) | | unloaded | foreign GPU processes are never ended',
+    unloadRow('an image job needs every GPU'),
+  );
 });
 
 t.test('an engine that ends on its own is reported at once; the next request loads again', async (t) => {
