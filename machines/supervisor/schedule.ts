@@ -22,7 +22,7 @@
 //   `per_request` unloads it after each request. A warm preload waits behind every job that needs
 //   its worker and holds up none: a TTS preload waits while an image job waits or runs ("TTS
 //   preloads only in the LLM GPU mode"), and its memory check never unloads anything of ours.
-import type { JobRecord, JobSpec, SupervisorContext, WorkerKind, WorkerRecord } from './supervisor.types.js';
+import type { JobRecord, JobSpec, SupervisorContext, UnloadCode, WorkerKind, WorkerRecord } from './supervisor.types.js';
 import { WORKER_KINDS } from './supervisor.types.js';
 
 export type Step =
@@ -31,7 +31,7 @@ export type Step =
   /** The job needs its worker started: check memory first. */
   | { do: 'check'; jobId: string }
   /** An idle worker of ours must go (switch, image job, stale revision, finished image). */
-  | { do: 'unload'; kind: WorkerKind; reason: string }
+  | { do: 'unload'; kind: WorkerKind; code: UnloadCode; reason: string }
   /** The GUI image test found the reservation busy. */
   | { do: 'refuse'; jobId: string; code: 'image_busy'; message: string };
 
@@ -46,7 +46,7 @@ const NEEDS: Record<JobSpec['kind'], readonly string[]> = {
 };
 
 /** `busy`: a running job holds what this one needs (not only an idle worker of ours being unloaded). */
-type Admission = { type: 'grant' } | { type: 'start' } | { type: 'wait'; busy: boolean; unload?: Array<{ kind: WorkerKind; reason: string }> };
+type Admission = { type: 'grant' } | { type: 'start' } | { type: 'wait'; busy: boolean; unload?: Array<{ kind: WorkerKind; code: UnloadCode; reason: string }> };
 
 const BUSY: Admission = { type: 'wait', busy: true };
 const FREEING: Admission = { type: 'wait', busy: false };
@@ -94,7 +94,7 @@ export function admit(view: PlanView, job: JobSpec): Admission {
 
   if (job.kind === 'image') {
     if (runningOn(jobs, 'chat') + runningOn(jobs, 'tts') + running > 0) return BUSY;
-    const unload = (['chat', 'tts', 'image', 'enhancer'] as const).filter((k) => loadedOrLoading(workers[k])).map((kind) => ({ kind, reason: 'an image job needs every GPU' }));
+    const unload = (['chat', 'tts', 'image', 'enhancer'] as const).filter((k) => loadedOrLoading(workers[k])).map((kind) => ({ kind, code: 'image_job' as const, reason: 'an image job needs every GPU' }));
     if (unload.length > 0) return { type: 'wait', busy: false, unload };
     return anyUnloading ? FREEING : { type: 'start' };
   }
@@ -107,8 +107,10 @@ export function admit(view: PlanView, job: JobSpec): Admission {
     return running < capacity ? { type: 'grant' } : BUSY;
   }
   if (running > 0) return BUSY;
-  const reason = worker.stale ?? `switch to profile ${job.profileId} (revision ${job.revision})`;
-  return { type: 'wait', busy: false, unload: [{ kind: job.kind, reason }] };
+  const unload = worker.stale
+    ? { kind: job.kind, code: worker.staleCode ?? ('profile_changed' as const), reason: worker.stale }
+    : { kind: job.kind, code: 'profile_switch' as const, reason: `switch to profile ${job.profileId} (revision ${job.revision})` };
+  return { type: 'wait', busy: false, unload: [unload] };
 }
 
 /**
@@ -144,23 +146,23 @@ export function plan(view: PlanView): Step[] {
   const jobs: Record<string, JobRecord> = { ...view.jobs };
   const workers = { ...view.workers };
   const unloading = new Set<WorkerKind>();
-  const unload = (kind: WorkerKind, reason: string) => {
+  const unload = (kind: WorkerKind, code: UnloadCode, reason: string) => {
     if (unloading.has(kind)) return;
     unloading.add(kind);
     workers[kind] = { ...workers[kind], state: 'unloading' };
-    steps.push({ do: 'unload', kind, reason });
+    steps.push({ do: 'unload', kind, code, reason });
   };
 
   // Workers nobody uses any more: a stale revision, or an image process whose image is done.
   for (const w of Object.values(view.workers)) {
     if (!loadedOrLoading(w) || runningOn(jobs, w.kind) > 0) continue;
-    if (w.stale) unload(w.kind, w.stale);
+    if (w.stale) unload(w.kind, w.staleCode ?? 'profile_changed', w.stale);
     else if (w.kind === 'enhancer') {
       // The enhancer lives only inside its image job's reservation (4.7).
-      if (!enhancerHeld(jobs, w.generation)) unload(w.kind, 'its image job ended: the enhancer is not kept loaded');
-    } else if (w.kind === 'image') unload(w.kind, 'the image is done: one image process per image');
+      if (!enhancerHeld(jobs, w.generation)) unload(w.kind, 'enhancer_done', 'its image job ended: the enhancer is not kept loaded');
+    } else if (w.kind === 'image') unload(w.kind, 'image_done', 'the image is done: one image process per image');
     else if ((w.kind === 'tts' || w.kind === 'stt') && view.audio[w.kind] === 'per_request') {
-      unload(w.kind, 'audio memory policy per_request: unloaded after its request');
+      unload(w.kind, 'per_request', 'audio memory policy per_request: unloaded after its request');
     }
   }
   // What waiting jobs other than preloads need: a preload steps aside for them.
@@ -203,7 +205,7 @@ export function plan(view: PlanView): Step[] {
       steps.push({ do: 'refuse', jobId: id, code: 'image_busy', message: 'the image reservation is busy: a running job holds it' });
       continue;
     } else if (admission.type === 'wait') {
-      for (const u of admission.unload ?? []) unload(u.kind, u.reason);
+      for (const u of admission.unload ?? []) unload(u.kind, u.code, u.reason);
     }
     if (!yields) for (const need of needs) blocked.add(need);
   }

@@ -18,7 +18,7 @@
 //
 // The listener (spec 3.1) and the queue (3.7) are children with their systemIds; the workers are
 // reached through emitted `worker.unload` commands and report back with `worker.*` events.
-import { assign, enqueueActions, setup } from 'xstate';
+import { assertEvent, assign, enqueueActions, setup } from 'xstate';
 import { SYSTEM_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
 import type { QueueEvent, QueuedJob } from '../queue/index.js';
@@ -35,6 +35,7 @@ import type {
   SupervisorEmitted,
   SupervisorEvent,
   SupervisorInput,
+  UnloadCode,
   WorkerKind,
   WorkerRecord,
 } from './supervisor.types.js';
@@ -47,7 +48,7 @@ interface Enqueue {
 }
 
 export function emptyWorker(kind: WorkerKind, last: string | null = null): WorkerRecord {
-  return { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: null, last };
+  return { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: null, staleCode: null, last };
 }
 
 const DENIALS: Record<Exclude<DenialCode, 'resources_busy' | 'insufficient_memory' | 'image_busy' | 'start_check_failed' | 'enhancer_failed'>, (c: SupervisorContext) => string> = {
@@ -103,14 +104,14 @@ function revokePreloads(enqueue: Enqueue, jobs: Record<string, JobRecord>, kind:
 /** The record of a worker start the supervisor just granted. */
 function loadingWorker(kind: WorkerKind, generation: number, spec: JobSpec, plan: StartPlan): WorkerRecord {
   const slots = kind === 'enhancer' ? 1 : spec.slots;
-  return { kind, state: 'loading', generation, profileId: spec.profileId, revision: spec.revision, slots, pid: null, plan, stale: null, last: null };
+  return { kind, state: 'loading', generation, profileId: spec.profileId, revision: spec.revision, slots, pid: null, plan, stale: null, staleCode: null, last: null };
 }
 
-function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kind: WorkerKind, reason: string) {
+function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kind: WorkerKind, code: UnloadCode, reason: string) {
   const worker = workers[kind];
   if (worker.state === 'unloaded' || worker.state === 'unloading') return;
   workers[kind] = { ...worker, state: 'unloading', last: reason };
-  enqueue.emit({ type: 'worker.unload', kind, generation: worker.generation, reason });
+  enqueue.emit({ type: 'worker.unload', kind, generation: worker.generation, code, reason });
 }
 
 /** What the start check of the job under check needs to know. */
@@ -147,14 +148,24 @@ export const supervisorMachine = setup({
     allUnloaded: ({ context }) => WORKER_KINDS.every((k) => context.workers[k].state === 'unloaded'),
     checkPending: ({ context }) => context.checking !== null,
     /** Nobody waits (FIFO: it overtakes no one) and its worker is loaded with its profile with a slot free. */
-    nobodyWaitsAndSlotFree: ({ context, event }) =>
-      event.type === 'gpu.reserve' &&
-      context.jobs[event.job.id] === undefined &&
+    nobodyWaitsAndSlotFree: ({ context, event }) => {
+      assertEvent(event, 'gpu.reserve');
+      return (
+        context.jobs[event.job.id] === undefined &&
       context.unloadWaiters.length === 0 &&
-      refusal(context, event.job) === null &&
-      runsAtOnce(context, event.job),
+        refusal(context, event.job) === null &&
+        runsAtOnce(context, event.job)
+      );
+    },
     /** Nobody waits for the released slot (FIFO has nobody to serve) and no worker falls due for an idle unload. */
-    nobodyWaitsAndNothingToUnload: ({ context, event }) => event.type === 'gpu.release' && releaseLeavesNothingToPlan(context, event.jobId),
+    nobodyWaitsAndNothingToUnload: ({ context, event }) => {
+      assertEvent(event, 'gpu.release');
+      return releaseLeavesNothingToPlan(context, event.jobId);
+    },
+    /** The job under check left while its check ran (another job, or none, is under check now). */
+    checkAbandoned: ({ context }) => context.checking !== context.checkRunning,
+    /** The chat worker holds no GPU any more (unloaded, or a start on the CPU). */
+    chatWorkerOffGpu: ({ context }) => !context.workers.chat.plan?.gpus.length || context.workers.chat.state === 'unloaded',
     chatWorkerOnGpu: ({ context }) => {
       const chat = context.workers.chat;
       return (chat.state === 'loading' || chat.state === 'loaded') && (chat.plan?.gpus.length ?? 0) > 0;
@@ -162,7 +173,8 @@ export const supervisorMachine = setup({
   },
   actions: {
     submit: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'gpu.reserve' || context.jobs[event.job.id]) return;
+      assertEvent(event, 'gpu.reserve');
+      if (context.jobs[event.job.id]) return;
       const { job } = event;
       const code = refusal(context, job);
       if (code !== null) {
@@ -175,13 +187,13 @@ export const supervisorMachine = setup({
     }),
     /** Nobody waits and its worker has a slot free: the job runs now, without the queue's round trip or wait timer. */
     grantAtOnce: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'gpu.reserve') return;
+      assertEvent(event, 'gpu.reserve');
       const jobs = { ...context.jobs };
       grantOn(enqueue, jobs, context.workers, { spec: event.job, phase: 'submitted', worker: null, gpus: [] }, event.job.kind);
       enqueue.assign({ jobs });
     }),
     fromQueue: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'job.queued' && event.type !== 'job.rejected' && event.type !== 'job.removed') return;
+      assertEvent(event, ['job.queued', 'job.rejected', 'job.removed']);
       const job = context.jobs[event.jobId];
       // Reports about jobs that already ran, or already left, change nothing: every job ends once.
       if (!job || job.phase === 'running') return;
@@ -201,7 +213,7 @@ export const supervisorMachine = setup({
       });
     }),
     release: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'gpu.release' && event.type !== 'job.cancel') return;
+      assertEvent(event, ['gpu.release', 'job.cancel']);
       const job = context.jobs[event.jobId];
       if (!job) return;
       const jobs = { ...context.jobs };
@@ -211,7 +223,7 @@ export const supervisorMachine = setup({
       const kind = job.worker;
       // loading | cancel in the chat test | own start | unloaded: the start is aborted.
       if (event.type === 'job.cancel' && job.spec.source === 'test' && kind && workers[kind].state === 'loading' && runningOn(jobs, kind) === 0) {
-        unload(enqueue, workers, kind, `the ${kind} test was cancelled during its own worker start: the start is aborted`);
+        unload(enqueue, workers, kind, 'operator', `the ${kind} test was cancelled during its own worker start: the start is aborted`);
       }
       enqueue.assign({
         workers,
@@ -221,12 +233,12 @@ export const supervisorMachine = setup({
       });
     }),
     workerReport: enqueueActions(({ context, event, enqueue }) => {
-      if (!event.type.startsWith('worker.') || !('kind' in event)) return;
+      assertEvent(event, ['worker.started', 'worker.loaded', 'worker.unloaded', 'worker.exited']);
       const workers = { ...context.workers };
       const jobs = { ...context.jobs };
       const current = workers[event.kind];
       // A report about an earlier start (late, repeated, or about a process we replaced) changes nothing.
-      if (!('generation' in event) || event.generation !== current.generation || current.state === 'unloaded') return;
+      if (event.generation !== current.generation || current.state === 'unloaded') return;
       switch (event.type) {
         case 'worker.started':
           // The pid of the process we asked for: from now on it is ours, never foreign.
@@ -253,7 +265,7 @@ export const supervisorMachine = setup({
       enqueue.assign({ workers, jobs });
     }),
     inventory: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'gpu.inventory') return;
+      assertEvent(event, 'gpu.inventory');
       const next = { ...context, gpus: event.gpus };
       const foreign = foreignOnChatGpus(next);
       if (!foreign) {
@@ -264,41 +276,41 @@ export const supervisorMachine = setup({
       const jobs = { ...context.jobs };
       const reason = `a foreign process (pid ${foreign.pids.join(', ')}) appeared on GPU ${foreign.uuid}: only our own chat worker is ended`;
       revoke(enqueue, jobs, (job) => job.worker === 'chat', 'resources_busy', reason);
-      unload(enqueue, workers, 'chat', reason);
+      unload(enqueue, workers, 'chat', 'foreign_process', reason);
       enqueue.assign({ gpus: event.gpus, workers, jobs });
     }),
     profileChanged: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'profile.changed') return;
+      assertEvent(event, 'profile.changed');
       toQueue(enqueue, event);
       const workers = { ...context.workers };
       for (const kind of WORKER_KINDS) {
         const w = workers[kind];
         if (w.profileId === event.profileId && w.state !== 'unloaded' && (event.revision === null || w.revision !== event.revision)) {
-          workers[kind] = { ...w, stale: event.revision === null ? 'its profile was deleted' : `its profile has a new revision (${event.revision})` };
+          workers[kind] = { ...w, stale: event.revision === null ? 'its profile was deleted' : `its profile has a new revision (${event.revision})`, staleCode: 'profile_changed' };
         }
       }
       enqueue.assign({ workers, revisions: { ...context.revisions, [event.profileId]: event.revision } });
     }),
     buildChanged: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'worker.buildChanged') return;
+      assertEvent(event, 'worker.buildChanged');
       const w = context.workers[event.kind];
       if (w.generation !== event.generation || w.state === 'unloaded' || w.state === 'unloading') return;
-      enqueue.assign({ workers: { ...context.workers, [event.kind]: { ...w, stale: event.reason } } });
+      enqueue.assign({ workers: { ...context.workers, [event.kind]: { ...w, stale: event.reason, staleCode: 'new_build' } } });
     }),
     audioMode: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'audio.mode') return;
+      assertEvent(event, 'audio.mode');
       enqueue.assign({ audio: { ...context.audio, [event.kind]: event.mode } });
     }),
     /** The inference listener is bound again: a stop that never saw every unload confirmed no longer blocks new jobs. */
     opened: assign({ accepting: true, unloadWaiters: [] }),
     discard: enqueueActions(({ event, enqueue }) => {
-      if (event.type !== 'endpoint.discard') return;
+      assertEvent(event, 'endpoint.discard');
       enqueue.assign({ accepting: false });
       toQueue(enqueue, { type: 'queue.discardAll' });
       enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: OK });
     }),
     unloadRequest: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'worker.unloadRequest') return;
+      assertEvent(event, 'worker.unloadRequest');
       const active = runningOn(context.jobs, event.kind);
       if (active > 0) {
         const message = `the ${event.kind} worker has ${active} active request(s): the unload is rejected`;
@@ -308,27 +320,27 @@ export const supervisorMachine = setup({
       const workers = { ...context.workers };
       const jobs = { ...context.jobs };
       revokePreloads(enqueue, jobs, event.kind, 'explicit unload');
-      unload(enqueue, workers, event.kind, 'explicit unload in the chat test');
+      unload(enqueue, workers, event.kind, 'operator', 'explicit unload in the chat test');
       enqueue.assign({ workers, jobs });
       enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: OK });
     }),
     /** The enhancer of an image job answered: it ends now, and the job's image start is due (4.7). */
     enhancerDone: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'enhancer.done') return;
+      assertEvent(event, 'enhancer.done');
       const job = context.jobs[event.jobId];
       if (!job?.steps || job.phase !== 'running') return;
       const workers = { ...context.workers };
-      if (workers.enhancer.generation === job.steps.enhancer) unload(enqueue, workers, 'enhancer', 'the enhancer answered: it ends before the image worker starts');
+      if (workers.enhancer.generation === job.steps.enhancer) unload(enqueue, workers, 'enhancer', 'enhancer_done', 'the enhancer answered: it ends before the image worker starts');
       const image = job.steps.image;
       if (image) workers.image = loadingWorker('image', image.generation, job.spec, image.plan);
       enqueue.assign({ workers, jobs: { ...context.jobs, [event.jobId]: { ...job, steps: { ...job.steps, image: null } } } });
     }),
     unloadAll: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'workers.unloadAll') return;
+      assertEvent(event, 'workers.unloadAll');
       const workers = { ...context.workers };
       const jobs = { ...context.jobs };
       revoke(enqueue, jobs, () => true, 'endpoint_stopped', DENIALS.endpoint_stopped(context));
-      for (const kind of WORKER_KINDS) unload(enqueue, workers, kind, 'endpoint stop');
+      for (const kind of WORKER_KINDS) unload(enqueue, workers, kind, 'endpoint_stop', 'endpoint stop');
       enqueue.assign({ workers, jobs, accepting: false, unloadWaiters: [...context.unloadWaiters, event.requestId] });
     }),
     /** The listener is off for good: refuse what waits, revoke what runs, unload every worker. */
@@ -339,7 +351,7 @@ export const supervisorMachine = setup({
         if (job.phase !== 'running') deny(enqueue, jobs, jobId, 'endpoint_stopped', DENIALS.endpoint_stopped(context));
       }
       revoke(enqueue, jobs, () => true, 'endpoint_stopped', DENIALS.endpoint_stopped(context));
-      for (const kind of WORKER_KINDS) unload(enqueue, workers, kind, 'the service is ending');
+      for (const kind of WORKER_KINDS) unload(enqueue, workers, kind, 'shutdown', 'the service is ending');
       enqueue.assign({ jobs, workers, waiting: [], checking: null, accepting: false });
     }),
     replyUnloadWaiters: enqueueActions(({ context, enqueue }) => {
@@ -359,7 +371,7 @@ export const supervisorMachine = setup({
       for (const step of steps) {
         if (step.do === 'unload') {
           revokePreloads(enqueue, jobs, step.kind, step.reason);
-          unload(enqueue, workers, step.kind, step.reason);
+          unload(enqueue, workers, step.kind, step.code, step.reason);
           continue;
         }
         const job = jobs[step.jobId];
@@ -404,7 +416,7 @@ export const supervisorMachine = setup({
       if (verdict.verdict === 'unload-first') {
         for (const kind of verdict.kinds) {
           revokePreloads(enqueue, jobs, kind, verdict.message);
-          unload(enqueue, workers, kind, verdict.message);
+          unload(enqueue, workers, kind, 'make_room', verdict.message);
         }
         jobs[jobId] = { ...job, phase: 'waiting' };
         enqueue.assign({ jobs, workers });
@@ -573,7 +585,7 @@ export const supervisorMachine = setup({
               entry: assign({ checkRunning: ({ context }) => context.checking }),
               exit: assign({ checkRunning: null }),
               always: {
-                guard: ({ context }) => context.checking !== context.checkRunning,
+                guard: 'checkAbandoned',
                 target: 'idle',
                 description: 'the job left while its check ran: the check is abandoned (its facts would belong to another job)',
               },
@@ -596,7 +608,7 @@ export const supervisorMachine = setup({
             idle: { always: { guard: 'chatWorkerOnGpu', target: 'watching' } },
             watching: {
               description: 'a chat worker holds a GPU: foreign processes that appear there are noticed',
-              always: { guard: ({ context }) => !context.workers.chat.plan?.gpus.length || context.workers.chat.state === 'unloaded', target: 'idle' },
+              always: { guard: 'chatWorkerOffGpu', target: 'idle', description: 'the chat worker left its GPUs: nothing to watch' },
               invoke: { src: 'watchGpus' },
             },
           },

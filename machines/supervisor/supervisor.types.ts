@@ -111,6 +111,8 @@ export interface WorkerRecord {
    * program has a new build: spec 3.2, 3.5, 9), or null while it may take new jobs.
    */
   stale: string | null;
+  /** The code of `stale`: what the unload will say it was for. */
+  staleCode: 'profile_changed' | 'new_build' | null;
   /** Why it was last unloaded or how it ended, for the status. */
   last: string | null;
 }
@@ -153,6 +155,26 @@ export type DenialCode =
 
 /** `runtime_missing`: the worker's program was gone when its start ran (removed after the catalog's check). */
 export type RevocationCode = 'resources_busy' | 'worker_failed' | 'endpoint_stopped' | 'runtime_missing';
+
+/**
+ * Why the supervisor unloads a worker, as a code: the metrics count by it. The `reason` beside it
+ * says the same in words for the log and the status (it names profiles, pids and GPUs).
+ */
+export const UNLOAD_CODES = [
+  'make_room',
+  'profile_switch',
+  'profile_changed',
+  'new_build',
+  'image_job',
+  'image_done',
+  'enhancer_done',
+  'per_request',
+  'foreign_process',
+  'operator',
+  'endpoint_stop',
+  'shutdown',
+] as const;
+export type UnloadCode = (typeof UNLOAD_CODES)[number];
 
 /** The outcome of one start check: the facts the adapters gathered, judged by `decideStart`. */
 export type StartVerdict =
@@ -239,5 +261,5 @@ export type SupervisorEmitted =
   /** A running job loses its reservation (foreign GPU process, worker died, endpoint stop). */
   | { type: 'gpu.revoked'; jobId: string; code: RevocationCode; message: string }
   /** A command for the worker adapters: unload this worker (own processes get SIGTERM). */
-  | { type: 'worker.unload'; kind: WorkerKind; generation: number; reason: string }
+  | { type: 'worker.unload'; kind: WorkerKind; generation: number; code: UnloadCode; reason: string }
   | { type: 'supervisor.reply'; requestId: string; outcome: { ok: true } | { ok: false; code: 'active_requests'; message: string } };

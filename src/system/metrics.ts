@@ -49,31 +49,6 @@ const histogram = (registry: Registry, name: string, help: string, labelNames: r
 /** The label value of a request or job without a known model (a list route, an unknown name). */
 export const NO_MODEL = '';
 
-/**
- * Why the supervisor unloaded a worker, as a bounded class: its reasons are sentences for the log
- * and the status (they name profiles and pids), so they are matched here, never used as labels.
- */
-const UNLOAD_REASONS: ReadonlyArray<[RegExp, string]> = [
-  // First: the memory check's "unload first" quotes why the start did not fit, in any words.
-  [/; it fits once the idle .* unloaded$/, 'make_room'],
-  [/^switch to profile /, 'profile_switch'],
-  [/^its profile (has a new revision|was deleted)/, 'profile_changed'],
-  [/^a new build of |^\S+ is no longer installed at /, 'new_build'],
-  [/^an image job needs every GPU/, 'image_job'],
-  [/^the image is done/, 'image_done'],
-  [/^its image job ended|^the enhancer answered/, 'enhancer_done'],
-  [/^audio memory policy per_request/, 'per_request'],
-  [/^a foreign process /, 'foreign_process'],
-  [/^explicit unload|^the \S+ test was cancelled during its own worker start/, 'operator'],
-  [/^endpoint stop$/, 'endpoint_stop'],
-  [/^the service is ending$/, 'shutdown'],
-];
-
-export function unloadReasonClass(reason: string): string {
-  for (const [pattern, name] of UNLOAD_REASONS) if (pattern.test(reason)) return name;
-  return 'other';
-}
-
 /** Label children bound once per distinct value tuple: later records cost only Map lookups. */
 export class Bound<T> {
   readonly #top = new Map<string, Map<string, T>>();
@@ -240,7 +215,7 @@ export class Metrics {
       this.#revoked.get(this.#jobs.get(event.jobId)?.kind ?? 'unknown', event.code).inc();
     });
     supervisor.on('worker.unload', (event) => {
-      this.#unloaded.get(event.kind, unloadReasonClass(event.reason)).inc();
+      this.#unloaded.get(event.kind, event.code).inc();
     });
   }
 

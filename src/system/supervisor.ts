@@ -54,7 +54,7 @@ export function createSupervisor(deps: SupervisorDeps): { supervisor: Supervisor
   // The supervisor decides which worker goes; the worker adapters carry it out and report back.
   const since = new Map<WorkerKind, string>();
   supervisor.on('worker.unload', (event) => {
-    log.info({ worker: event.kind, reason: event.reason }, 'unloading worker');
+    log.info({ worker: event.kind, code: event.code, reason: event.reason }, 'unloading worker');
     workers
       .unload(event.kind, { generation: event.generation, reason: event.reason })
       .catch((error: unknown) => log.error({ err: error, worker: event.kind }, 'worker did not unload cleanly'))

@@ -96,7 +96,7 @@ const chatRows: Row[] = [
       const id = await h.submit({ profileId: 'b' });
       const order = h.emitted.filter((e) => e.type === 'worker.unload' || (e.type === 'gpu.granted' && e.jobId === id)).map((e) => e.type);
       t.same(order, ['worker.unload', 'gpu.granted'], 'unload before the new start');
-      t.match(h.unloads('chat')[0]?.reason, /switch to profile b/);
+      t.match(h.unloads('chat')[0], { code: 'profile_switch', reason: /switch to profile b/ });
       t.match(h.worker('chat'), { state: 'loaded', profileId: 'b' });
     },
   },
@@ -124,7 +124,7 @@ const chatRows: Row[] = [
       t.equal(h.worker('chat').stale, 'its profile has a new revision (2)');
       t.same(h.unloads(), [], 'running answers keep their adopted profile');
       await h.release(running);
-      t.equal(h.unloads('chat').length, 1, 'unloaded once idle');
+      t.same(h.unloads('chat').map((u) => u.code), ['profile_changed'], 'unloaded once idle');
       t.equal(h.worker('chat').state, 'unloaded');
       const next = await h.submit({ profileId: 'a', revision: 2 });
       t.same(h.outcome(next), ['job.queued', 'granted +start']);
@@ -141,15 +141,18 @@ const chatRows: Row[] = [
       t.equal(h.worker('tts').state, 'loaded');
       const image = await h.submit({ kind: 'image', profileId: 'img' });
       t.same(
-        h.unloads().map((u) => u.kind),
-        ['chat', 'tts'],
+        h.unloads().map((u) => [u.kind, u.code]),
+        [
+          ['chat', 'image_job'],
+          ['tts', 'image_job'],
+        ],
       );
       t.same(h.outcome(image), ['job.queued', 'granted +start']);
       t.same(h.grant(image)?.gpus, ['GPU-a', 'GPU-b'], 'the image job holds both GPUs');
       const chat = await h.submit();
       t.notOk(h.granted(chat), 'a text request waits for the image');
       await h.release(image);
-      t.ok(h.unloads('image').length === 1, 'the image process is terminated after the image');
+      t.same(h.unloads('image').map((u) => u.code), ['image_done'], 'the image process is terminated after the image');
       t.same(h.outcome(chat), ['job.queued', 'granted +start'], 'the next text request reloads its profile');
     },
   },
@@ -169,7 +172,7 @@ const chatRows: Row[] = [
         ['chat'],
         'only the own chat worker is unloaded; nothing else is signalled',
       );
-      t.match(h.unloads('chat')[0]?.reason, /pid 4242.*only our own chat worker/);
+      t.match(h.unloads('chat')[0], { code: 'foreign_process', reason: /pid 4242.*only our own chat worker/ });
       t.equal(h.calls.at(-1), 'watch stop');
     },
   },
@@ -196,7 +199,7 @@ const chatRows: Row[] = [
       t.equal(h.worker('chat').state, 'loading');
       await h.send({ type: 'job.cancel', jobId: id });
       t.equal(h.unloads('chat').length, 1);
-      t.match(h.unloads('chat')[0]?.reason, /start is aborted/);
+      t.match(h.unloads('chat')[0], { code: 'operator', reason: /start is aborted/ });
       await h.send({ type: 'worker.unloaded', kind: 'chat', generation: h.gen('chat') });
       t.equal(h.worker('chat').state, 'unloaded');
     },
@@ -288,7 +291,7 @@ const reportRows: Row[] = [
       await h.settle();
       t.same(h.outcome(waiting), ['job.queued', 'denied endpoint_stopped']);
       t.same(h.outcome(test), ['job.queued', 'granted +start', 'revoked endpoint_stopped']);
-      t.same(h.unloads().map((u) => [u.kind, u.reason]), [['chat', 'the service is ending']]);
+      t.same(h.unloads().map((u) => [u.kind, u.code, u.reason]), [['chat', 'shutdown', 'the service is ending']]);
       t.equal(h.actor.getSnapshot().status, 'done', 'the supervisor ends once every worker reported');
     },
   },
@@ -391,7 +394,7 @@ const enhancerRows: Row[] = [
       const waiting = await h.submit({ profileId: 'a' });
       t.same(h.outcome(waiting), ['job.queued'], 'a chat request waits while the enhancer holds the GPUs');
       await h.send({ type: 'enhancer.done', jobId: image });
-      t.same(h.unloads('enhancer').map((u) => u.reason), ['the enhancer answered: it ends before the image worker starts']);
+      t.same(h.unloads('enhancer').map((u) => [u.code, u.reason]), [['enhancer_done', 'the enhancer answered: it ends before the image worker starts']]);
       t.same([h.worker('enhancer').state, h.worker('image').state, h.worker('image').generation], ['unloaded', 'loading', grant.generation]);
       t.same(h.outcome(waiting), ['job.queued'], 'still waiting: the image comes first');
       await h.send({ type: 'worker.started', kind: 'image', generation: grant.generation, pid: 4242 });
@@ -408,7 +411,7 @@ const enhancerRows: Row[] = [
       const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step() });
       t.equal(h.worker('enhancer').state, 'loaded');
       await h.send({ type: 'job.cancel', jobId: image });
-      t.same(h.unloads('enhancer').map((u) => u.reason), ['its image job ended: the enhancer is not kept loaded']);
+      t.same(h.unloads('enhancer').map((u) => [u.code, u.reason]), [['enhancer_done', 'its image job ended: the enhancer is not kept loaded']]);
       t.equal(h.worker('image').state, 'unloaded', 'no image start');
       const next = await h.submit();
       t.same(h.outcome(next), ['job.queued', 'granted +start']);
@@ -514,8 +517,8 @@ const ttsRows: Row[] = [
       h.world.chat.big = { model: model(40, 500), context: 4096, gpuSplit: [1], gpuLayers: null };
       const chat = await h.submit({ profileId: 'big' });
       t.same(
-        h.unloads().map((u) => [u.kind, /fits once the idle tts worker is unloaded/.test(u.reason)]),
-        [['tts', true]],
+        h.unloads().map((u) => [u.kind, u.code, /fits once the idle tts worker is unloaded/.test(u.reason)]),
+        [['tts', 'make_room', true]],
       );
       t.same(h.outcome(chat), ['job.queued', 'granted +start']);
       t.equal(h.grant(chat)?.start?.gpuLayers, 41, 'all layers on the GPU once the TTS worker is gone');
@@ -576,7 +579,7 @@ const sttRows: Row[] = [
       await h.release(await h.submit({ kind: 'stt', profileId: 's' }));
       const old = h.gen('stt');
       await h.send({ type: 'worker.buildChanged', kind: 'stt', generation: old, reason: 'a new build of pocketsphinx' });
-      t.match(h.unloads('stt'), [{ generation: old, reason: 'a new build of pocketsphinx' }], 'unloaded at once, with the reason');
+      t.match(h.unloads('stt'), [{ generation: old, code: 'new_build', reason: 'a new build of pocketsphinx' }], 'unloaded at once, with the reason');
       await h.send({ type: 'worker.unloaded', kind: 'stt', generation: old });
       const next = await h.submit({ kind: 'stt', profileId: 's' });
       t.same(h.outcome(next), ['job.queued', 'granted +start'], 'the next job starts a new process');
@@ -595,7 +598,7 @@ const sttRows: Row[] = [
       const later = await h.submit({ profileId: 'a', slots: 2 });
       t.notOk(h.granted(later), 'a free slot of the old build is not given out');
       await h.release(running);
-      t.match(h.unloads('chat'), [{ generation: old, reason: 'a new build of llama-server' }], 'unloaded once idle');
+      t.match(h.unloads('chat'), [{ generation: old, code: 'new_build', reason: 'a new build of llama-server' }], 'unloaded once idle');
       await h.send({ type: 'worker.unloaded', kind: 'chat', generation: old });
       t.same(h.outcome(later), ['job.queued', 'granted +start'], 'the waiting job starts the new build');
     },
@@ -628,7 +631,7 @@ const stopRows: Row[] = [
       t.same(h.outcome(refused), ['denied endpoint_stopped'], 'no new requests accepted');
       await h.send({ type: 'workers.unloadAll', requestId: 'u' });
       t.same(h.outcome(stt), ['job.queued', 'granted +start', 'revoked endpoint_stopped'], 'a job still running at the unload ends');
-      t.same(h.unloads().map((u) => u.kind).sort(), ['chat', 'stt', 'tts']);
+      t.same(h.unloads().map((u) => `${u.kind} ${u.code}`).sort(), ['chat endpoint_stop', 'stt endpoint_stop', 'tts endpoint_stop']);
       t.ok(h.emitted.some((e) => e.type === 'supervisor.reply' && e.requestId === 'u'));
       t.equal(h.context().accepting, true, 'after the stop the operator may test again');
     },
@@ -877,7 +880,7 @@ const audioRows: Row[] = [
       const second = await h.submit({ kind: 'stt', profileId: 's' });
       t.same(h.outcome(second), ['job.queued'], 'one STT job at a time');
       await h.release(first);
-      t.same(h.unloads('stt').map((u) => u.reason), ['audio memory policy per_request: unloaded after its request']);
+      t.same(h.unloads('stt').map((u) => [u.code, u.reason]), [['per_request', 'audio memory policy per_request: unloaded after its request']]);
       t.same(h.outcome(second), ['job.queued', 'granted +start'], 'the waiting request does not reuse the worker: it loads again');
       await h.release(second);
       t.equal(h.worker('stt').state, 'unloaded');
@@ -934,7 +937,7 @@ const audioRows: Row[] = [
       t.same(h.outcome(preload), ['job.queued']);
       t.same(h.unloads(), [], 'the preload unloads nothing a request still wants');
       await h.release(later);
-      t.same(h.unloads('stt').map((u) => u.reason), ['switch to profile warm (revision 1)']);
+      t.same(h.unloads('stt').map((u) => [u.code, u.reason]), [['profile_switch', 'switch to profile warm (revision 1)']]);
       t.same(h.outcome(preload), ['job.queued', 'granted +start'], 'then the selection loads');
     },
   },

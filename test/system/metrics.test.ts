@@ -4,7 +4,7 @@
 // scrape-time gauges (queue depth, running jobs, worker state, simulated GPUs, RAM budget); and
 // the class of every unload reason the supervisor writes.
 import t from 'tap';
-import { Metrics, unloadReasonClass } from '../../src/system/metrics.js';
+import { Metrics } from '../../src/system/metrics.js';
 import type { SupervisorActor } from '../../src/system/scheduler.js';
 import { supervisorHarness } from '../helpers/supervisor.js';
 
@@ -71,25 +71,17 @@ t.test('supervisor events become queue, worker and crash metrics', async (t) => 
   h.actor.stop();
 });
 
-t.test('every unload reason the supervisor writes has its class', async (t) => {
-  const rows: Array<[string, string]> = [
-    ['switch to profile p-1 (revision 3)', 'profile_switch'],
-    ['its profile has a new revision (4)', 'profile_changed'],
-    ['its profile was deleted', 'profile_changed'],
-    ['a new build of llama-server: /opt/image-enhancer/bin/llama-server (ab12) replaces cd34', 'new_build'],
-    ['llama-server is no longer installed at /opt/bin/llama-server', 'new_build'],
-    ['an image job needs every GPU', 'image_job'],
-    ['the image is done: one image process per image', 'image_done'],
-    ['its image job ended: the enhancer is not kept loaded', 'enhancer_done'],
-    ['the enhancer answered: it ends before the image worker starts', 'enhancer_done'],
-    ['audio memory policy per_request: unloaded after its request', 'per_request'],
-    ['a foreign process (pid 77) appeared on GPU GPU-a: only our own chat worker is ended', 'foreign_process'],
-    ['explicit unload in the chat test', 'operator'],
-    ['the chat test was cancelled during its own worker start: the start is aborted', 'operator'],
-    ['endpoint stop', 'endpoint_stop'],
-    ['the service is ending', 'shutdown'],
-    ["the build's fit found no parameters that fit: switch to profile x; it fits once the idle tts worker is unloaded", 'make_room'],
-    ['something no rule names', 'other'],
-  ];
-  for (const [reason, expected] of rows) t.equal(unloadReasonClass(reason), expected, reason);
+t.test('unloads are counted by the code the supervisor gives, never by its sentence', async (t) => {
+  const metrics = new Metrics({ config: { env: { SERVICE_DECK_GPUS: 'none' }, ramReserveMiB: 1024 }, now: () => h.clock.now() });
+  const h = supervisorHarness({ inspect: metrics.observe });
+  metrics.attach(h.actor as unknown as SupervisorActor);
+  await h.release(await h.submit({ profileId: 'a', profile: { name: 'alpha' } }));
+  await h.release(await h.submit({ kind: 'stt', profileId: 's' }));
+  await h.send({ type: 'workers.unloadAll', requestId: 'stop' });
+  const text = await metrics.text();
+  const unloads = h.unloads();
+  t.same(unloads.map((u) => [u.kind, u.code]).sort(), [['chat', 'endpoint_stop'], ['stt', 'endpoint_stop']], 'the endpoint stop unloads both, with its code');
+  for (const u of unloads) t.equal(sample(text, `service_deck_worker_unloads_total{kind="${u.kind}",reason="${u.code}"}`), 1, `${u.kind}: counted as ${u.code}`);
+  t.notMatch(text, /reason="endpoint stop"/, 'the sentence is no label');
+  h.actor.stop();
 });
