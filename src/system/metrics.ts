@@ -16,7 +16,7 @@
 //
 // Label values come only from known sets: listener and route names, profile names (the `model`
 // clients send, checked against the stored profiles), worker kinds, denial and exit codes, unload
-// reason classes, GPU UUIDs. No prompt, answer, file path or free text is ever a label.
+// unload codes, GPU UUIDs. No prompt, answer, file path or free text is ever a label.
 import type { InspectionEvent } from 'xstate';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { JobKind, JobPhase, JobSpec, SupervisorEvent, WorkerKind } from '../../machines/supervisor/index.js';
@@ -110,7 +110,7 @@ export class Metrics {
   readonly #revocations = counter(this.registry, 'reservations_revoked_total', 'Running jobs whose reservation was taken back (worker_failed, resources_busy, endpoint_stopped, runtime_missing), by job kind and code.', ['kind', 'code']);
   readonly #loads = counter(this.registry, 'worker_loads_total', 'Worker starts that reached loaded, by worker kind and model.', ['kind', 'model']);
   readonly #loadTime = histogram(this.registry, 'worker_load_seconds', 'Time from a worker start (its grant) to loaded, by worker kind and model.', ['kind', 'model'], LOAD_BUCKETS);
-  readonly #unloads = counter(this.registry, 'worker_unloads_total', 'Worker unloads the supervisor ordered, by worker kind and reason class.', ['kind', 'reason']);
+  readonly #unloads = counter(this.registry, 'worker_unloads_total', 'Worker unloads the supervisor ordered, by worker kind and unload code.', ['kind', 'reason']);
   readonly #crashes = counter(this.registry, 'worker_crashes_total', 'Worker processes that ended on their own, by worker kind and diagnosis (ram_oom, gpu_oom, model_error, timeout, unclear).', ['kind', 'cause']);
 
   readonly #requestSeries: Map<string, Bound<RequestSeries>> = new Map();
