@@ -99,7 +99,7 @@ export function admit(view: PlanView, job: JobSpec): Admission {
     return anyUnloading ? FREEING : { type: 'start' };
   }
   if ((job.kind === 'chat' || job.kind === 'tts') && (runningOn(jobs, 'image') > 0 || workers.image.state !== 'unloaded' || workers.enhancer.state !== 'unloaded')) return BUSY;
-  if (worker.state === 'unloading') return FREEING;
+  if (worker.state === 'unloading' || worker.state === 'lost') return FREEING;
   // Memory is in flux while our own workers unload: the check waits until they are gone.
   if (worker.state === 'unloaded') return anyUnloading ? FREEING : { type: 'start' };
   if (matches(worker, job)) {

@@ -17,7 +17,9 @@
 // - (3.1, 7) endpoint stop: waiting requests are discarded, then every worker is unloaded.
 //
 // The listener (spec 3.1) and the queue (3.7) are children with their systemIds; the workers are
-// reached through emitted `worker.unload` commands and report back with `worker.*` events.
+// reached through emitted `worker.unload` commands and report back with `worker.*` events, each
+// worker machine for itself: `worker.unloaded` only once its process is gone, `worker.lost` when
+// it outlived SIGKILL (its memory stays reserved until the GPU probe no longer shows it).
 import { assertEvent, assign, enqueueActions, setup } from 'xstate';
 import { SYSTEM_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
@@ -109,7 +111,7 @@ function loadingWorker(kind: WorkerKind, generation: number, spec: JobSpec, plan
 
 function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kind: WorkerKind, code: UnloadCode, reason: string) {
   const worker = workers[kind];
-  if (worker.state === 'unloaded' || worker.state === 'unloading') return;
+  if (worker.state === 'unloaded' || worker.state === 'unloading' || worker.state === 'lost') return;
   workers[kind] = { ...worker, state: 'unloading', last: reason };
   enqueue.emit({ type: 'worker.unload', kind, generation: worker.generation, code, reason });
 }
@@ -119,6 +121,24 @@ export function checkInput(context: SupervisorContext): CheckInput | undefined {
   const job = context.checking === null ? undefined : context.jobs[context.checking];
   if (!job) return undefined;
   return { job: job.spec, workers: context.workers, idle: unloadableFor(context, job.spec) };
+}
+
+/**
+ * Lost workers whose process the GPU probe no longer shows on any GPU of their plan: their memory
+ * is free again, and their kind may start anew. A lost worker without GPUs waits for its exit.
+ */
+function releaseLost(workers: Record<WorkerKind, WorkerRecord>, gpus: SupervisorContext['gpus']): boolean {
+  let changed = false;
+  for (const kind of WORKER_KINDS) {
+    const w = workers[kind];
+    const on = w.plan?.gpus ?? [];
+    if (w.state !== 'lost' || on.length === 0) continue;
+    const seen = gpus.some((g) => on.includes(g.uuid) && g.processes.some((p) => p.pid === w.pid));
+    if (seen) continue;
+    workers[kind] = emptyWorker(kind, `its lost process (pid ${w.pid}) is gone from its GPUs: its memory is free`);
+    changed = true;
+  }
+  return changed;
 }
 
 /** Foreign compute processes on the GPUs the chat worker uses. */
@@ -133,6 +153,13 @@ function foreignOnChatGpus(context: SupervisorContext): { uuid: string; pids: nu
   return undefined;
 }
 
+/** Whether the GPU watcher runs: the chat worker holds a GPU, or a lost worker does. */
+function gpuWatchNeeded(context: SupervisorContext): boolean {
+  const chat = context.workers.chat;
+  if ((chat.state === 'loading' || chat.state === 'loaded') && (chat.plan?.gpus.length ?? 0) > 0) return true;
+  return WORKER_KINDS.some((k) => context.workers[k].state === 'lost' && (context.workers[k].plan?.gpus.length ?? 0) > 0);
+}
+
 export const supervisorMachine = setup({
   types: {
     context: {} as SupervisorContext,
@@ -145,7 +172,8 @@ export const supervisorMachine = setup({
     closingLimit: 60_000,
   },
   guards: {
-    allUnloaded: ({ context }) => WORKER_KINDS.every((k) => context.workers[k].state === 'unloaded'),
+    /** Every worker is gone, or lost (nothing more can be done for a process that outlives SIGKILL). */
+    allUnloaded: ({ context }) => WORKER_KINDS.every((k) => context.workers[k].state === 'unloaded' || context.workers[k].state === 'lost'),
     checkPending: ({ context }) => context.checking !== null,
     /** Nobody waits (FIFO: it overtakes no one) and its worker is loaded with its profile with a slot free. */
     nobodyWaitsAndSlotFree: ({ context, event }) => {
@@ -164,12 +192,10 @@ export const supervisorMachine = setup({
     },
     /** The job under check left while its check ran (another job, or none, is under check now). */
     checkAbandoned: ({ context }) => context.checking !== context.checkRunning,
-    /** The chat worker holds no GPU any more (unloaded, or a start on the CPU). */
-    chatWorkerOffGpu: ({ context }) => !context.workers.chat.plan?.gpus.length || context.workers.chat.state === 'unloaded',
-    chatWorkerOnGpu: ({ context }) => {
-      const chat = context.workers.chat;
-      return (chat.state === 'loading' || chat.state === 'loaded') && (chat.plan?.gpus.length ?? 0) > 0;
-    },
+    /** Neither: nothing on the GPUs to watch. */
+    nothingToWatch: ({ context }) => !gpuWatchNeeded(context),
+    /** A chat worker holds a GPU (foreign processes there are noticed), or a lost worker does (its end is noticed). */
+    gpuWatchNeeded: ({ context }) => gpuWatchNeeded(context),
   },
   actions: {
     submit: enqueueActions(({ context, event, enqueue }) => {
@@ -233,7 +259,7 @@ export const supervisorMachine = setup({
       });
     }),
     workerReport: enqueueActions(({ context, event, enqueue }) => {
-      assertEvent(event, ['worker.started', 'worker.loaded', 'worker.unloaded', 'worker.exited']);
+      assertEvent(event, ['worker.started', 'worker.loaded', 'worker.unloaded', 'worker.lost', 'worker.exited']);
       const workers = { ...context.workers };
       const jobs = { ...context.jobs };
       const current = workers[event.kind];
@@ -248,11 +274,19 @@ export const supervisorMachine = setup({
           if (current.state === 'loading') workers[event.kind] = { ...current, state: 'loaded' };
           break;
         case 'worker.unloaded':
-          // Only the unload we asked for ends a worker.
-          if (current.state === 'unloading') workers[event.kind] = emptyWorker(event.kind, current.last);
+          // Only the unload we asked for ends a worker (or a lost one's process that ended at last).
+          if (current.state === 'unloading' || current.state === 'lost') workers[event.kind] = emptyWorker(event.kind, current.last);
+          break;
+        case 'worker.lost':
+          // The unload failed: the worker keeps its record, its plan and pid, so its memory stays
+          // counted, until the probe shows its process gone from its GPUs or it ends.
+          if (current.state === 'unloading') {
+            const pid = event.pid ?? current.pid;
+            workers[event.kind] = { ...current, state: 'lost', pid, last: `its process (pid ${pid}) did not end after SIGKILL: lost, its memory stays reserved until it is gone` };
+          }
           break;
         case 'worker.exited':
-          if (current.state === 'unloading') {
+          if (current.state === 'unloading' || current.state === 'lost') {
             workers[event.kind] = emptyWorker(event.kind, current.last);
             break;
           }
@@ -266,13 +300,13 @@ export const supervisorMachine = setup({
     }),
     inventory: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'gpu.inventory');
-      const next = { ...context, gpus: event.gpus };
-      const foreign = foreignOnChatGpus(next);
+      const workers = { ...context.workers };
+      const released = releaseLost(workers, event.gpus);
+      const foreign = foreignOnChatGpus({ ...context, workers, gpus: event.gpus });
       if (!foreign) {
-        enqueue.assign({ gpus: event.gpus });
+        enqueue.assign(released ? { gpus: event.gpus, workers } : { gpus: event.gpus });
         return;
       }
-      const workers = { ...context.workers };
       const jobs = { ...context.jobs };
       const reason = `a foreign process (pid ${foreign.pids.join(', ')}) appeared on GPU ${foreign.uuid}: only our own chat worker is ended`;
       revoke(enqueue, jobs, (job) => job.worker === 'chat', 'resources_busy', reason);
@@ -294,7 +328,7 @@ export const supervisorMachine = setup({
     buildChanged: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'worker.buildChanged');
       const w = context.workers[event.kind];
-      if (w.generation !== event.generation || w.state === 'unloaded' || w.state === 'unloading') return;
+      if (w.generation !== event.generation || w.state === 'unloaded' || w.state === 'unloading' || w.state === 'lost') return;
       enqueue.assign({ workers: { ...context.workers, [event.kind]: { ...w, stale: event.reason, staleCode: 'new_build' } } });
     }),
     audioMode: enqueueActions(({ context, event, enqueue }) => {
@@ -355,7 +389,8 @@ export const supervisorMachine = setup({
       enqueue.assign({ jobs, workers, waiting: [], checking: null, accepting: false });
     }),
     replyUnloadWaiters: enqueueActions(({ context, enqueue }) => {
-      if (context.unloadWaiters.length === 0 || WORKER_KINDS.some((k) => context.workers[k].state !== 'unloaded')) return;
+      const done = (k: WorkerKind) => context.workers[k].state === 'unloaded' || context.workers[k].state === 'lost';
+      if (context.unloadWaiters.length === 0 || !WORKER_KINDS.every(done)) return;
       for (const requestId of context.unloadWaiters) enqueue.emit({ type: 'supervisor.reply', requestId, outcome: OK });
       enqueue.assign({ unloadWaiters: [], accepting: true });
     }),
@@ -395,10 +430,11 @@ export const supervisorMachine = setup({
     applyVerdict: enqueueActions(({ context, enqueue }, params: { facts: StartFacts }) => {
       const input = checkInput(context);
       const jobId = context.checking;
-      enqueue.assign({ checking: null, gpus: params.facts.gpus });
+      const workers = { ...context.workers };
+      const released = releaseLost(workers, params.facts.gpus);
+      enqueue.assign(released ? { checking: null, gpus: params.facts.gpus, workers } : { checking: null, gpus: params.facts.gpus });
       if (!input || jobId === null) return;
       const jobs = { ...context.jobs };
-      const workers = { ...context.workers };
       const job = jobs[jobId]!;
       // The world may have moved while the facts were gathered: only a start that is still due goes ahead.
       if (admit(context, job.spec).type !== 'start') {
@@ -538,6 +574,10 @@ export const supervisorMachine = setup({
           actions: ['workerReport', 'replyUnloadWaiters', 'schedule'],
           description: 'the worker is gone: its GPUs and RAM are free for the next start',
         },
+        'worker.lost': {
+          actions: ['workerReport', 'replyUnloadWaiters', 'schedule'],
+          description: 'an unload failed (the process outlived SIGKILL): the worker is lost, its memory stays reserved until it is gone',
+        },
         'worker.exited': {
           actions: ['workerReport', 'replyUnloadWaiters', 'schedule'],
           description: 'the worker died: its running jobs fail with worker_failed and the next request reloads',
@@ -605,10 +645,10 @@ export const supervisorMachine = setup({
         gpuWatch: {
           initial: 'idle',
           states: {
-            idle: { always: { guard: 'chatWorkerOnGpu', target: 'watching' } },
+            idle: { always: { guard: 'gpuWatchNeeded', target: 'watching' } },
             watching: {
-              description: 'a chat worker holds a GPU: foreign processes that appear there are noticed',
-              always: { guard: 'chatWorkerOffGpu', target: 'idle', description: 'the chat worker left its GPUs: nothing to watch' },
+              description: 'a chat worker holds a GPU: foreign processes that appear there are noticed; a lost worker holds one: its end is noticed',
+              always: { guard: 'nothingToWatch', target: 'idle', description: 'nothing of ours holds a GPU any more: nothing to watch' },
               invoke: { src: 'watchGpus' },
             },
           },
@@ -623,6 +663,7 @@ export const supervisorMachine = setup({
         'gpu.reserve': { actions: 'submit', description: 'no new reservations while the service ends' },
         'worker.started': { actions: 'workerReport' },
         'worker.unloaded': { actions: 'workerReport' },
+        'worker.lost': { actions: 'workerReport' },
         'worker.exited': { actions: 'workerReport' },
       },
     },

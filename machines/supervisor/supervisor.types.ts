@@ -49,7 +49,11 @@ export interface JobSpec {
   enhancer?: EnhancerStep | null;
 }
 
-export type WorkerState = 'unloaded' | 'loading' | 'loaded' | 'unloading';
+/**
+ * `lost`: its unload failed (the process outlived SIGKILL): its memory stays reserved until the GPU
+ * probe no longer shows its process, or the process ends.
+ */
+export type WorkerState = 'unloaded' | 'loading' | 'loaded' | 'unloading' | 'lost';
 
 /** The memory a worker start is predicted to need (spec 7: a prediction, not a proof). */
 export interface Forecast {
@@ -231,6 +235,8 @@ export type SupervisorEvent =
   | { type: 'worker.started'; kind: WorkerKind; generation: number; pid: number }
   | { type: 'worker.loaded'; kind: WorkerKind; generation: number }
   | { type: 'worker.unloaded'; kind: WorkerKind; generation: number }
+  /** Its process outlived SIGKILL: the worker is lost, its memory stays reserved. */
+  | { type: 'worker.lost'; kind: WorkerKind; generation: number; pid: number | null }
   | { type: 'worker.exited'; kind: WorkerKind; generation: number; cause: string; message: string }
   /** From the GPU watcher: the probe's latest view. */
   | { type: 'gpu.inventory'; gpus: GpuView[] }

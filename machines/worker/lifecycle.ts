@@ -7,7 +7,11 @@
 // ready, loaded for job after job, unloading with SIGTERM and then SIGKILL after a grace. A
 // process that ends on its own is reported at once as `worker.exited` with the adapter's
 // diagnosis; a start that does not load within its limit is stopped and reported as a timeout.
-import { assign, emit, fromCallback, sendTo, setup } from 'xstate';
+// The machine reports its own unload, and only once its process is gone (`worker.unloaded`): a
+// process that outlives SIGKILL by the kill limit is reported `worker.lost` (the supervisor keeps
+// its memory reserved) and unloaded when it finally ends. An unload of a start that has not begun
+// yet cancels it: that start never runs, and the unload is done at once.
+import { assign, emit, enqueueActions, fromCallback, sendTo, setup } from 'xstate';
 import type { ExitReport } from '../worker.types.js';
 
 export interface LaunchBase {
@@ -31,7 +35,11 @@ export type EngineCommand = { type: 'engine.stop' } | { type: 'engine.kill' };
 export type LifecycleEmitted<K extends string> =
   | { type: 'worker.started'; kind: K; generation: number; pid: number }
   | { type: 'worker.loaded'; kind: K; generation: number }
-  | { type: 'worker.exited'; kind: K; generation: number; cause: string; message: string };
+  | { type: 'worker.exited'; kind: K; generation: number; cause: string; message: string }
+  /** The unload the supervisor ordered is done: the process is gone (or the start never began). */
+  | { type: 'worker.unloaded'; kind: K; generation: number }
+  /** The process outlived SIGKILL by the kill limit: its memory is not free. `worker.unloaded` follows if it ends. */
+  | { type: 'worker.lost'; kind: K; generation: number; pid: number | null };
 
 export interface LifecycleContext<L extends LaunchBase> {
   launch: L | null;
@@ -41,14 +49,24 @@ export interface LifecycleContext<L extends LaunchBase> {
   /** Why the worker is being unloaded, or the failure that ends it (then reported as `worker.exited`). */
   stopping: { reason: string; failure: { cause: string; message: string } | null } | null;
   last: string | null;
+  /** Starts unloaded before they began (newest last, a few kept): their `worker.start` is ignored. */
+  cancelled: number[];
   loadTimeLimitMs: number;
   terminationGraceMs: number;
+  /** How long a process may outlive SIGKILL before it is reported lost. */
+  killLimitMs: number;
 }
 
 export interface LifecycleInput {
   loadTimeLimitMs?: number;
   terminationGraceMs?: number;
+  killLimitMs?: number;
 }
+
+/** A process still there this long after SIGKILL is stuck (in the kernel, a driver): it is lost. */
+export const KILL_LIMIT_MS = 10_000;
+/** How many cancelled starts a worker machine remembers. */
+const CANCELLED_KEPT = 8;
 
 export interface EngineInput<L extends LaunchBase> {
   launch: L;
@@ -111,10 +129,15 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       ownGeneration: ({ context, event }: Ctx) => event.type === 'worker.unload' && event.generation === generationOf(context),
       /** The start failed (the load limit): its end is reported as `worker.exited`. */
       stopFailed: ({ context }: Ctx) => context.stopping?.failure != null,
+      /** The unload names a start this machine has not been sent yet: it is cancelled before it begins. */
+      startNotBegun: ({ context, event }: Ctx) => event.type === 'worker.unload' && event.generation > generationOf(context),
+      /** The start was unloaded before it began: it never runs. */
+      startCancelled: ({ context, event }: Ctx) => event.type === 'worker.start' && context.cancelled.includes(event.launch.generation),
     },
     delays: {
       loadTimeLimit: ({ context }: { context: Context }) => context.loadTimeLimitMs,
       terminationGrace: ({ context }: { context: Context }) => context.terminationGraceMs,
+      killLimit: ({ context }: { context: Context }) => context.terminationGraceMs + context.killLimitMs,
     },
     actions: {
       adoptLaunch: assign(({ event }: Ctx) => (event.type === 'worker.start' ? { launch: event.launch, pid: null, port: null, stopping: null } : {})),
@@ -142,6 +165,13 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       kill: sendTo('engine', { type: 'engine.kill' } as EngineCommand),
       reportExit: emit(({ context, event }: Ctx) => exited(context, event.type === 'engine.exited' ? event.report : { cause: 'unclear', message: `the ${spec.name} ended` })),
       reportStopFailure: emit(({ context }: Ctx) => exited(context, context.stopping?.failure ?? { cause: 'unclear', message: `the ${spec.name} failed` })),
+      reportUnloaded: emit(({ context }: Ctx): Emitted => ({ type: 'worker.unloaded', kind: spec.kind, generation: generationOf(context) })),
+      reportLost: emit(({ context }: Ctx): Emitted => ({ type: 'worker.lost', kind: spec.kind, generation: generationOf(context), pid: context.pid })),
+      cancelStart: enqueueActions(({ context, event, enqueue }) => {
+        if (event.type !== 'worker.unload') return;
+        enqueue.assign({ cancelled: [...context.cancelled, event.generation].slice(-CANCELLED_KEPT) });
+        enqueue.emit({ type: 'worker.unloaded', kind: spec.kind, generation: event.generation } as Emitted);
+      }),
       forgetProcess: assign(({ context, event }: Ctx) => ({
         pid: null,
         port: null,
@@ -157,19 +187,38 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       port: null,
       stopping: null,
       last: null,
+      cancelled: [],
       loadTimeLimitMs: input.loadTimeLimitMs ?? spec.limits.loadTimeLimitMs,
       terminationGraceMs: input.terminationGraceMs ?? spec.limits.terminationGraceMs,
+      killLimitMs: input.killLimitMs ?? KILL_LIMIT_MS,
     }),
     initial: 'unloaded',
     states: {
       unloaded: {
         description: `no ${spec.name} process of ours runs`,
-        on: { 'worker.start': { target: 'running', actions: 'adoptLaunch', description: spec.rows.start } },
+        on: {
+          'worker.start': [
+            { guard: 'startCancelled', description: 'a start the supervisor unloaded before it began never runs' },
+            { target: 'running', actions: 'adoptLaunch', description: spec.rows.start },
+          ],
+          'worker.unload': {
+            guard: 'startNotBegun',
+            actions: 'cancelStart',
+            description: 'the supervisor unloads a start before its job sent it: it is cancelled, and the unload is done at once',
+          },
+        },
       },
       running: {
         description: 'the engine process exists: it loads, works, or is being ended',
         invoke: { id: 'engine', src: 'engine', input: ({ context }) => ({ launch: context.launch! }) },
-        on: { 'engine.spawned': { actions: ['adoptProcess', 'reportStarted'], description: 'the process exists: its pid is ours' } },
+        on: {
+          'engine.spawned': { actions: ['adoptProcess', 'reportStarted'], description: 'the process exists: its pid is ours' },
+          'worker.unload': {
+            guard: 'startNotBegun',
+            actions: 'cancelStart',
+            description: 'the supervisor unloads a later start before its job sent it (this process is lost): it is cancelled, and the unload is done at once',
+          },
+        },
         initial: 'loading',
         states: {
           loading: {
@@ -195,12 +244,27 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
           unloading: {
             description: 'SIGTERM was sent; SIGKILL follows after the grace period',
             entry: 'terminate',
-            after: { terminationGrace: { actions: 'kill', description: 'still alive after the grace period: SIGKILL' } },
+            after: {
+              terminationGrace: { actions: 'kill', description: 'still alive after the grace period: SIGKILL' },
+              killLimit: { target: 'lost', actions: 'reportLost', description: 'still there the kill limit after SIGKILL: lost, its memory stays reserved' },
+            },
             on: {
               'engine.exited': [
                 { guard: 'stopFailed', target: `#${spec.id}.unloaded`, actions: ['reportStopFailure', 'forgetProcess'], description: 'a failed start is gone: reported with its cause' },
-                { target: `#${spec.id}.unloaded`, actions: 'forgetProcess', description: 'the engine is gone: unloaded' },
+                { target: `#${spec.id}.unloaded`, actions: ['reportUnloaded', 'forgetProcess'], description: 'the engine is gone: unloaded' },
               ],
+            },
+          },
+          lost: {
+            description: 'the process outlived SIGKILL: reported lost; it is unloaded only when it ends',
+            on: {
+              'engine.exited': { target: `#${spec.id}.unloaded`, actions: ['reportUnloaded', 'forgetProcess'], description: 'the lost process ended at last: unloaded' },
+              'worker.start': {
+                target: `#${spec.id}.running`,
+                reenter: true,
+                actions: 'adoptLaunch',
+                description: 'the supervisor saw the lost process leave its GPUs and starts anew: the old process is given up, a new one starts',
+              },
             },
           },
         },

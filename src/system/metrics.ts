@@ -151,7 +151,7 @@ export class Metrics {
     jobGauge('jobs_running', 'Jobs holding a reservation, by job kind.', ['running']);
     new Gauge({
       name: `${PREFIX}worker_state`,
-      help: 'Each worker kind\'s load state (1 for its current state: unloaded, loading, loaded, unloading).',
+      help: 'Each worker kind\'s load state (1 for its current state: unloaded, loading, loaded, unloading, lost).',
       labelNames: ['kind', 'state'] as const,
       registers: [this.registry],
       collect() {
@@ -159,7 +159,7 @@ export class Metrics {
         const workers = supervised()?.getSnapshot().context.workers;
         for (const kind of WORKER_KINDS) {
           const current = workers?.[kind].state ?? 'unloaded';
-          for (const state of ['unloaded', 'loading', 'loaded', 'unloading'] as const) this.labels(kind, state).set(state === current ? 1 : 0);
+          for (const state of ['unloaded', 'loading', 'loaded', 'unloading', 'lost'] as const) this.labels(kind, state).set(state === current ? 1 : 0);
         }
       },
     });

@@ -51,17 +51,13 @@ export function createSupervisor(deps: SupervisorDeps): { supervisor: Supervisor
     },
   );
 
-  // The supervisor decides which worker goes; the worker adapters carry it out and report back.
+  // The supervisor decides which worker goes; the worker machine carries it out and reports its
+  // own `worker.unloaded` once its process is gone (or `worker.lost` when it is not).
   const since = new Map<WorkerKind, string>();
   supervisor.on('worker.unload', (event) => {
     log.info({ worker: event.kind, code: event.code, reason: event.reason }, 'unloading worker');
-    workers
-      .unload(event.kind, { generation: event.generation, reason: event.reason })
-      .catch((error: unknown) => log.error({ err: error, worker: event.kind }, 'worker did not unload cleanly'))
-      .finally(() => {
-        since.delete(event.kind);
-        supervisor.send({ type: 'worker.unloaded', kind: event.kind, generation: event.generation });
-      });
+    since.delete(event.kind);
+    workers.unload(event.kind, { generation: event.generation, reason: event.reason });
   });
   supervisor.on('gpu.granted', (event) => {
     if (event.start) since.set(event.worker, new Date().toISOString());

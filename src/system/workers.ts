@@ -1,12 +1,12 @@
 // The hooks through which the supervisor's decisions reach the worker adapters. The chat, image,
-// TTS and STT workers (later issues) register here: when the supervisor emits `worker.unload` for a
-// kind, that kind's hook unloads its process, and the system reports `worker.unloaded` back.
+// TTS, STT and enhancer workers register here: when the supervisor emits `worker.unload` for a
+// kind, that kind's hook hands the command to its worker machine, which reports back itself.
 export interface WorkerHook {
   name: string;
   /** The worker kind this hook unloads on the supervisor's `worker.unload`. */
   kind?: WorkerStatus['kind'];
-  /** Unload the worker start the supervisor names: own processes get SIGTERM, then SIGKILL after a grace period. */
-  unload?: (command: UnloadCommand) => Promise<void>;
+  /** Hand the supervisor's unload of one start to the worker machine (SIGTERM, then SIGKILL after a grace period). */
+  unload?: (command: UnloadCommand) => void;
   /** What the status object shows for this worker, if it is loaded. */
   describe?: () => WorkerStatus | undefined;
 }
@@ -37,15 +37,9 @@ export class WorkerHooks {
     };
   }
 
-  async #all(pick: (hook: WorkerHook) => Promise<void> | undefined): Promise<void> {
-    const results = await Promise.allSettled(this.#hooks.map((hook) => pick(hook)));
-    const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [`${this.#hooks[i]?.name}: ${String(r.reason)}`] : []));
-    if (failed.length > 0) throw new Error(failed.join('; '));
-  }
-
-  /** Unloads the workers of one kind; nothing to do when none is registered. */
-  async unload(kind: WorkerStatus['kind'], command: UnloadCommand): Promise<void> {
-    await this.#all((hook) => (hook.kind === kind ? hook.unload?.(command) : undefined));
+  /** Hands the unload to the workers of one kind; nothing to do when none is registered. */
+  unload(kind: WorkerStatus['kind'], command: UnloadCommand): void {
+    for (const hook of this.#hooks) if (hook.kind === kind) hook.unload?.(command);
   }
 
   statuses(): WorkerStatus[] {

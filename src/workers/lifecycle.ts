@@ -35,12 +35,14 @@ export function workerActorOptions(systemId: string, deps: Pick<WorkerDeps, 'ins
 }
 
 export interface WorkerSnapshotLike {
-  matches(state: 'unloaded' | { running: 'loading' | 'loaded' | 'unloading' }): boolean;
+  matches(state: 'unloaded' | { running: 'loading' | 'loaded' | 'unloading' | 'lost' }): boolean;
   context: {
     launch: { generation: number; profileId: string } | null;
     pid: number | null;
     stopping: { reason: string; failure: { message: string } | null } | null;
     last: string | null;
+    /** Starts unloaded before they began. */
+    cancelled: number[];
   };
 }
 
@@ -115,7 +117,7 @@ function whenGone<S extends WorkerSnapshotLike>(actor: WorkerActorLike<S>, gener
 function describeWorker(snapshot: WorkerSnapshotLike, kind: WorkerStatus['kind'], since: string | null, gpus: string[]): WorkerStatus | undefined {
   const { launch, pid } = snapshot.context;
   if (snapshot.matches('unloaded') || !launch) return undefined;
-  const state = snapshot.matches({ running: 'loaded' }) ? 'loaded' : snapshot.matches({ running: 'loading' }) ? 'loading' : 'unloading';
+  const state = snapshot.matches({ running: 'loaded' }) ? 'loaded' : snapshot.matches({ running: 'loading' }) ? 'loading' : snapshot.matches({ running: 'lost' }) ? 'lost' : 'unloading';
   return { kind, profile_id: launch.profileId, state, pid, gpus, since };
 }
 
@@ -123,23 +125,19 @@ export interface Connection {
   name: string;
   /** The supervisor: every report of the machine goes to it as it is. */
   supervisor: { send(event: never): void };
-  workers: { register(hook: { name: string; kind: WorkerStatus['kind']; unload: (command: { generation: number; reason: string }) => Promise<void>; describe: () => WorkerStatus | undefined }): unknown };
-  log: { error(details: object, message: string): void };
+  workers: { register(hook: { name: string; kind: WorkerStatus['kind']; unload: (command: { generation: number; reason: string }) => void; describe: () => WorkerStatus | undefined }): unknown };
+  log: { error(details: object, message: string): void; warn(details: object, message: string): void };
 }
 
 /**
  * What the worker adapters share: the actor of their worker machine, started and connected (its
- * reports go to the supervisor, the supervisor's unload commands reach it through the worker
- * hooks); the start sent by the job whose grant carries a start plan; waiting for `loaded`; the
- * unload; the status line. Subclasses give the launch of a profile and their work.
+ * reports go to the supervisor as they are, `worker.unloaded` and `worker.lost` included; the
+ * supervisor's unload commands reach it through the worker hooks); the start sent by the job whose
+ * grant carries a start plan; waiting for `loaded`; the status line. Subclasses give the launch of
+ * a profile and their work.
  */
 export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
   #since: string | null = null;
-  /**
-   * Starts the supervisor unloaded before their job sent them (a narrow gap after the grant):
-   * such a start must never begin, and its jobs must not wait for it.
-   */
-  readonly #unloadedEarly = new Set<number>();
 
   protected constructor(
     readonly actor: WorkerActorLike<S> & {
@@ -155,6 +153,7 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
   ) {
     actor.on('*', (event) => {
       if (event.type === 'worker.loaded') this.#since = new Date().toISOString();
+      if (event.type === 'worker.lost') connection.log.warn({ worker: kind, pid: this.actor.getSnapshot().context.pid }, 'worker process did not end after SIGKILL: lost, its memory stays reserved');
       connection.supervisor.send(event as never);
     });
     actor.subscribe({ error: (error) => connection.log.error({ err: error }, `${connection.name} actor failed`) });
@@ -177,27 +176,19 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
 
   /** The job whose grant starts the worker sends the start; others of the same start only wait. */
   start(lease: { generation: number; start: unknown }, profile: P): void {
-    if (lease.start === null || this.#unloadedEarly.has(lease.generation)) return;
+    if (lease.start === null) return;
     this.actor.send({ type: 'worker.start', launch: this.launchOf(lease, profile) });
   }
 
   /** Resolves once the start `generation` is loaded; rejects when it ends first or `signal` aborts. */
   async ready(generation: number, signal?: AbortSignal): Promise<void> {
-    const early = () => (this.#unloadedEarly.has(generation) ? `the ${this.kind} worker start was unloaded before it began` : undefined);
+    const early = () => (this.actor.getSnapshot().context.cancelled.includes(generation) ? `the ${this.kind} worker start was unloaded before it began` : undefined);
     await whenLoaded(this.actor, generation, this.failure, signal, early);
   }
 
-  /** The supervisor's unload command for one start: resolves once that start is gone. */
-  async unload(generation: number, reason: string): Promise<void> {
-    const snapshot = this.actor.getSnapshot();
-    const current = snapshot.context.launch?.generation ?? 0;
-    if (generation > current) {
-      this.#unloadedEarly.add(generation);
-      return;
-    }
-    if (snapshot.matches('unloaded') || current !== generation) return;
+  /** The supervisor's unload command for one start: the machine carries it out and reports it. */
+  unload(generation: number, reason: string): void {
     this.actor.send({ type: 'worker.unload', generation, reason });
-    await whenGone(this.actor, generation);
   }
 
   /** Resolves once the start `generation` is gone (unloaded, or replaced by a later start). */

@@ -94,6 +94,8 @@ export interface HarnessOptions {
   /** Workers answer `worker.unload` and a granted start on their own (default true). */
   autoWorkers?: boolean;
   maxWaiting?: number;
+  /** Kinds whose process outlives SIGKILL: their unload is answered with `worker.lost`, not `worker.unloaded`. */
+  stuck?: WorkerKind[];
   /** The actor system's inspection observer (the metrics' hook). */
   inspect?: (event: InspectionEvent) => void;
 }
@@ -145,7 +147,11 @@ export function supervisorHarness(options: HarnessOptions = {}) {
   actor.on('*', (event) => {
     emitted.push(event);
     if (!auto) return;
-    if (event.type === 'worker.unload') actor.send({ type: 'worker.unloaded', kind: event.kind, generation: event.generation });
+    if (event.type === 'worker.unload') {
+      const stuck = options.stuck?.includes(event.kind);
+      const worker = actor.getSnapshot().context.workers[event.kind];
+      actor.send(stuck ? { type: 'worker.lost', kind: event.kind, generation: event.generation, pid: worker.pid } : { type: 'worker.unloaded', kind: event.kind, generation: event.generation });
+    }
     // An image grant with an enhancer step starts the enhancer first; its image starts after `enhancer.done`.
     const start = event.type === 'gpu.granted' && event.start ? (event.enhancer ? { kind: 'enhancer' as const, generation: event.enhancer.generation } : { kind: event.worker, generation: event.generation }) : null;
     if (start) {

@@ -20,6 +20,7 @@ import {
   type EngineInput,
 } from '../../machines/chatWorker/index.js';
 import type { ExitReport } from '../../machines/worker.types.js';
+import { KILL_LIMIT_MS } from '../../machines/worker/lifecycle.js';
 
 // ---------------------------------------------------------------------------------------------
 // Harness
@@ -217,7 +218,7 @@ async function runRow(t: Test, row: Row) {
     const own = h.proc();
     const eventsBefore = h.emitted.length;
     t.ok(h.snapshot().can({ type: 'worker.unload', generation: 1, reason: row.unload }), 'the own generation can be unloaded');
-    t.notOk(h.snapshot().can({ type: 'worker.unload', generation: 7, reason: row.unload }), 'another generation cannot');
+    t.notOk(h.snapshot().can({ type: 'worker.unload', generation: 0, reason: row.unload }), 'an earlier generation cannot');
     h.unload(1, row.unload);
     t.equal(h.state(), 'running.unloading');
     t.same(own.commands, ['engine.stop'], 'SIGTERM first');
@@ -227,14 +228,15 @@ async function runRow(t: Test, row: Row) {
     t.same(own.commands, ['engine.stop'], 'no SIGKILL before the grace has passed');
     h.clock.increment(1);
     t.same(own.commands, ['engine.stop', 'engine.kill'], `SIGKILL exactly after the ${grace} ms grace`);
-    h.clock.increment(grace * 3);
+    h.clock.increment(KILL_LIMIT_MS - 1);
     t.same(own.commands, ['engine.stop', 'engine.kill'], 'one SIGKILL only');
-    t.equal(h.state(), 'running.unloading', 'unloading lasts until the process is gone');
+    t.equal(h.state(), 'running.unloading', 'unloading lasts until the process is gone (within the kill limit)');
+    t.equal(h.emitted.length, eventsBefore, 'nothing is reported while the process is still there');
     h.exited(exitReport({ signal: 'SIGKILL', message: 'killed after the grace period' }));
     t.equal(h.state(), 'unloaded');
     t.ok(own.cleanedUp, 'the process actor was stopped (its cleanup ran)');
     t.same(h.exits(), [], 'an expected unload is not reported as worker.exited');
-    t.equal(h.emitted.length, eventsBefore, 'nothing at all is emitted for an expected unload');
+    t.same(h.emitted.slice(eventsBefore), [{ type: 'worker.unloaded', kind: 'chat', generation: 1 }], 'the machine reports its own unload, once the process is gone');
     t.match(h.snapshot().context, { pid: null, port: null, stopping: null, last: row.unload });
     t.ok(h.snapshot().can({ type: 'worker.start', launch: launch({ generation: 2 }) }), 'a new start can follow');
   }
@@ -285,7 +287,6 @@ t.test('an unload naming another generation changes nothing, while loading or lo
   t.equal(h.state(), 'running.loading');
   h.spawned();
   h.ready();
-  h.unload(6, 'a later start');
   h.unload(0, 'nothing');
   t.equal(h.state(), 'running.loaded');
   t.same(h.proc().commands, [], 'no signal');
@@ -293,8 +294,53 @@ t.test('an unload naming another generation changes nothing, while loading or lo
     h.emitted.map((e) => e.type),
     ['worker.started', 'worker.loaded'],
   );
+  // A later start the supervisor unloads before its job sent it: cancelled, and reported done at once.
+  h.unload(6, 'a later start');
+  t.equal(h.state(), 'running.loaded', 'this start goes on');
+  t.same(h.proc().commands, [], 'no signal to this process');
+  t.same(h.emitted.at(-1), { type: 'worker.unloaded', kind: 'chat', generation: 6 });
+  h.start(launch({ generation: 6 }));
+  t.equal(h.processes.length, 1, 'the cancelled start never runs');
   h.unload(5, 'the right one');
   t.equal(h.state(), 'running.unloading', 'the own generation does unload');
+});
+
+t.test('a process that outlives SIGKILL by the kill limit is lost: reported with its pid, unloaded only when it ends', async (t) => {
+  const h = harness();
+  h.load();
+  const own = h.proc();
+  h.unload(1, 'switch to profile b');
+  h.clock.increment(CHAT_WORKER_LIMITS.terminationGraceMs);
+  t.same(own.commands, ['engine.stop', 'engine.kill']);
+  h.clock.increment(KILL_LIMIT_MS - 1);
+  t.equal(h.state(), 'running.unloading');
+  h.clock.increment(1);
+  t.equal(h.state(), 'running.lost', 'still there the kill limit after SIGKILL');
+  t.same(h.emitted.at(-1), { type: 'worker.lost', kind: 'chat', generation: 1, pid: h.snapshot().context.pid }, 'reported lost, with its pid');
+  t.ok((h.snapshot().context.pid ?? 0) > 0, 'the pid is known');
+  t.notOk(h.emitted.some((e) => e.type === 'worker.unloaded'), 'not reported unloaded: its memory is not free');
+  h.clock.increment(KILL_LIMIT_MS * 10);
+  t.equal(h.state(), 'running.lost', 'it stays lost');
+  h.exited(exitReport({ signal: 'SIGKILL', message: 'ended at last' }));
+  t.equal(h.state(), 'unloaded');
+  t.same(h.emitted.at(-1), { type: 'worker.unloaded', kind: 'chat', generation: 1 }, 'unloaded once it ends at last');
+  t.same(h.exits(), [], 'an unload is never an exit');
+});
+
+t.test('a lost process the supervisor gave up on: a new start begins a new process, and the old one is let go', async (t) => {
+  const h = harness();
+  h.load();
+  const old = h.proc();
+  h.unload(1, 'endpoint stop');
+  h.clock.increment(CHAT_WORKER_LIMITS.terminationGraceMs + KILL_LIMIT_MS);
+  t.equal(h.state(), 'running.lost');
+  h.unload(2, 'a start cancelled before it began');
+  t.same(h.emitted.at(-1), { type: 'worker.unloaded', kind: 'chat', generation: 2 }, 'a later start unloaded before it began is done at once, also while lost');
+  h.start(launch({ generation: 3 }));
+  t.equal(h.state(), 'running.loading', 'the new start loads');
+  t.ok(old.cleanedUp, "the lost process's actor was stopped (its cleanup kills what is left)");
+  t.equal(h.processes.length, 2, 'a new process');
+  t.same(h.proc().launch, launch({ generation: 3 }));
 });
 
 t.test('an unload in the unloaded state changes nothing', async (t) => {
@@ -424,7 +470,8 @@ t.test('every state is reachable (xstate/graph shortest paths)', async (t) => {
   const names = getStateNodes(chatWorkerMachine.root)
     .map((node) => node.path.join('.'))
     .sort();
-  t.same(names, ['running', 'running.loaded', 'running.loading', 'running.unloading', 'unloaded'], 'the machine has exactly these states');
+  t.same(names, ['running', 'running.loaded', 'running.loading', 'running.lost', 'running.unloading', 'unloaded'], 'the machine has exactly these states');
+  // running.lost is reached by a delay (the kill limit): the test of a process that outlives SIGKILL reaches it.
   const logic = chatWorkerMachine.provide({ actors: { engine: fromCallback<EngineCommand, EngineInput, ChatWorkerEvent>(() => undefined) } });
   const events: ChatWorkerEvent[] = [
     { type: 'worker.start', launch: launch() },

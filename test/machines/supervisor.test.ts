@@ -229,6 +229,51 @@ const chatRows: Row[] = [
 
 const reportRows: Row[] = [
   {
+    row: 'an unload that fails (the process outlives SIGKILL): the worker is lost and keeps its memory until the probe shows it gone',
+    async run(t) {
+      const h = supervisorHarness({ stuck: ['chat'], world: { gpus: [gpu('GPU-a', 24 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      await h.release(await h.submit({ profileId: 'a' }));
+      const pid = h.worker('chat').pid!;
+      const held = h.worker('chat').plan?.forecast.gpuMiB['GPU-a'] ?? 0;
+      t.ok(held > 0, `the chat worker holds ${Math.round(held)} MiB of GPU-a`);
+      // Its process still holds that memory on the GPU, as nvidia-smi would show it.
+      h.world.gpus = [gpu('GPU-a', 24 * GIB, 24 * GIB - Math.ceil(held), [{ pid, usedMiB: Math.ceil(held) }])];
+      const next = await h.submit({ profileId: 'b' });
+      t.same(h.unloads('chat').map((u) => u.code), ['profile_switch']);
+      t.equal(h.worker('chat').state, 'lost', 'the unload failed: lost');
+      t.match(h.worker('chat'), { pid, last: /did not end after SIGKILL/ }, 'it keeps its pid and says why');
+      t.ok(h.worker('chat').plan, 'and its plan: its memory stays counted');
+      t.same(h.outcome(next), ['job.queued'], 'a new chat start waits: its process may still hold the GPU');
+      t.ok(h.calls.includes('watch start'), 'the GPU watcher runs to see it go');
+      // A TTS start on the same GPU counts the lost worker's memory as taken.
+      const speech = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
+      t.same(h.outcome(speech), ['job.queued', 'granted +start']);
+      t.ok((h.grant(speech)?.start?.gpuBudget[0]?.availableMiB ?? Infinity) <= 24 * GIB - held, 'the memory check did not count the lost memory as free');
+      await h.release(speech);
+      // The probe still shows it: nothing changes.
+      await h.send({ type: 'gpu.inventory', gpus: [gpu('GPU-a', 24 * GIB, 10 * GIB, [{ pid, usedMiB: Math.ceil(held) }])] });
+      t.equal(h.worker('chat').state, 'lost');
+      // The probe no longer shows it: its memory is free, and the waiting start goes ahead.
+      h.world.gpus = [gpu('GPU-a', 24 * GIB)];
+      await h.send({ type: 'gpu.inventory', gpus: [gpu('GPU-a', 24 * GIB)] });
+      t.equal(h.worker('chat').profileId, 'b', 'the waiting chat job started its worker once the lost one was gone');
+      t.same(h.outcome(next), ['job.queued', 'granted +start']);
+    },
+  },
+  {
+    row: 'an endpoint stop with a worker that outlives SIGKILL still ends: the lost worker does not hold the stop forever',
+    async run(t) {
+      const h = supervisorHarness({ stuck: ['chat'] });
+      await h.release(await h.submit({ profileId: 'a' }));
+      await h.send({ type: 'workers.unloadAll', requestId: 'stop' });
+      t.equal(h.worker('chat').state, 'lost');
+      t.ok(h.emitted.some((e) => e.type === 'supervisor.reply' && e.requestId === 'stop'), 'the stop is answered');
+      // The process ends at last: unloaded.
+      await h.send({ type: 'worker.unloaded', kind: 'chat', generation: h.gen('chat') });
+      t.equal(h.worker('chat').state, 'unloaded');
+    },
+  },
+  {
     row: 'a worker whose program is gone when its start runs: its job ends with runtime_missing (503), not worker_failed',
     async run(t) {
       const h = supervisorHarness({ autoWorkers: false });

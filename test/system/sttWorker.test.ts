@@ -1,6 +1,7 @@
 // The STT worker adapter with the real engine (native/pocketsphinx-worker.c): the job whose grant
 // starts it sends the start, the engine loads once, transcribes recording after recording in the
-// same process, reports started/loaded to the supervisor, unloads on command (its process ends),
+// same process, reports started/loaded to the supervisor, unloads on command and reports it once its
+// process has ended,
 // and an engine that dies is reported at once as worker.exited with a diagnosis.
 import os from 'node:os';
 import path from 'node:path';
@@ -23,7 +24,10 @@ function setUp(t: Test) {
   const worker = new SttWorker({ supervisor, workers, log: createLogger({ level: 'silent' }), lookup: { env: process.env, cacheDir }, env: process.env });
   t.teardown(async () => {
     const { launch } = worker.actor.getSnapshot().context;
-    if (launch) await worker.unload(launch.generation, 'test end');
+    if (launch) {
+      worker.unload(launch.generation, 'test end');
+      await worker.gone(launch.generation);
+    }
     worker.stop();
   });
   return { worker, workers, reports };
@@ -44,9 +48,11 @@ t.test('load once, transcribe twice in one process, unload on command', async (t
   t.match(first, /hello|world|test/, `the first recording: "${first}"`);
   t.match(second, /morning|how|are|you/, `the second recording: "${second}"`);
   t.equal(worker.describe()?.pid, pid, 'the same process answered both: the model stayed loaded');
-  await workers.unload('stt', { generation: 1, reason: 'endpoint stop' });
+  workers.unload('stt', { generation: 1, reason: 'endpoint stop' });
+  const unloaded = await until('the worker to report its unload', async () => reports.find((r) => r.type === 'worker.unloaded'));
+  t.match(unloaded, { kind: 'stt', generation: 1 }, 'the worker reports its own unload');
+  t.notOk(alive(pid!), 'only once its process is gone');
   t.equal(worker.describe(), undefined, 'unloaded');
-  await until('the engine to end', async () => (alive(pid!) ? undefined : true));
   t.notOk(reports.some((r) => r.type === 'worker.exited'), 'an unload we asked for is not an exit');
   await t.rejects(worker.transcribe(1, Buffer.alloc(0), 'en'), /not running/, 'no transcription without a worker');
 });
