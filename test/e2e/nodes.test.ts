@@ -4,10 +4,12 @@
 // (the real llama-server on a tiny model); node 2 serves speech (espeak-ng), transcription
 // (pocketsphinx), images (the sd-cli stand-in) and a second chat profile. Checked: each request
 // lands on the node that publishes its model (JSON bodies, multipart forms, the path), the lists
-// are merged, a stream passes event by event, uncompressed, while the node still generates it, and
+// are merged, a stream passes uncompressed with no event held back in nginx (node 1's worker is
+// stopped mid-stream and every event it sent must arrive), while the node still generates it, and
 // a client that leaves frees the node's slot, an unknown model gets the service's 404, the front token and each node's own token
 // are kept apart, a node that is down is named, and nginx's access log holds no token or prompt.
 import { writeFile } from 'node:fs/promises';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI, { toFile } from 'openai';
@@ -44,6 +46,38 @@ async function publish(t: Parameters<typeof build>[0], b: Built, profile: { name
   return id;
 }
 
+/** A TCP tap in front of a node's API port: it forwards both ways and counts the SSE events the node sends. */
+async function eventTap(t: Parameters<typeof build>[0], port: string): Promise<{ port: number; events: () => number }> {
+  let events = 0;
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(Number(port), '127.0.0.1');
+    sockets.add(client).add(upstream);
+    let tail = '';
+    upstream.on('data', (chunk: Buffer) => {
+      const text = tail + chunk.toString('latin1');
+      events += text.split('data: ').length - 1 - (tail.split('data: ').length - 1);
+      tail = text.slice(-5);
+      client.write(chunk);
+    });
+    client.pipe(upstream);
+    const close = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    upstream.on('end', () => client.end());
+    upstream.on('error', close);
+    client.on('error', close);
+    client.on('close', () => upstream.end());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  t.teardown(() => {
+    for (const socket of sockets) socket.destroy();
+    server.close();
+  });
+  return { port: (server.address() as AddressInfo).port, events: () => events };
+}
+
 const found = await findNginx();
 const missing =
   'missing' in found
@@ -77,8 +111,11 @@ t.test('two nodes behind nginx through the openai client', { skip: missing }, as
   await publish(t, node2, { name: 'painter', category: 'image', params: { model: painterModel, width: 64, height: 64, steps: 4, referenceImages: 4 } });
 
   const address = (b: Built) => new URL(b.apiUrl()).host;
+  // nginx reaches node 1 through a tap that counts the SSE events node 1 sends, so the test can
+  // tell what nginx has received from what it has passed on.
+  const tap = await eventTap(t, new URL(node1.apiUrl()).port);
   const nginx = await startNginx(t, found, FRONT_TOKEN, [
-    { address: address(node1), token: NODE1_TOKEN },
+    { address: `127.0.0.1:${tap.port}`, token: NODE1_TOKEN },
     { address: address(node2), token: NODE2_TOKEN },
   ]);
   const client = new OpenAI({ apiKey: FRONT_TOKEN, baseURL: `${nginx.url}/v1`, maxRetries: 0, timeout: 120_000 });
@@ -119,40 +156,53 @@ t.test('two nodes behind nginx through the openai client', { skip: missing }, as
   t.ok(edited.data?.[0]?.b64_json, 'an edit with a reference image answered by node 2');
   t.same([await routed(node2, '/v1/images/generations'), await routed(node2, '/v1/images/edits')], [1, 1]);
 
-  // A stream passes through as node 1 sends it, uncompressed, its events one or a few a read.
-  // (Tried: nginx with proxy buffers and gzip on event streams hands 140 events over in 2 reads.)
-  // A busy test machine may read late and see a burst; buffering by nginx shows in every try,
-  // so the stream is read up to five times, 1.5 s apart (the other test files' load comes in
-  // waves: in one CI run three tries in a row saw 4 reads), and the best try counts.
-  const streamReads = async () => {
-    const raw = await fetch(`${nginx.url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${FRONT_TOKEN}`, 'content-type': 'application/json', 'accept-encoding': 'gzip' },
-      body: JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'go' }], max_tokens: 4000, stream: true }),
-    });
-    const reader = raw.body!.getReader();
-    const perRead: number[] = [];
-    for (let events = 0; events < 100; ) {
+  // A stream passes through as node 1 sends it, uncompressed, and nginx holds no event back: with
+  // node 1's llama-server stopped (SIGSTOP) after the first event, every event node 1 has sent by
+  // then (counted at the tap) reaches the client. A buffering nginx (proxy buffers, or gzip on event
+  // streams) keeps a part-filled buffer until more comes, which never happens while it is stopped.
+  const before = tap.events();
+  const raw = await fetch(`${nginx.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${FRONT_TOKEN}`, 'content-type': 'application/json', 'accept-encoding': 'gzip' },
+    body: JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'go' }], max_tokens: 4000, stream: true }),
+  });
+  t.equal(raw.headers.get('content-type'), 'text/event-stream; charset=utf-8');
+  t.equal(raw.headers.get('content-encoding'), null, 'an event stream is not compressed');
+  const reader = raw.body!.getReader();
+  let received = 0;
+  let reads = 0;
+  let reading = true;
+  const drained = (async () => {
+    while (reading) {
       const { value, done } = await reader.read();
       if (done) break;
-      const count = Buffer.from(value).toString('utf8').split('data: ').length - 1;
-      perRead.push(count);
-      events += count;
+      reads += 1;
+      received += Buffer.from(value).toString('utf8').split('data: ').length - 1;
     }
+  })();
+  await until('the first event through nginx', async () => (received > 0 ? true : undefined));
+  const generating = (await (await node1.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; pid: number | null }> };
+  const llamaPid = generating.workers.find((w) => w.kind === 'chat')?.pid;
+  t.ok(llamaPid, "node 1's llama-server runs");
+  process.kill(llamaPid!, 'SIGSTOP');
+  try {
+    // Node 1 sends what it had; then nothing more comes through the tap.
+    let last = -1;
+    const sent = await until('node 1 to send nothing more', async () => {
+      const now = tap.events() - before;
+      if (now === last) return now;
+      last = now;
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      return undefined;
+    });
+    const got = await until('every event node 1 sent to reach the client', async () => (received >= sent ? received : undefined), 10_000).catch(() => received);
+    t.equal(got, sent, `nginx passed on every event node 1 sent before it was stopped (${sent} events, in ${reads} reads)`);
+  } finally {
+    process.kill(llamaPid!, 'SIGCONT');
+    reading = false;
     await reader.cancel();
-    const median = [...perRead].sort((a, b) => a - b)[Math.floor(perRead.length / 2)] ?? Infinity;
-    return { perRead, median, compressed: raw.headers.get('content-encoding'), type: raw.headers.get('content-type') };
-  };
-  let tried = await streamReads();
-  let tries = 1;
-  for (; tries < 5 && tried.median >= 8; tries += 1) {
-    await new Promise((resolve) => setTimeout(resolve, 1_500));
-    tried = await streamReads();
+    await drained.catch(() => undefined);
   }
-  const { perRead, median } = tried;
-  t.equal(tried.type, 'text/event-stream; charset=utf-8');
-  t.equal(tried.compressed, null, 'an event stream is not compressed');
-  t.ok(median < 8, `the first ${perRead.reduce((a, b) => a + b, 0)} events came in ${perRead.length} reads, a median of ${median} a read (try ${tries} of at most 5)`);
 
   // Its first event arrives while node 1 still generates the answer, and a client that leaves
   // frees node 1's slot long before the answer's end.

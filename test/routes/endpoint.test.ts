@@ -4,6 +4,7 @@ import t from 'tap';
 import { ReservationDenied } from '../../src/system/scheduler.js';
 import type { EndpointStatus } from '../../src/system/status.js';
 import { build, failureOf, freePort } from '../helpers/build.js';
+import { pocketsphinxPath } from '../helpers/speech.js';
 import { until } from '../helpers/until.js';
 
 const code = async (response: Response) => ((await response.json()) as { error: { code: string; param: string | null } }).error;
@@ -70,21 +71,26 @@ const sttJob = (profileId = 'p-stt') =>
   }) as const;
 
 t.test('stop: no new requests, waiting discarded, running work finishes, then workers unloaded; the status shows stopping', async (t) => {
-  const b = await build(t);
+  const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
   await b.startEndpoint();
   const calls: string[] = [];
-  let releaseUnload = () => {};
-  b.service.workers.register({
-    name: 'probe',
-    kind: 'stt',
-    unload: () =>
-      new Promise<void>((resolve) => {
-        calls.push('unload');
-        releaseUnload = () => resolve();
-      }),
-  });
+  b.service.workers.register({ name: 'probe', kind: 'stt', unload: () => void calls.push('unload') });
   const running = await b.service.scheduler.reserve(sttJob());
   t.ok(running.start, 'the first job starts the STT worker');
+  // The real STT engine, stopped with SIGSTOP: the unload's SIGTERM waits until it runs again, so
+  // the stop stays in its unloading step for as long as the test needs to look.
+  b.service.stt.start(running, sttJob().profile as never);
+  await b.service.stt.ready(running.generation);
+  const pid = b.service.stt.describe()?.pid;
+  t.ok(pid, 'the engine runs');
+  process.kill(pid!, 'SIGSTOP');
+  t.teardown(() => {
+    try {
+      process.kill(pid!, 'SIGCONT');
+    } catch {
+      // gone
+    }
+  });
   const waiting = b.service.scheduler.reserve(sttJob()).catch((error: unknown) => {
     calls.push(`waiting: ${(error as ReservationDenied).code}`);
     return error;
@@ -111,8 +117,8 @@ t.test('stop: no new requests, waiting discarded, running work finishes, then wo
   t.same(calls, ['waiting: endpoint_stopped', 'unload'], 'once it has finished, the workers are unloaded');
   const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
   t.equal(status.status, 'stopping');
-  t.match(status.workers, [{ kind: 'stt', state: 'unloading', last: 'endpoint stop' }], 'the worker being unloaded appears in the status');
-  releaseUnload();
+  t.match(status.workers, [{ kind: 'stt', state: 'unloading', last: 'endpoint stop', pid }], 'the worker being unloaded appears in the status');
+  process.kill(pid!, 'SIGCONT');
   const stopped = await stopping;
   t.equal(stopped.status, 200);
   t.match(await stopped.json(), { status: 'stopped', workers: [], queue: { waiting: [], running: [] } });
