@@ -13,6 +13,7 @@ import { ReservationRevoked, type Lease } from '../system/scheduler.js';
 import { ApiError, errors } from '../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
 import type { ChatParams } from '../store/profile.schema.js';
+import { eventData, eventStart, nextBlankLine, wholeEventsEnd } from './sse.js';
 
 export const CHAT_LIMITS = {
   /** Spec 8: 120 s without response data from the worker. */
@@ -317,7 +318,6 @@ export async function openChat(
 /** An SSE event carrying an error, the contract's ending of a stream that already started. */
 export const sseError = (error: ApiError): string => `data: ${JSON.stringify(error.body())}\n\n`;
 
-const BLANK_LINE = Buffer.from('\n\n');
 /** Only an event that holds these bytes can be an error event (JSON escapes a quote inside a string). */
 const ERROR_KEY = Buffer.from('"error"');
 /** An unfinished event held back longer than this is relayed as it is (the memory a stream may pin). */
@@ -333,17 +333,10 @@ export function streamedError(events: Buffer): { at: number; status: number; bod
   while (from < events.length) {
     const found = events.indexOf(ERROR_KEY, from);
     if (found < 0) return undefined;
-    const previous = events.lastIndexOf(BLANK_LINE, found);
-    const at = previous < 0 ? 0 : previous + 2;
-    const endsAt = events.indexOf(BLANK_LINE, found);
-    const end = endsAt < 0 ? events.length : endsAt;
-    const data = events
-      .subarray(at, end)
-      .toString('utf8')
-      .split('\n')
-      .filter((line) => line.startsWith('data:'))
-      .map((line) => line.slice(5))
-      .join('\n');
+    const at = Math.max(from, eventStart(events, found));
+    const blank = nextBlankLine(events, found);
+    const end = blank?.at ?? events.length;
+    const data = eventData(events.subarray(at, end).toString('utf8'));
     try {
       const parsed = JSON.parse(data) as unknown;
       if (typeof parsed === 'object' && parsed !== null && Object.hasOwn(parsed, 'error')) {
@@ -354,7 +347,7 @@ export function streamedError(events: Buffer): { at: number; status: number; bod
     } catch {
       // Not a JSON event (a content chunk cannot hold `"error"` unescaped, but a stand-in may).
     }
-    from = end + 2;
+    from = blank?.end ?? events.length;
   }
   return undefined;
 }
@@ -451,8 +444,7 @@ export function relayStream(
     response.on('data', (chunk: Buffer) => {
       if (over || chunk.length === 0) return;
       const data = held ? Buffer.concat([held, chunk]) : chunk;
-      const blank = data.lastIndexOf(BLANK_LINE);
-      const cut = blank < 0 ? 0 : blank + 2;
+      const cut = wholeEventsEnd(data);
       held = cut < data.length ? data.subarray(cut) : undefined;
       if (cut > 0) relay(cut === data.length ? data : data.subarray(0, cut));
       if (held && held.length > HELD_LIMIT && !over) {

@@ -19,6 +19,7 @@ import type { ChatProfile } from './chat.js';
 import { chatRequestSchema, upstreamBody } from './chat.schema.js';
 import { CHAT_LIMITS, openChat, readBody, relayStream, workerStatusError, type ChatLimits } from './chatRequest.js';
 import { jobFailure } from './job.js';
+import { SseReader } from './sse.js';
 
 export const CHAT_TEST_MAX_TOKENS = 4096;
 
@@ -68,27 +69,6 @@ function throughput(tokens: unknown, ms: unknown, perSecond: unknown): Throughpu
   if (typeof tokens !== 'number' || typeof ms !== 'number') return null;
   const rate = typeof perSecond === 'number' && Number.isFinite(perSecond) ? perSecond : ms > 0 ? (tokens * 1000) / ms : 0;
   return { tokens, ms: round(ms, 3), tokens_per_second: round(rate) };
-}
-
-/** Reads the SSE events of a worker stream as they come, split at blank lines. */
-export class SseReader {
-  #pending = '';
-  constructor(readonly onEvent: (data: string) => void) {}
-  push(chunk: Buffer): void {
-    this.#pending += chunk.toString('utf8');
-    for (;;) {
-      const end = this.#pending.search(/\r?\n\r?\n/);
-      if (end < 0) return;
-      const block = this.#pending.slice(0, end);
-      this.#pending = this.#pending.slice(end).replace(/^\r?\n\r?\n/, '');
-      const data = block
-        .split(/\r?\n/)
-        .filter((line) => line.startsWith('data:'))
-        .map((line) => line.slice(5).trimStart())
-        .join('\n');
-      if (data !== '') this.onEvent(data);
-    }
-  }
 }
 
 interface StreamChunk {
