@@ -21,7 +21,8 @@ import { loadConfig } from '../src/config.js';
 import { startService } from '../src/compose.js';
 import { createLogger } from '../src/system/log.js';
 import { enhancerRequest, readEnhancerAnswer } from '../src/workers/enhancer.js';
-import { freePort, healthStatus } from '../src/workers/llamaServer.js';
+import { healthStatus } from '../src/workers/llamaServer.js';
+import { freePort } from '../src/workers/process.js';
 import { startHub } from '../test/helpers/hub.js';
 import { llamaServerPath, tinyModelIn } from '../test/helpers/llama.js';
 

@@ -28,7 +28,7 @@ import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
 import { ProcessRecord } from './leftovers.js';
-import { endReport, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
+import { endReport, Tail, WORKER_PROCESS, workerEnv } from './process.js';
 
 export type ImageProfile = Extract<StoredProfile, { category: 'image' }>;
 

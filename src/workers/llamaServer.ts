@@ -11,7 +11,6 @@
 import { randomBytes } from 'node:crypto';
 import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
-import net from 'node:net';
 import path from 'node:path';
 import type { ResultPromise } from 'execa';
 import { fromCallback } from 'xstate';
@@ -21,9 +20,9 @@ import type { LifecycleEvent } from '../../machines/worker/lifecycle.js';
 import { readOomKills } from '../adapters/memory.js';
 import { diesWithService, startWorker } from '../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage, type RuntimeLookup } from '../adapters/runtimes.js';
-import { diagnoseExit, type WorkerKind } from '../system/diagnose.js';
-import type { ExitReport } from '../../machines/worker.types.js';
+import { diagnoseExit } from '../system/diagnose.js';
 import type { Logger } from '../system/log.js';
+import { workerEnv, WORKER_PROCESS, freePort, Tail } from './process.js';
 
 /** How much of the process's output is kept for the diagnosis (RAM only). */
 const TAIL_BYTES = 16 * 1024;
@@ -37,16 +36,6 @@ export interface ServerDeps {
   log: Logger;
   /** Where each start's key is kept for the requests (never in a machine's context, never logged). */
   keys: Map<number, string>;
-}
-
-/**
- * The environment a worker gets: what finding libraries and devices needs, never the service's
- * own secrets (SERVICE_DECK_*), and no LLAMA_ARG_* variable that could change the fixed command
- * line (an extra API key, another host).
- */
-export function workerEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  const keep = /^(PATH|HOME|TMPDIR|LANG|LC_\w+|TZ|LD_LIBRARY_PATH|CUDA_\w+|NVIDIA_\w+|GGML_\w+|HIP_\w+|ROCR_\w+|HSA_\w+|VK_\w+|OMP_\w+)$/;
-  return Object.fromEntries(Object.entries(env).filter(([name]) => keep.test(name)));
 }
 
 /**
@@ -76,36 +65,6 @@ export async function sweepLeftovers(runtimeDir: string, log: Logger): Promise<n
   return ended;
 }
 
-/**
- * How a long-running worker process is spawned: only the environment it is given, no stdin, its
- * output piped unbuffered (the adapter keeps a tail), no rejection on a failed exit, ended with
- * the service, and no forced kill by execa (the machine times SIGKILL after its own grace).
- */
-export const WORKER_PROCESS = {
-  extendEnv: false,
-  stdin: 'ignore',
-  stdout: 'pipe',
-  stderr: 'pipe',
-  buffer: false,
-  reject: false,
-  cleanup: true,
-  forceKillAfterDelay: false,
-} as const;
-
-/** A free loopback port: bind port 0, read it, close. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer();
-    probe.unref();
-    probe.on('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      probe.close(() => (port > 0 ? resolve(port) : reject(new Error('no free port'))));
-    });
-  });
-}
-
 /** One GET of /health: its status code, or 0 when nothing answered. */
 export function healthStatus(port: number, timeoutMs = 2000): Promise<number> {
   return new Promise((resolve) => {
@@ -116,38 +75,6 @@ export function healthStatus(port: number, timeoutMs = 2000): Promise<number> {
     request.on('timeout', () => request.destroy());
     request.on('error', () => resolve(0));
   });
-}
-
-/** Keeps the last `max` bytes of a stream's output. */
-export class Tail {
-  #chunks: Buffer[] = [];
-  #bytes = 0;
-  constructor(readonly max: number) {}
-  push(chunk: Buffer): void {
-    this.#chunks.push(chunk);
-    this.#bytes += chunk.length;
-    while (this.#bytes > this.max && this.#chunks.length > 1) this.#bytes -= this.#chunks.shift()!.length;
-  }
-  text(): string {
-    const all = Buffer.concat(this.#chunks);
-    return all.subarray(Math.max(0, all.length - this.max)).toString('utf8');
-  }
-}
-
-/**
- * How a worker process ended, as its machine's `engine.exited` report: diagnosed from its exit,
- * its output tail and the cgroup's OOM kill count before its start and now.
- */
-export async function endReport(
-  worker: WorkerKind,
-  result: { exitCode?: number | undefined; signal?: string | undefined },
-  facts: { oomKillsBefore: number | null; outputTail: string; expected: boolean },
-): Promise<{ report: ExitReport; evidence: string | null }> {
-  const after = await readOomKills().catch(() => null);
-  const exitCode = result.exitCode ?? null;
-  const signal = result.signal ?? null;
-  const diagnosis = diagnoseExit({ worker, exitCode, signal, oomKillsBefore: facts.oomKillsBefore, oomKillsAfter: after, outputTail: facts.outputTail, expected: facts.expected });
-  return { report: { exitCode, signal, cause: diagnosis.cause, message: diagnosis.message }, evidence: diagnosis.evidence };
 }
 
 /** The workers that run on llama-server; each names its key and pid files. */

@@ -18,7 +18,7 @@ import { diesWithService, startWorker } from '../adapters/parentDeath.js';
 import { readWav } from '../adapters/wav.js';
 import type { Logger } from '../system/log.js';
 import { ProcessRecord } from './leftovers.js';
-import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
+import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from './process.js';
 
 const READY_POLL_MS = 200;
 const TAIL_BYTES = 16 * 1024;

@@ -17,7 +17,7 @@ import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
 import { ProcessRecord } from './leftovers.js';
-import { endReport, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
+import { endReport, Tail, WORKER_PROCESS, workerEnv } from './process.js';
 import { runWhisper, whisperTranscribe, type WhisperEngine } from './whisper.js';
 
 export type SttWorkerActor = Actor<typeof sttWorkerMachine>;

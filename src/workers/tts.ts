@@ -17,7 +17,7 @@ import type { Lease } from '../system/scheduler.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
 import { runSpeechServer, speakTo, type ServerRequest } from './speechServer.js';
-import { workerEnv } from './llamaServer.js';
+import { workerEnv } from './process.js';
 
 export type TtsProfile = Extract<StoredProfile, { category: 'tts' }>;
 

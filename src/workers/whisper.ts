@@ -19,7 +19,7 @@ import { runtimeMissingMessage, whisperProgram, type RuntimeLookup } from '../ad
 import { encodeWav } from '../adapters/wav.js';
 import type { Logger } from '../system/log.js';
 import { ProcessRecord } from './leftovers.js';
-import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from './llamaServer.js';
+import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from './process.js';
 
 const READY_POLL_MS = 200;
 const TRANSCRIBE_TIMEOUT_MS = 300_000;
