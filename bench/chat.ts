@@ -44,7 +44,7 @@ import { performance } from 'node:perf_hooks';
 import { serverArgs } from '../machines/chatWorker/args.js';
 import { writeTinyModel } from '../src/adapters/tinyModel.js';
 import { loadConfig } from '../src/config.js';
-import { createLogger } from '../src/system/log.js';
+import { createLogger } from '../src/system/observe/log.js';
 import { startService, type Service } from '../src/compose.js';
 import { freePort } from '../test/helpers/build.js';
 import { llamaServerPath } from '../test/helpers/llama.js';

@@ -18,7 +18,7 @@ import { performance } from 'node:perf_hooks';
 import type { Test } from 'tap';
 import { EnhancerInstalls } from '../src/system/enhancerInstalls.js';
 import { HostFacts } from '../src/system/host.js';
-import { createLogger } from '../src/system/log.js';
+import { createLogger } from '../src/system/observe/log.js';
 import { startHub } from '../test/helpers/hub.js';
 
 const MIB = Number(process.argv[2] ?? 256);

@@ -15,8 +15,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Fastify from 'fastify';
 import { createListenerApp } from '../src/app.js';
-import type { Logger } from '../src/system/log.js';
-import { chatRequestSchema } from '../src/workers/chat.schema.js';
+import type { Logger } from '../src/system/observe/log.js';
+import { chatRequestSchema } from '../src/workers/chat/chat.schema.js';
 
 export interface ReferenceProxy {
   name: 'node proxy' | 'fastify proxy' | 'listener proxy';

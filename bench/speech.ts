@@ -29,9 +29,9 @@ import { performance } from 'node:perf_hooks';
 import { execa } from 'execa';
 import { encodeWav, fixStreamedWav, pcm16, readWav, resample } from '../src/adapters/wav.js';
 import { loadConfig } from '../src/config.js';
-import { createLogger } from '../src/system/log.js';
+import { createLogger } from '../src/system/observe/log.js';
 import { startService } from '../src/compose.js';
-import { espeakRate } from '../src/workers/tts.js';
+import { espeakRate } from '../src/workers/speech/tts.js';
 import { freePort } from '../test/helpers/build.js';
 import { engineClient, pocketsphinxPath } from '../test/helpers/speech.js';
 

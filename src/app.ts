@@ -16,8 +16,8 @@ import Fastify, {
 } from 'fastify';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import { DEFAULT_HTTP, type HttpConfig } from './config.js';
-import type { Logger } from './system/log.js';
-import type { Service } from './workers/service.js';
+import type { Logger } from './system/observe/log.js';
+import type { Service } from './service.js';
 import { logAccess, type AccessRecorder } from './routes/access.js';
 import { bearerAuth } from './routes/auth.js';
 import { errors, type ApiError } from './errors.js';

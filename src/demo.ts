@@ -15,7 +15,7 @@ import { EndpointStore } from './store/endpoint.js';
 import { ensurePrivateDir } from './store/files.js';
 import { ProfileStore } from './store/profiles.js';
 import { randomPassword, SecretStore } from './store/secrets.js';
-import type { Service } from './workers/service.js';
+import type { Service } from './service.js';
 
 export interface Demo {
   banner: (service: Service) => string[];

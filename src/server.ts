@@ -2,8 +2,8 @@
 // with grace on SIGTERM/SIGINT (stop accepting, let running answers finish, unload workers, exit 0).
 import { waitFor } from 'xstate';
 import type { Config } from './config.js';
-import { createLogger, type Logger } from './system/log.js';
-import { LogTail } from './system/logTail.js';
+import { createLogger, type Logger } from './system/observe/log.js';
+import { LogTail } from './system/observe/logTail.js';
 import { startService, type Service } from './compose.js';
 
 export interface ServeOptions {

@@ -1,7 +1,7 @@
 // The one event stream the page keeps open while logged in (GET /api/v1/events): the server
 // pushes the status, the audio policy, each actor's state, log lines and the two test jobs as they
 // change; the page never polls. A dropped stream is reopened after a growing pause (1 s to 15 s).
-import type { ActorView, LogLineView } from '../../src/system/console.types.js';
+import type { ActorView, LogLineView } from '../../src/system/observe/console.types.js';
 import { ApiError, api, setCsrfToken, sse } from './api.js';
 import { LOG_KEEP, actors, enhancers, passwordSet, audioPolicy, chatTest, connection, imageTest, logs, resetLive, session, status } from './state.js';
 

@@ -3,7 +3,7 @@
 // stream (live.ts) and the actions write them. Nothing here is stored: a reload starts empty, and
 // the chat test's history lives only in this page's memory (spec 4.7).
 import { signal } from '@preact/signals';
-import type { ActorView, LogLineView } from '../../src/system/console.types.js';
+import type { ActorView, LogLineView } from '../../src/system/observe/console.types.js';
 import type { AudioPolicyView, ChatTestJob, EndpointStatus, EnhancersView, ImageTestJob } from './types.js';
 
 export type SessionState = 'checking' | 'out' | 'in';

@@ -1,12 +1,12 @@
 // The JSON the admin API answers, typed by the server's own declarations (type-only imports:
 // nothing of the server is bundled). When a server shape changes, the page's type check says so.
-import type { EndpointStatus } from '../../src/system/status.js';
+import type { EndpointStatus } from '../../src/system/observe/status.js';
 import type { AudioPolicyView } from '../../src/system/audioPolicy.js';
-import type { ChatTestJob } from '../../src/workers/chatTests.js';
-import type { ImageTestJob } from '../../src/workers/imageTests.js';
-import type { SupervisedWorker } from '../../src/system/diagnostics.js';
+import type { ChatTestJob } from '../../src/workers/chat/chatTests.js';
+import type { ImageTestJob } from '../../src/workers/image/imageTests.js';
+import type { SupervisedWorker } from '../../src/system/observe/diagnostics.js';
 import type { InstallView } from '../../src/system/enhancerInstalls.js';
-import type { EnhancerPreview } from '../../src/workers/enhancerPreviews.js';
+import type { EnhancerPreview } from '../../src/workers/enhancer/enhancerPreviews.js';
 
 export type { SupervisedWorker, EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob };
 export type ProfileView = EndpointStatus['profiles'][number];

@@ -1,7 +1,7 @@
 // What a `service-deck` admin command acts on: the running service of the state directory, through
 // its admin API on loopback, or, while it is stopped, the state directory's files, read and never
 // written. Blockers of a stopped service's profiles are computed by the same catalog the service
-// uses (src/system/catalog.ts).
+// uses (src/system/catalog/catalog.ts).
 import { stat } from 'node:fs/promises';
 import type { Config } from '../config.js';
 import type { EndpointRecord } from '../store/endpoint.js';
@@ -30,7 +30,7 @@ async function readStopped(config: Config) {
   const [{ EndpointStore }, { ProfileStore }, { catalogOf }] = await Promise.all([
     import('../store/endpoint.js'),
     import('../store/profiles.js'),
-    import('../system/catalog.js'),
+    import('../system/catalog/catalog.js'),
   ]);
   const endpoint = await EndpointStore.open(config.stateDir);
   const profiles = await ProfileStore.open(config.stateDir, endpoint);

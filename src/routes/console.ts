@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import fastifyStatic from '@fastify/static';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { Service } from '../workers/service.js';
+import type { Service } from '../service.js';
 import { errors } from '../errors.js';
 
 export const CONSOLE_CSP = [

@@ -1,4 +1,4 @@
-// What the listeners record for GET /metrics (src/system/metrics.ts): one access hook per listener
+// What the listeners record for GET /metrics (src/system/observe/metrics.ts): one access hook per listener
 // counts each answered request by route, model and status with its latency, and the inference
 // listener's onSend hook measures a chat answer as it leaves (time to its first byte, the token
 // usage and speed the worker wrote at its end). Nothing here reads a prompt or keeps an answer: a
@@ -8,7 +8,7 @@ import { Transform, type TransformCallback } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ProfileStore } from '../store/profiles.js';
 import { IMAGE_ALIAS } from '../store/profile.schema.js';
-import { NO_MODEL, type ChatSeries, type Metrics } from '../system/metrics.js';
+import { NO_MODEL, type ChatSeries, type Metrics } from '../system/observe/metrics.js';
 
 declare module 'fastify' {
   interface FastifyRequest {

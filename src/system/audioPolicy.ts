@@ -10,9 +10,9 @@ import type { RuntimeLookup } from '../adapters/runtimes.js';
 import { AUDIO_KINDS, toJson, type AudioPolicyJson, type AudioPolicyStore } from '../store/audioPolicy.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import type { ProfileStore } from '../store/profiles.js';
-import { profileBlockers } from './blockers.js';
-import type { Inspection } from './inspect.js';
-import type { Logger } from './log.js';
+import { profileBlockers } from './catalog/blockers.js';
+import type { Inspection } from './observe/inspect.js';
+import type { Logger } from './observe/log.js';
 import { ReservationDenied, ReservationRevoked, type Scheduler, type SupervisorActor } from './scheduler.js';
 
 type PolicyActor = Actor<typeof audioPolicyMachine>;

@@ -21,7 +21,7 @@ import {
   type Recipes,
 } from '../store/enhancers.js';
 import { ensurePrivateDir, readJsonFile, writeJsonAtomic } from '../store/files.js';
-import type { Logger } from './log.js';
+import type { Logger } from './observe/log.js';
 
 export type InstallState = 'not_installed' | 'installing' | 'installed' | 'failed' | 'cancelled';
 

@@ -6,7 +6,7 @@
 import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import si from 'systeminformation';
-import type { HostView } from './console.types.js';
+import type { HostView } from './observe/console.types.js';
 
 /** What is read of systeminformation (tests give a stand-in). */
 export type HostReader = Pick<typeof si, 'osInfo' | 'cpu' | 'mem' | 'graphics' | 'fsSize'>;

@@ -10,7 +10,7 @@ import { listenerMachine, type ListenerAddress } from '../../machines/listener/i
 import type { JobRecord, SupervisorEmitted, supervisorMachine } from '../../machines/supervisor/index.js';
 import type { EndpointStore } from '../store/endpoint.js';
 import { ask } from './ask.js';
-import type { Logger } from './log.js';
+import type { Logger } from './observe/log.js';
 import type { SupervisorActor } from './scheduler.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;

@@ -9,12 +9,12 @@ import type { RuntimeLookup } from '../adapters/runtimes.js';
 import type { Config } from '../config.js';
 import type { EndpointRecord } from '../store/endpoint.js';
 import type { ProfileStore } from '../store/profiles.js';
-import type { Inspection } from './inspect.js';
+import type { Inspection } from './observe/inspect.js';
 import type { InferenceListener } from './listener.js';
-import type { Logger } from './log.js';
+import type { Logger } from './observe/log.js';
 import type { SupervisorActor } from './scheduler.js';
 import { supervisorAdapters } from './startFacts.js';
-import { ownPids } from './status.js';
+import { ownPids } from './observe/status.js';
 import type { WorkerHooks } from './workers.js';
 
 export interface SupervisorDeps {

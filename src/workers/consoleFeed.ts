@@ -1,5 +1,5 @@
 // What `GET /api/v1/events` streams to the operator console (ConsoleEvents in
-// src/system/console.types.ts): on connect one of each as a snapshot, then each change. The
+// src/system/observe/console.types.ts): on connect one of each as a snapshot, then each change. The
 // sources are watched only while at least one stream is open, and what is costly (the status
 // with its GPU and RAM probe) is computed once per change and sent to every stream:
 //
@@ -12,9 +12,9 @@
 //   image test without its image (`has_image` says whether there is one).
 // - `enhancers`: the prompt enhancers' installs (at most one every 250 ms while one downloads) and
 //   the last preview.
-import type { ConsoleEvents } from '../system/console.types.js';
-import type { ImageTestJob } from './imageTests.js';
-import type { Service } from './service.js';
+import type { ConsoleEvents } from '../system/observe/console.types.js';
+import type { ImageTestJob } from './image/imageTests.js';
+import type { Service } from '../service.js';
 
 export type ConsoleEventName = keyof ConsoleEvents;
 

@@ -4,7 +4,7 @@
 // revocation), else 502 worker_failed naming the worker.
 import { ApiError, errors } from '../errors.js';
 import { ReservationDenied, ReservationRevoked, type Lease } from '../system/scheduler.js';
-import { clientOrLease, revocation } from './chatRequest.js';
+import { clientOrLease, revocation } from './chat/chatRequest.js';
 
 export async function onLease<T>(lease: Lease, client: AbortSignal, worker: string, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
   let result: T;

@@ -7,7 +7,7 @@
 // chat worker is found by its key file instead: sweepLeftovers in llamaServer.ts.)
 import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { Logger } from '../system/log.js';
+import type { Logger } from '../system/observe/log.js';
 
 export const TAG_VARIABLE = 'DECK_WORKER_TAG';
 const RECORD = /^(stt|tts|image)-\d+-\d+\.pid$/;

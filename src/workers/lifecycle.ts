@@ -2,8 +2,8 @@
 // have the states unloaded and running.{loading, loaded, unloading} and keep the start's launch
 // (generation, profile), pid, stopping reason and last reason in their context.
 import type { RuntimeLookup } from '../adapters/runtimes.js';
-import type { Inspection } from '../system/inspect.js';
-import type { Logger } from '../system/log.js';
+import type { Inspection } from '../system/observe/inspect.js';
+import type { Logger } from '../system/observe/log.js';
 import type { SupervisorActor } from '../system/scheduler.js';
 import type { WorkerHooks, WorkerStatus } from '../system/workers.js';
 

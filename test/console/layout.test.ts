@@ -1,5 +1,5 @@
 // The state-chart view's layout (console/src/charts/layout.ts) on the machines the service runs,
-// walked into MachineView by the server's own describeMachine (src/system/charts.ts): one box per state node, children inside their parent,
+// walked into MachineView by the server's own describeMachine (src/system/observe/charts.ts): one box per state node, children inside their parent,
 // siblings apart, an edge for every transition between siblings, and labels for the rest; then a
 // tiny hand-written machine whose edges and labels are known line by line.
 import t from 'tap';
@@ -13,8 +13,8 @@ import { sttWorkerMachine } from '../../machines/sttWorker/index.js';
 import { supervisorMachine } from '../../machines/supervisor/index.js';
 import { ttsWorkerMachine } from '../../machines/ttsWorker/index.js';
 import { eventMatches, layoutMachine, type ChartBox, type ChartLayout } from '../../console/src/charts/layout.js';
-import type { MachineView, StateNodeView } from '../../src/system/console.types.js';
-import { describeMachine } from '../../src/system/charts.js';
+import type { MachineView, StateNodeView } from '../../src/system/observe/console.types.js';
+import { describeMachine } from '../../src/system/observe/charts.js';
 
 const MACHINES: AnyStateMachine[] = [
   listenerMachine,

@@ -21,7 +21,7 @@ import { encodeWav } from '../../src/adapters/wav.js';
 import { IMAGE_EDIT_FIELDS, IMAGE_GENERATION_FIELDS, generationSchema } from '../../src/routes/inference/images.js';
 import { SPEECH_EXTENSIONS, SPEECH_FIELDS, speechRequestSchema } from '../../src/routes/inference/speech.js';
 import { TRANSCRIPTION_FIELDS } from '../../src/routes/inference/transcriptions.js';
-import { CHAT_EXTENSIONS, CHAT_FIELDS, chatRequestSchema, upstreamBody } from '../../src/workers/chat.schema.js';
+import { CHAT_EXTENSIONS, CHAT_FIELDS, chatRequestSchema, upstreamBody } from '../../src/workers/chat/chat.schema.js';
 import { FATES, type Fate, type FieldFates } from '../../src/workers/fields.js';
 import { chatParamsSchema } from '../../src/store/profile.schema.js';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';

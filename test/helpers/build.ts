@@ -8,10 +8,10 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Test } from 'tap';
 import { loadConfig, type Config } from '../../src/config.js';
-import { createLogger } from '../../src/system/log.js';
-import { LogTail } from '../../src/system/logTail.js';
+import { createLogger } from '../../src/system/observe/log.js';
+import { LogTail } from '../../src/system/observe/logTail.js';
 import { startService, type Service, type StartOptions } from '../../src/compose.js';
-import type { ChatLimits } from '../../src/workers/chatRequest.js';
+import type { ChatLimits } from '../../src/workers/chat/chatRequest.js';
 
 export const PASSWORD = 'correct horse battery';
 export const TOKEN = 'sd-test-token-0123456789abcdefghijklmnop';

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { build, failureOf, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { tinyModelIn } from '../helpers/llama.js';
-import { CHAT_LIMITS } from '../../src/workers/chatRequest.js';
+import { CHAT_LIMITS } from '../../src/workers/chat/chatRequest.js';
 import { until } from '../helpers/until.js';
 
 const FAKE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/fake-llama-server.mjs');

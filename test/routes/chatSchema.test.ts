@@ -8,9 +8,9 @@ import t from 'tap';
 import { createListenerApp } from '../../src/app.js';
 import type { ErrorBody } from '../../src/errors.js';
 import { validationError } from '../../src/routes/errors.js';
-import { chatRequestSchema, effectiveEffort, REASONING_EFFORTS, upstreamBody, type ChatRequest } from '../../src/workers/chat.schema.js';
+import { chatRequestSchema, effectiveEffort, REASONING_EFFORTS, upstreamBody, type ChatRequest } from '../../src/workers/chat/chat.schema.js';
 import { chatParamsSchema, type ChatParams } from '../../src/store/profile.schema.js';
-import { createLogger } from '../../src/system/log.js';
+import { createLogger } from '../../src/system/observe/log.js';
 
 const base = { model: 'tiny', messages: [{ role: 'user', content: 'hello' }] };
 

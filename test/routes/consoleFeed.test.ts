@@ -1,7 +1,7 @@
 // The console's routes on the admin listener: machine definitions, actors, the log tail, host
 // facts; each behind the admin session like every other /api/v1 route.
 import t from 'tap';
-import type { ActorView, HostView, LogLineView, MachineView } from '../../src/system/console.types.js';
+import type { ActorView, HostView, LogLineView, MachineView } from '../../src/system/observe/console.types.js';
 import { HostFacts, type HostReader } from '../../src/system/host.js';
 import { build } from '../helpers/build.js';
 import { until } from '../helpers/until.js';

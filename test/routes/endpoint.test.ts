@@ -2,7 +2,7 @@
 import { createServer } from 'node:net';
 import t from 'tap';
 import { ReservationDenied } from '../../src/system/scheduler.js';
-import type { EndpointStatus } from '../../src/system/status.js';
+import type { EndpointStatus } from '../../src/system/observe/status.js';
 import { build, failureOf, freePort } from '../helpers/build.js';
 import { pocketsphinxPath } from '../helpers/speech.js';
 import { until } from '../helpers/until.js';

@@ -6,7 +6,7 @@ import { chmod, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import type { ActorView, LogLineView } from '../../src/system/console.types.js';
+import type { ActorView, LogLineView } from '../../src/system/observe/console.types.js';
 import { PASSWORD, build, tempDir, type Built } from '../helpers/build.js';
 import { tinyModelIn } from '../helpers/llama.js';
 import { until } from '../helpers/until.js';

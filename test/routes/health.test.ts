@@ -5,7 +5,7 @@
 import { rename, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import t from 'tap';
-import { listenerReadiness, liveness } from '../../src/system/health.js';
+import { listenerReadiness, liveness } from '../../src/system/observe/health.js';
 import type { SupervisorActor } from '../../src/system/scheduler.js';
 import { build, freePort, tempDir } from '../helpers/build.js';
 import { supervisorHarness } from '../helpers/supervisor.js';

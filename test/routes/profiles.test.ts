@@ -7,7 +7,7 @@ import path from 'node:path';
 import t from 'tap';
 import type { Test } from 'tap';
 import { loadConfig } from '../../src/config.js';
-import { createLogger } from '../../src/system/log.js';
+import { createLogger } from '../../src/system/observe/log.js';
 import { startService } from '../../src/compose.js';
 import { MAX_PROFILES } from '../../src/store/profiles.js';
 import { build, PASSWORD, tempDir, type Built } from '../helpers/build.js';

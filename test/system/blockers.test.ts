@@ -10,7 +10,7 @@ import path from 'node:path';
 import t from 'tap';
 import { writeTinyModel } from '../../src/adapters/tinyModel.js';
 import type { StoredProfile } from '../../src/store/profile.schema.js';
-import { chatReadyNow, profileBlockers } from '../../src/system/blockers.js';
+import { chatReadyNow, profileBlockers } from '../../src/system/catalog/blockers.js';
 import { build, PASSWORD, tempDir, type Built } from '../helpers/build.js';
 
 /** How long any one answer may take here: the service answers these in milliseconds. */

@@ -8,7 +8,7 @@ import { writeTinyModel } from '../../src/adapters/tinyModel.js';
 import { EndpointStore } from '../../src/store/endpoint.js';
 import type { StoredProfile } from '../../src/store/profile.schema.js';
 import { MAX_PROFILES, ProfileStore } from '../../src/store/profiles.js';
-import { Catalog } from '../../src/system/catalog.js';
+import { Catalog } from '../../src/system/catalog/catalog.js';
 import { tempDir } from '../helpers/build.js';
 
 const CHATS = MAX_PROFILES - 2;

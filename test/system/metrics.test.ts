@@ -4,7 +4,7 @@
 // scrape-time gauges (queue depth, running jobs, worker state, simulated GPUs, RAM budget); and
 // the class of every unload reason the supervisor writes.
 import t from 'tap';
-import { Metrics } from '../../src/system/metrics.js';
+import { Metrics } from '../../src/system/observe/metrics.js';
 import type { SupervisorActor } from '../../src/system/scheduler.js';
 import { supervisorHarness } from '../helpers/supervisor.js';
 

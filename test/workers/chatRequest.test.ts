@@ -4,7 +4,7 @@
 // is replaced by a summary while the detail, without the quote, goes to the log. The texts below
 // are llama-server's own answers (the build scripts/build-llama.sh makes), captured from it.
 import t from 'tap';
-import { clientOrLease, workerErrorDetail, workerStatusError } from '../../src/workers/chatRequest.js';
+import { clientOrLease, workerErrorDetail, workerStatusError } from '../../src/workers/chat/chatRequest.js';
 import type { Lease } from '../../src/system/scheduler.js';
 
 const answer = (code: number, message: string, type: string) => Buffer.from(JSON.stringify({ error: { code, message, type } }));

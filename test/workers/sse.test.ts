@@ -1,13 +1,13 @@
 // Server-sent events read as the workers write them, with LF or CRLF line ends: the events' data
 // whatever the chunks (split at every byte, a UTF-8 character included), the whole events the
-// relay passes on and an error event in a CRLF stream (src/workers/sse.ts, relayStream and
-// streamedError in src/workers/chatRequest.ts).
+// relay passes on and an error event in a CRLF stream (src/workers/chat/sse.ts, relayStream and
+// streamedError in src/workers/chat/chatRequest.ts).
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import t from 'tap';
-import { CHAT_LIMITS, relayStream, streamedError, type OpenedChat } from '../../src/workers/chatRequest.js';
-import { eventData, eventStart, nextBlankLine, SseReader, wholeEventsEnd } from '../../src/workers/sse.js';
+import { CHAT_LIMITS, relayStream, streamedError, type OpenedChat } from '../../src/workers/chat/chatRequest.js';
+import { eventData, eventStart, nextBlankLine, SseReader, wholeEventsEnd } from '../../src/workers/chat/sse.js';
 
 const events = ['{"choices":[{"delta":{"content":"grüß dich"}}]}', '{"choices":[{"delta":{"content":"a\\nb"}}]}', '[DONE]'];
 const stream = (eol: string) => events.map((data) => `data: ${data}${eol}${eol}`).join('') + `: a comment${eol}${eol}`;

@@ -5,7 +5,7 @@
 // was active before the event (when the caller knows) and its target is active now. No inline
 // <style> (the page's CSP forbids it): classes only.
 import { useId } from 'preact/hooks';
-import type { MachineView } from '../../../src/system/console.types.js';
+import type { MachineView } from '../../../src/system/observe/console.types.js';
 import { eventMatches, METRICS, type BoxLabel, type ChartBox, type ChartEdge, type ChartLayout, type Point } from './layout.js';
 import './charts.css';
 

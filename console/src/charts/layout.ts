@@ -12,7 +12,7 @@
 // A target that is a descendant of a sibling draws its edge to that sibling, and the line says
 // which child it enters (`event → sibling.child`).
 import { Graph, layout } from '@dagrejs/dagre';
-import type { MachineView, StateNodeView } from '../../../src/system/console.types.js';
+import type { MachineView, StateNodeView } from '../../../src/system/observe/console.types.js';
 
 export interface Point {
   x: number;

@@ -6,7 +6,7 @@
 // reaches this view.
 import { useComputed, useSignal } from '@preact/signals';
 import { useEffect, useMemo, useRef } from 'preact/hooks';
-import type { ActorView, MachineView } from '../../../src/system/console.types.js';
+import type { ActorView, MachineView } from '../../../src/system/observe/console.types.js';
 import { api, message } from '../api.js';
 import { Chart } from '../charts/Chart.js';
 import { layoutMachine, type ChartLayout } from '../charts/layout.js';

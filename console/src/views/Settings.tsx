@@ -2,7 +2,7 @@
 // with the fresh session the answer sets), the API token (rotated, shown once, with a copy
 // button) and the host's facts for the hardware view.
 import { useEffect, useState } from 'preact/hooks';
-import type { HostView } from '../../../src/system/console.types.js';
+import type { HostView } from '../../../src/system/observe/console.types.js';
 import { ApiError, api, message, setCsrfToken } from '../api.js';
 import { notify } from '../state.js';
 import { Alert, ActionButton, Facts, Section, attempt, bytes, clock } from '../ui.js';

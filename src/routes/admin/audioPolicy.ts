@@ -7,7 +7,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { warmBlocker } from '../../system/audioPolicy.js';
-import type { Service } from '../../workers/service.js';
+import type { Service } from '../../service.js';
 import { adminAuth } from '../auth.js';
 import { errors } from '../../errors.js';
 

@@ -1,5 +1,5 @@
 // Spec 4.7, the chat test routes: the current job, start, cancel and the explicit unload. The
-// job runs through the same scheduler and chat worker as the API (src/workers/chatTests.ts); the
+// job runs through the same scheduler and chat worker as the API (src/workers/chat/chatTests.ts); the
 // profile needs no publication, but it must be an executable chat profile. Prompt and answer
 // stay in RAM: nothing here logs them.
 import type { FastifyPluginAsync } from 'fastify';
@@ -8,8 +8,8 @@ import { waitFor } from 'xstate';
 import { z } from 'zod';
 import type { SupervisorEmitted } from '../../../machines/supervisor/index.js';
 import { ask } from '../../system/ask.js';
-import { CHAT_TEST_MAX_TOKENS } from '../../workers/chatTests.js';
-import type { Service } from '../../workers/service.js';
+import { CHAT_TEST_MAX_TOKENS } from '../../workers/chat/chatTests.js';
+import type { Service } from '../../service.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
 import { errors } from '../../errors.js';

@@ -1,13 +1,13 @@
 // What the operator console reads beyond the spec's admin routes (types in
-// src/system/console.types.ts): the machine definitions and their running actors for the
+// src/system/observe/console.types.ts): the machine definitions and their running actors for the
 // state-chart view, the recent log lines, the host facts, and the events stream (server-sent
 // events, src/workers/consoleFeed.ts) that keeps the page current.
 import { PassThrough } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { LOG_LEVELS, LOG_TAIL_LINES, type LogLevelName } from '../../system/logTail.js';
-import type { Service } from '../../workers/service.js';
+import { LOG_LEVELS, LOG_TAIL_LINES, type LogLevelName } from '../../system/observe/logTail.js';
+import type { Service } from '../../service.js';
 import { logAccess } from '../access.js';
 import { adminAuth } from '../auth.js';
 

@@ -5,7 +5,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { ListenerEmitted, ListenerOutcome } from '../../../machines/listener/index.js';
 import { ask } from '../../system/ask.js';
-import type { Service } from '../../workers/service.js';
+import type { Service } from '../../service.js';
 import { ProfileError } from '../../store/profiles.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';

@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { ENHANCER_TASKS } from '../../store/enhancers.js';
 import type { profileInputSchema } from '../../store/profile.schema.js';
 import { ProfileError } from '../../store/profiles.js';
-import type { Service } from '../../workers/service.js';
+import type { Service } from '../../service.js';
 import { enhancersView } from '../../workers/consoleFeed.js';
 import { adminAuth } from '../auth.js';
 import { errors } from '../../errors.js';

@@ -8,7 +8,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { Service } from '../../workers/service.js';
+import type { Service } from '../../service.js';
 import { adminAuth } from '../auth.js';
 import { errors } from '../../errors.js';
 import { testProfile } from './testProfile.js';

@@ -1,9 +1,9 @@
 // GET /metrics (Prometheus text, for the scrape token or an operator's session),
 // GET /livez and GET /readyz (no authentication; only ok or not ok and a reason code) on the
-// admin listener. The numbers are src/system/metrics.ts's, the judgements src/system/health.ts's.
+// admin listener. The numbers are src/system/observe/metrics.ts's, the judgements src/system/observe/health.ts's.
 import type { FastifyPluginAsync, FastifyReply } from 'fastify';
-import { liveness, readiness, type Health } from '../../system/health.js';
-import type { Service } from '../../workers/service.js';
+import { liveness, readiness, type Health } from '../../system/observe/health.js';
+import type { Service } from '../../service.js';
 import { metricsAuth } from '../auth.js';
 
 function answer(reply: FastifyReply, health: Health) {

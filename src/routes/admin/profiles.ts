@@ -4,7 +4,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { CATEGORIES, IMAGE_ALIAS, paramsSchemas, profileInputSchema, profileNameSchema, profileUpdateSchema } from '../../store/profile.schema.js';
 import { ProfileError } from '../../store/profiles.js';
-import type { Service } from '../../workers/service.js';
+import type { Service } from '../../service.js';
 import { adminAuth } from '../auth.js';
 import { errors } from '../../errors.js';
 

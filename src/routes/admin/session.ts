@@ -2,7 +2,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { Service } from '../../workers/service.js';
+import type { Service } from '../../service.js';
 import { DEVICE_COOKIE, DEVICE_TTL_MS, loginSource, SESSION_COOKIE, SESSION_TTL_MS, SessionStore } from '../../system/sessions.js';
 import { MIN_PASSWORD_LENGTH } from '../../store/secrets.js';
 import { adminAuth, currentSession, requireAdminHeader, sessionFromCookie } from '../auth.js';

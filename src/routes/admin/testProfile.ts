@@ -1,7 +1,7 @@
 // The profile an operator's test runs (the chat test, the image test): it must exist, be of the
 // test's category and be executable; it needs no publication. A missing runtime is a 503
 // runtime_missing, another blocker a 409 profile_not_executable (both list the blockers).
-import type { Service } from '../../workers/service.js';
+import type { Service } from '../../service.js';
 import type { Category, StoredProfile } from '../../store/profile.schema.js';
 import { errors } from '../../errors.js';
 

@@ -1,17 +1,17 @@
 // Spec 4.2: POST /v1/chat/completions, JSON or SSE. The route validates the strict request,
 // resolves the published profile (its snapshot is kept for the whole request), fills the
 // profile's sampling defaults, and hands the request to the scheduler and the chat worker
-// (src/workers/chatRequest.ts). A buffered answer is relayed as the worker wrote it; a stream is
+// (src/workers/chat/chatRequest.ts). A buffered answer is relayed as the worker wrote it; a stream is
 // relayed chunk by chunk, never buffered. A client that goes away cancels its queued job, or
 // closes the worker connection so llama-server frees the slot.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import type { Service } from '../../workers/service.js';
-import type { ChatProfile } from '../../workers/chat.js';
-import { CHAT_LIMITS, completeAnswer, openChat, readBody, relayStream, workerError, workerStatusError, type ChatLimits } from '../../workers/chatRequest.js';
+import type { Service } from '../../service.js';
+import type { ChatProfile } from '../../workers/chat/chat.js';
+import { CHAT_LIMITS, completeAnswer, openChat, readBody, relayStream, workerError, workerStatusError, type ChatLimits } from '../../workers/chat/chatRequest.js';
 import { clientGone } from '../client.js';
 import { chatStreamTap } from '../metrics.js';
-import { chatRequestSchema, effectiveEffort, upstreamBody, type ChatRequest } from '../../workers/chat.schema.js';
+import { chatRequestSchema, effectiveEffort, upstreamBody, type ChatRequest } from '../../workers/chat/chat.schema.js';
 
 /** Spec 4.2: the three headers of an answer whose request set a reasoning effort. */
 export function reasoningHeaders(requested: ChatRequest['reasoning_effort']): Record<string, string> {

@@ -4,7 +4,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { IMAGE_ALIAS, type Category, type StoredProfile } from '../../store/profile.schema.js';
-import type { Service } from '../../workers/service.js';
+import type { Service } from '../../service.js';
 
 const OWNER = 'service-deck';
 

@@ -9,9 +9,9 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { Service } from '../../workers/service.js';
-import { speak } from '../../workers/speechJobs.js';
-import { DEFAULT_VOICE, ESPEAK_LANGUAGES, ESPEAK_VOICES, type SpeechRequest, type TtsProfile } from '../../workers/tts.js';
+import type { Service } from '../../service.js';
+import { speak } from '../../workers/speech/speechJobs.js';
+import { DEFAULT_VOICE, ESPEAK_LANGUAGES, ESPEAK_VOICES, type SpeechRequest, type TtsProfile } from '../../workers/speech/tts.js';
 
 /** Spec 4.5: `language` defaults to German. */
 const DEFAULT_LANGUAGE = 'German';

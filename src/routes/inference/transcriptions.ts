@@ -9,10 +9,10 @@
 import type { MultipartFile } from '@fastify/multipart';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { TRANSCRIPTION_WAV } from '../../adapters/wav.js';
-import type { Service } from '../../workers/service.js';
-import { recordingOf, transcribe, transcriptionLanguage } from '../../workers/speechJobs.js';
+import type { Service } from '../../service.js';
+import { recordingOf, transcribe, transcriptionLanguage } from '../../workers/speech/speechJobs.js';
 import { STT_LANGUAGE_CHOICES, type SttLanguage } from '../../store/profile.schema.js';
-import type { SttProfile } from '../../workers/stt.js';
+import type { SttProfile } from '../../workers/speech/stt.js';
 import { clientGone } from '../client.js';
 import { readForm } from '../multipart.js';
 import { errors } from '../../errors.js';

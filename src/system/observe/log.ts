@@ -1,4 +1,4 @@
-// The one pino logger, writing to stdout and to the console's log tail (src/system/logTail.ts).
+// The one pino logger, writing to stdout and to the console's log tail (src/system/observe/logTail.ts).
 // Access lines carry method, route, status, duration and request id; nothing logs a header, a
 // body, a query string, a token, a cookie, a password, a prompt or an answer.
 // The redaction below is a second line of defence for anything that is logged by mistake.

@@ -9,8 +9,8 @@
 // set, as in OpenAI's schema. The extension sampling fields top_k, min_p and repeat_penalty are
 // accepted because the profile's sampling defaults name them.
 import { z } from 'zod';
-import type { ChatParams } from '../store/profile.schema.js';
-import { notOffered, refusedField, type FieldFates } from './fields.js';
+import type { ChatParams } from '../../store/profile.schema.js';
+import { notOffered, refusedField, type FieldFates } from '../fields.js';
 
 const onlyText = "only text content parts ({ type: 'text', text }) are accepted: this endpoint has no vision, audio or file input";
 const textPart = z.strictObject({ type: z.literal('text', onlyText), text: z.string() });

@@ -4,8 +4,8 @@
 // (running when it says running, stopped when it says stopped), not on its way or failed.
 import { constants } from 'node:fs';
 import { access } from 'node:fs/promises';
-import type { ListenerActor } from './listener.js';
-import type { SupervisorActor } from './scheduler.js';
+import type { ListenerActor } from '../listener.js';
+import type { SupervisorActor } from '../scheduler.js';
 
 export type Health = { ok: true } | { ok: false; reason: HealthReason };
 

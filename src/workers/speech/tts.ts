@@ -6,18 +6,18 @@
 // start checks that the program runs and speaks, and each request is one short espeak-ng run that
 // reads the text from stdin (never from its command line, where other users could see it) and
 // writes a WAV to stdout. The openai-server backend (a GPU engine a user installs) is a server
-// process kept running while the worker is loaded, proxied to (src/workers/speechServer.ts).
+// process kept running while the worker is loaded, proxied to (src/workers/speech/speechServer.ts).
 import { execa, type ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
-import { ttsWorkerMachine, type EngineCommand, type EngineInput, type TtsLaunch, type TtsWorkerEvent } from '../../machines/ttsWorker/index.js';
-import { fixStreamedWav } from '../adapters/wav.js';
-import { diesWithService, startWorker } from '../adapters/parentDeath.js';
-import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
-import type { Lease } from '../system/scheduler.js';
-import type { StoredProfile } from '../store/profile.schema.js';
-import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
+import { ttsWorkerMachine, type EngineCommand, type EngineInput, type TtsLaunch, type TtsWorkerEvent } from '../../../machines/ttsWorker/index.js';
+import { fixStreamedWav } from '../../adapters/wav.js';
+import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
+import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
+import type { Lease } from '../../system/scheduler.js';
+import type { StoredProfile } from '../../store/profile.schema.js';
+import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
 import { runSpeechServer, speakTo, type ServerRequest } from './speechServer.js';
-import { workerEnv } from './process.js';
+import { workerEnv } from '../process.js';
 
 export type TtsProfile = Extract<StoredProfile, { category: 'tts' }>;
 

@@ -2,10 +2,10 @@
 // each job's phase, wait time, reservations and GPU occupancy; each started worker's memory
 // forecast with the reserve per GPU, the RAM budget and the GPU layer limit. A projection of the
 // supervisor's context, nothing more; forecasts are labelled as predictions.
-import type { JobRecord, JobSource, StartPlan, SupervisorContext, WorkerKind, WorkerRecord } from '../../machines/supervisor/index.js';
-import type { BuildStatus } from './builds.js';
-import type { JobTimes } from './scheduler.js';
-import type { WorkerStatus } from './workers.js';
+import type { JobRecord, JobSource, StartPlan, SupervisorContext, WorkerKind, WorkerRecord } from '../../../machines/supervisor/index.js';
+import type { BuildStatus } from '../catalog/builds.js';
+import type { JobTimes } from '../scheduler.js';
+import type { WorkerStatus } from '../workers.js';
 
 export interface PlanStatus {
   gpu_layers: number | null;

@@ -6,12 +6,12 @@
 // same file rewritten, the supervisor hears `worker.buildChanged`: an idle worker is unloaded at
 // once, a busy one after its jobs, and the next job starts the new build. Profiles are never
 // changed. An image worker runs one process per image, so the next image takes a new build anyway.
-import type { WorkerKind } from '../../machines/supervisor/index.js';
-import { buildOf, type Build, type RuntimeLookup } from '../adapters/runtimes.js';
-import type { StoredProfile } from '../store/profile.schema.js';
+import type { WorkerKind } from '../../../machines/supervisor/index.js';
+import { buildOf, type Build, type RuntimeLookup } from '../../adapters/runtimes.js';
+import type { StoredProfile } from '../../store/profile.schema.js';
 import { programOf } from './blockers.js';
-import type { Logger } from './log.js';
-import type { SupervisorActor } from './scheduler.js';
+import type { Logger } from '../observe/log.js';
+import type { SupervisorActor } from '../scheduler.js';
 
 /** What the status shows of a worker's build. */
 export interface BuildStatus {

@@ -4,11 +4,11 @@
 // as for the image test); the last one stays in RAM only (never a file or a log line) for GET and
 // for the image test that follows it. Every change emits `change`.
 import { EventEmitter } from 'eventemitter3';
-import { errors } from '../errors.js';
-import type { EnhancerTask } from '../store/enhancers.js';
-import type { ImageProfile } from './image.js';
-import { enhancerTask, runEnhancerPreview, type ImageInput } from './imageJob.js';
-import type { Service } from './service.js';
+import { errors } from '../../errors.js';
+import type { EnhancerTask } from '../../store/enhancers.js';
+import type { ImageProfile } from '../image/image.js';
+import { enhancerTask, runEnhancerPreview, type ImageInput } from '../image/imageJob.js';
+import type { Service } from '../../service.js';
 
 export interface EnhancerPreview {
   profile_id: string;

@@ -2,12 +2,12 @@
 // or join the worker, run, give the reservation back. The inference routes run them for API
 // clients (source `api`, published profiles); the admin routes run them as the operator's tests
 // (source `test`, no publication needed), through the same scheduler and workers.
-import type { JobSource } from '../../machines/supervisor/index.js';
-import { checkTranscriptionWav, WavError } from '../adapters/wav.js';
-import { ApiError, errors } from '../errors.js';
-import { STT_LANGUAGES, type SttLanguage } from '../store/profile.schema.js';
-import { onLease } from './job.js';
-import type { Service } from './service.js';
+import type { JobSource } from '../../../machines/supervisor/index.js';
+import { checkTranscriptionWav, WavError } from '../../adapters/wav.js';
+import { ApiError, errors } from '../../errors.js';
+import { STT_LANGUAGES, type SttLanguage } from '../../store/profile.schema.js';
+import { onLease } from '../job.js';
+import type { Service } from '../../service.js';
 import type { SttProfile } from './stt.js';
 import type { SpeechRequest, TtsProfile } from './tts.js';
 

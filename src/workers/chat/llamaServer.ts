@@ -14,15 +14,15 @@ import http from 'node:http';
 import path from 'node:path';
 import type { ResultPromise } from 'execa';
 import { fromCallback } from 'xstate';
-import { serverArgs, type ChatLaunch, type EngineCommand } from '../../machines/chatWorker/index.js';
-import type { ServerPlace } from '../../machines/chatWorker/args.js';
-import type { LifecycleEvent } from '../../machines/worker/lifecycle.js';
-import { readOomKills } from '../adapters/memory.js';
-import { diesWithService, startWorker } from '../adapters/parentDeath.js';
-import { resolveRuntime, runtimeMissingMessage, type RuntimeLookup } from '../adapters/runtimes.js';
-import { diagnoseExit } from '../system/diagnose.js';
-import type { Logger } from '../system/log.js';
-import { workerEnv, WORKER_PROCESS, freePort, Tail } from './process.js';
+import { serverArgs, type ChatLaunch, type EngineCommand } from '../../../machines/chatWorker/index.js';
+import type { ServerPlace } from '../../../machines/chatWorker/args.js';
+import type { LifecycleEvent } from '../../../machines/worker/lifecycle.js';
+import { readOomKills } from '../../adapters/memory.js';
+import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
+import { resolveRuntime, runtimeMissingMessage, type RuntimeLookup } from '../../adapters/runtimes.js';
+import { diagnoseExit } from '../../system/diagnose.js';
+import type { Logger } from '../../system/observe/log.js';
+import { workerEnv, WORKER_PROCESS, freePort, Tail } from '../process.js';
 
 /** How much of the process's output is kept for the diagnosis (RAM only). */
 const TAIL_BYTES = 16 * 1024;

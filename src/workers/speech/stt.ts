@@ -6,18 +6,18 @@
 // scripts/build-pocketsphinx.sh): it loads the en-us model once and answers recording after
 // recording over stdin/stdout, so the worker stays loaded between jobs. The recordings reach it
 // as 16-bit PCM; the route checked the WAV file before. The whisper.cpp backend (whisper-server
-// kept loaded, or whisper-cli per recording) is src/workers/whisper.ts.
+// kept loaded, or whisper-cli per recording) is src/workers/speech/whisper.ts.
 import type { ResultPromise } from 'execa';
 import { createActor, fromCallback, type Actor } from 'xstate';
-import { sttWorkerMachine, type EngineCommand, type EngineInput, type SttLaunch, type SttWorkerEvent } from '../../machines/sttWorker/index.js';
-import { readOomKills } from '../adapters/memory.js';
-import { diesWithService, startWorker } from '../adapters/parentDeath.js';
-import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
-import type { Lease } from '../system/scheduler.js';
-import type { StoredProfile } from '../store/profile.schema.js';
-import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
-import { ProcessRecord } from './leftovers.js';
-import { endReport, Tail, WORKER_PROCESS, workerEnv } from './process.js';
+import { sttWorkerMachine, type EngineCommand, type EngineInput, type SttLaunch, type SttWorkerEvent } from '../../../machines/sttWorker/index.js';
+import { readOomKills } from '../../adapters/memory.js';
+import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
+import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
+import type { Lease } from '../../system/scheduler.js';
+import type { StoredProfile } from '../../store/profile.schema.js';
+import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
+import { ProcessRecord } from '../leftovers.js';
+import { endReport, Tail, WORKER_PROCESS, workerEnv } from '../process.js';
 import { runWhisper, whisperTranscribe, type WhisperEngine } from './whisper.js';
 
 export type SttWorkerActor = Actor<typeof sttWorkerMachine>;

@@ -8,10 +8,10 @@
 // which the inspector shows) and in their 0600 file while the process lives.
 import http from 'node:http';
 import { createActor, type Actor } from 'xstate';
-import { chatWorkerMachine, type ChatLaunch } from '../../machines/chatWorker/index.js';
-import type { ChatParams, StoredProfile } from '../store/profile.schema.js';
-import type { Lease } from '../system/scheduler.js';
-import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
+import { chatWorkerMachine, type ChatLaunch } from '../../../machines/chatWorker/index.js';
+import type { ChatParams, StoredProfile } from '../../store/profile.schema.js';
+import type { Lease } from '../../system/scheduler.js';
+import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
 import { llamaServerActor } from './llamaServer.js';
 
 export type ChatWorkerActor = Actor<typeof chatWorkerMachine>;

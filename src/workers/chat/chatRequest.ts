@@ -8,11 +8,11 @@
 // reused); buffered answers reuse keep-alive connections. When the worker dies, the supervisor
 // revokes the request's reservation with the diagnosis, which becomes the 502 `worker_failed`.
 import http from 'node:http';
-import type { Service } from './service.js';
-import { ReservationRevoked, type Lease } from '../system/scheduler.js';
-import { ApiError, errors } from '../errors.js';
+import type { Service } from '../../service.js';
+import { ReservationRevoked, type Lease } from '../../system/scheduler.js';
+import { ApiError, errors } from '../../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
-import type { ChatParams } from '../store/profile.schema.js';
+import type { ChatParams } from '../../store/profile.schema.js';
 import { eventData, eventStart, nextBlankLine, wholeEventsEnd } from './sse.js';
 
 export const CHAT_LIMITS = {

@@ -13,12 +13,12 @@
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { EventEmitter } from 'eventemitter3';
-import { errors } from '../errors.js';
-import type { Service } from './service.js';
+import { errors } from '../../errors.js';
+import type { Service } from '../../service.js';
 import type { ChatProfile } from './chat.js';
 import { chatRequestSchema, upstreamBody } from './chat.schema.js';
 import { CHAT_LIMITS, openChat, readBody, relayStream, workerStatusError, type ChatLimits } from './chatRequest.js';
-import { jobFailure } from './job.js';
+import { jobFailure } from '../job.js';
 import { SseReader } from './sse.js';
 
 export const CHAT_TEST_MAX_TOKENS = 4096;

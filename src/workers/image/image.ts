@@ -20,15 +20,15 @@ import {
   type EngineInput,
   type ImageLaunch,
   type ImageWorkerEvent,
-} from '../../machines/imageWorker/index.js';
-import { readOomKills } from '../adapters/memory.js';
-import { diesWithService, startWorker } from '../adapters/parentDeath.js';
-import { resolveRuntime, runtimeMissingMessage } from '../adapters/runtimes.js';
-import type { Lease } from '../system/scheduler.js';
-import type { StoredProfile } from '../store/profile.schema.js';
-import { LifecycleWorker, workerActorOptions, type WorkerDeps } from './lifecycle.js';
-import { ProcessRecord } from './leftovers.js';
-import { endReport, Tail, WORKER_PROCESS, workerEnv } from './process.js';
+} from '../../../machines/imageWorker/index.js';
+import { readOomKills } from '../../adapters/memory.js';
+import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
+import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
+import type { Lease } from '../../system/scheduler.js';
+import type { StoredProfile } from '../../store/profile.schema.js';
+import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
+import { ProcessRecord } from '../leftovers.js';
+import { endReport, Tail, WORKER_PROCESS, workerEnv } from '../process.js';
 
 export type ImageProfile = Extract<StoredProfile, { category: 'image' }>;
 

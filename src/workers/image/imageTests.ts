@@ -6,12 +6,12 @@
 // change of the job (phase, each step of its image process) emits `change`.
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
-import { errors, type ApiError } from '../errors.js';
-import type { Lease } from '../system/scheduler.js';
-import type { Service } from './service.js';
+import { errors, type ApiError } from '../../errors.js';
+import type { Lease } from '../../system/scheduler.js';
+import type { Service } from '../../service.js';
 import type { ImageProfile } from './image.js';
 import { runImageJob } from './imageJob.js';
-import { jobFailure } from './job.js';
+import { jobFailure } from '../job.js';
 
 export type ImageTestPhase = 'waiting' | 'running' | 'done' | 'cancelled' | 'failed';
 

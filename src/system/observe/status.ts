@@ -1,18 +1,18 @@
 // The endpoint status object (`GET /api/v1/endpoint`, CONTRACT section 6): the listener machine's
 // state and address, the stop in progress, the counters, the supervisor's workers and queue with
 // their diagnostics, the profiles, the GPUs and the RAM budget.
-import { MIB, type WorkerKind } from '../../machines/supervisor/index.js';
-import { probeGpus, type Gpu, type GpuInventory } from '../adapters/gpus.js';
-import { ramBudget, readRamFacts } from '../adapters/memory.js';
-import type { Config } from '../config.js';
-import type { SecretStore } from '../store/secrets.js';
-import type { BuildWatcher } from './builds.js';
-import type { Catalog } from './catalog.js';
+import { MIB, type WorkerKind } from '../../../machines/supervisor/index.js';
+import { probeGpus, type Gpu, type GpuInventory } from '../../adapters/gpus.js';
+import { ramBudget, readRamFacts } from '../../adapters/memory.js';
+import type { Config } from '../../config.js';
+import type { SecretStore } from '../../store/secrets.js';
+import type { BuildWatcher } from '../catalog/builds.js';
+import type { Catalog } from '../catalog/catalog.js';
 import type { Counters } from './counters.js';
 import { diagnostics, type MemoryStatus, type QueueStatus } from './diagnostics.js';
-import { runningJobs, type ListenerActor } from './listener.js';
-import type { Scheduler, SupervisorActor } from './scheduler.js';
-import type { WorkerHooks } from './workers.js';
+import { runningJobs, type ListenerActor } from '../listener.js';
+import type { Scheduler, SupervisorActor } from '../scheduler.js';
+import type { WorkerHooks } from '../workers.js';
 
 export interface EndpointStatus {
   status: 'running' | 'stopping' | 'stopped';

@@ -3,11 +3,11 @@
 // (spec 2.1 rule 4). Later issues add their own blockers here.
 import { statSync } from 'node:fs';
 import { stat, statfs } from 'node:fs/promises';
-import { STT_LANGUAGES, type StoredProfile } from '../store/profile.schema.js';
-import { ENHANCER_TASKS, readInstalled, type EnhancerTask } from '../store/enhancers.js';
-import type { RuntimeLookup, RuntimeName } from '../adapters/runtimes.js';
-import { findCommand, resolveRuntime, resolveRuntimeNow, runtimeVariableProblem, whisperProgram } from '../adapters/runtimes.js';
-import { fileKind, onProbeLane, openRegular, statStamp } from '../adapters/regularFile.js';
+import { STT_LANGUAGES, type StoredProfile } from '../../store/profile.schema.js';
+import { ENHANCER_TASKS, readInstalled, type EnhancerTask } from '../../store/enhancers.js';
+import type { RuntimeLookup, RuntimeName } from '../../adapters/runtimes.js';
+import { findCommand, resolveRuntime, resolveRuntimeNow, runtimeVariableProblem, whisperProgram } from '../../adapters/runtimes.js';
+import { fileKind, onProbeLane, openRegular, statStamp } from '../../adapters/regularFile.js';
 
 const GGUF_MAGIC = Buffer.from('GGUF', 'latin1');
 

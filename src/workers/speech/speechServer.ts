@@ -11,14 +11,14 @@
 import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { ResultPromise } from 'execa';
-import type { EngineCommand, TtsLaunch, TtsWorkerEvent } from '../../machines/ttsWorker/index.js';
-import { findCommand } from '../adapters/runtimes.js';
-import { readOomKills } from '../adapters/memory.js';
-import { diesWithService, startWorker } from '../adapters/parentDeath.js';
-import { readWav } from '../adapters/wav.js';
-import type { Logger } from '../system/log.js';
-import { ProcessRecord } from './leftovers.js';
-import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from './process.js';
+import type { EngineCommand, TtsLaunch, TtsWorkerEvent } from '../../../machines/ttsWorker/index.js';
+import { findCommand } from '../../adapters/runtimes.js';
+import { readOomKills } from '../../adapters/memory.js';
+import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
+import { readWav } from '../../adapters/wav.js';
+import type { Logger } from '../../system/observe/log.js';
+import { ProcessRecord } from '../leftovers.js';
+import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from '../process.js';
 
 const READY_POLL_MS = 200;
 const TAIL_BYTES = 16 * 1024;

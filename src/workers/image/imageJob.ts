@@ -4,16 +4,16 @@
 // (4.7: loaded, asked, ended, all under the same reservation), one image process, and the PNG
 // without its text and EXIF chunks. The folder is removed when the job ends, also after a failure or a client that left,
 // once the image process is gone.
-import type { EnhancerStep } from '../../machines/supervisor/index.js';
-import { pngSize, stripPngMetadata } from '../adapters/png.js';
-import { errors } from '../errors.js';
-import type { Lease } from '../system/scheduler.js';
-import type { Service } from './service.js';
-import type { EnhancerTask } from '../store/enhancers.js';
-import { EnhancerFailure, type Enhancement } from './enhancer.js';
+import type { EnhancerStep } from '../../../machines/supervisor/index.js';
+import { pngSize, stripPngMetadata } from '../../adapters/png.js';
+import { errors } from '../../errors.js';
+import type { Lease } from '../../system/scheduler.js';
+import type { Service } from '../../service.js';
+import type { EnhancerTask } from '../../store/enhancers.js';
+import { EnhancerFailure, type Enhancement } from '../enhancer/enhancer.js';
 import type { ImageProfile } from './image.js';
-import { JobFolder } from './jobFolder.js';
-import { onLease } from './job.js';
+import { JobFolder } from '../jobFolder.js';
+import { onLease } from '../job.js';
 
 /** How long the job folder waits, beyond the image worker's SIGKILL grace, for an ended job's process to be gone. */
 const GONE_MARGIN_MS = 20_000;

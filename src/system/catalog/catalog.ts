@@ -8,13 +8,13 @@
 // profiles. Concurrent checks of one profile snapshot share one computation; a new
 // revision is a new snapshot and never joins an older check.
 import path from 'node:path';
-import { FIT_TOOL_MISSING_NOTE } from '../../machines/supervisor/index.js';
-import { probeGpus } from '../adapters/gpus.js';
-import { errors, type ApiError } from '../errors.js';
-import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
-import type { Config } from '../config.js';
-import { IMAGE_ALIAS, type Category, type ProfileView, type StoredProfile } from '../store/profile.schema.js';
-import type { ProfileStore } from '../store/profiles.js';
+import { FIT_TOOL_MISSING_NOTE } from '../../../machines/supervisor/index.js';
+import { probeGpus } from '../../adapters/gpus.js';
+import { errors, type ApiError } from '../../errors.js';
+import { resolveRuntime, type RuntimeLookup } from '../../adapters/runtimes.js';
+import type { Config } from '../../config.js';
+import { IMAGE_ALIAS, type Category, type ProfileView, type StoredProfile } from '../../store/profile.schema.js';
+import type { ProfileStore } from '../../store/profiles.js';
 import { chatReadyNow, profileBlockers } from './blockers.js';
 
 /** What each category is, and the route and list that take it, for a model_not_found that says where to go. */

@@ -1,7 +1,7 @@
 // The service's Prometheus metrics, on a private prom-client registry that the admin
 // listener's GET /metrics renders. Recording is O(1) and allocation-free on the request path: every
 // series is bound once per label tuple and kept (`Bound`), and the request path's counters and
-// histograms are plain numbers (src/system/metricSeries.ts) that the registry reads at scrape time,
+// histograms are plain numbers (src/system/observe/metricSeries.ts) that the registry reads at scrape time,
 // so a request costs a few Map lookups and additions (about 0.1 µs; a chat answer's usage about 1 µs).
 //
 // Where the numbers come from:
@@ -19,13 +19,13 @@
 // unload codes, GPU UUIDs. No prompt, answer, file path or free text is ever a label.
 import type { InspectionEvent } from 'xstate';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
-import type { JobKind, JobPhase, JobSpec, SupervisorEvent, WorkerKind } from '../../machines/supervisor/index.js';
-import { WORKER_KINDS } from '../../machines/supervisor/index.js';
-import { probeGpus } from '../adapters/gpus.js';
-import { ramBudget, readRamFacts } from '../adapters/memory.js';
-import type { Config } from '../config.js';
+import type { JobKind, JobPhase, JobSpec, SupervisorEvent, WorkerKind } from '../../../machines/supervisor/index.js';
+import { WORKER_KINDS } from '../../../machines/supervisor/index.js';
+import { probeGpus } from '../../adapters/gpus.js';
+import { ramBudget, readRamFacts } from '../../adapters/memory.js';
+import type { Config } from '../../config.js';
 import { FastCounter, FastHistogram, type CounterSeries, type HistogramSeries } from './metricSeries.js';
-import type { SupervisorActor } from './scheduler.js';
+import type { SupervisorActor } from '../scheduler.js';
 import { ownPids } from './status.js';
 
 const MIB = 1024 * 1024;

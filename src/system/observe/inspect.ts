@@ -6,8 +6,8 @@
 import { createWebSocketInspector } from '@statelyai/inspect';
 import type { AnyEventObject, InspectionEvent, MachineContext, Observer } from 'xstate';
 import { WebSocketServer } from 'ws';
-import type { InspectMode } from '../config.js';
-import { ConfigError } from '../config.js';
+import type { InspectMode } from '../../config.js';
+import { ConfigError } from '../../config.js';
 import type { Logger } from './log.js';
 import { sanitize } from './log.js';
 

@@ -12,12 +12,12 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createActor, type Actor } from 'xstate';
 import { z } from 'zod';
-import { enhancerArgs, enhancerWorkerMachine, type EnhancerLaunch } from '../../machines/enhancerWorker/index.js';
-import type { EnhancerStep, StartPlan } from '../../machines/supervisor/index.js';
-import { imageKind } from '../adapters/png.js';
-import { LifecycleWorker, workerActorOptions } from './lifecycle.js';
-import type { ChatWorkerDeps } from './chat.js';
-import { llamaServerActor, type ServerRole } from './llamaServer.js';
+import { enhancerArgs, enhancerWorkerMachine, type EnhancerLaunch } from '../../../machines/enhancerWorker/index.js';
+import type { EnhancerStep, StartPlan } from '../../../machines/supervisor/index.js';
+import { imageKind } from '../../adapters/png.js';
+import { LifecycleWorker, workerActorOptions } from '../lifecycle.js';
+import type { ChatWorkerDeps } from '../chat/chat.js';
+import { llamaServerActor, type ServerRole } from '../chat/llamaServer.js';
 
 type EnhancerActor = Actor<typeof enhancerWorkerMachine>;
 
