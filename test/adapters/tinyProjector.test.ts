@@ -10,7 +10,7 @@ import { deflateSync } from 'node:zlib';
 import t, { type Test } from 'tap';
 import { encodeGguf, readGgufInfo } from '../../src/adapters/gguf.js';
 import { pngChunk } from '../../src/adapters/png.js';
-import { tinyProjector, writeTinyProjector, type TinyProjectorOptions } from '../../src/adapters/tinyProjector.js';
+import { tinyProjector, writeTinyProjector, type TinyProjectorOptions } from '../helpers/tinyProjector.js';
 import { freePort } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn, tinyProjectorIn } from '../helpers/llama.js';
 import { until } from '../helpers/until.js';

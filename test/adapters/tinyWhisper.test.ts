@@ -8,7 +8,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import { ggmlTensorBytes } from '../../src/adapters/gguf.js';
-import { GGML_FILE_MAGIC, HPARAM_ORDER, tinyWhisper, writeTinyWhisper, type WhisperHparams } from '../../src/adapters/tinyWhisper.js';
+import { GGML_FILE_MAGIC, HPARAM_ORDER, tinyWhisper, writeTinyWhisper, type WhisperHparams } from '../helpers/tinyWhisper.js';
 import { encodeWav } from '../../src/adapters/wav.js';
 import { whisperPrograms } from '../helpers/whisper.js';
 

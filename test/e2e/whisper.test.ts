@@ -1,6 +1,6 @@
 // The whisper.cpp STT backend (spec 3.5, 4.6) with the official openai client, run with the REAL
 // whisper-server and whisper-cli that set-up builds (scripts/build-whisper.sh) and a tiny generated
-// model (src/adapters/tinyWhisper.ts) whose words are noise: whisper-server is started with the
+// model (test/helpers/tinyWhisper.ts) whose words are noise: whisper-server is started with the
 // profile's model and kept loaded across recordings, on the CPU, and ended at the endpoint stop;
 // whisper-cli runs once per recording on a private file that is removed afterwards. A damaged
 // model fails both for real. The stand-in (test/fixtures/fake-whisper.mjs) only plays the failures

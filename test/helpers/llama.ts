@@ -5,7 +5,7 @@ import { access, constants } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { writeTinyModel, type TinyModelOptions } from '../../src/adapters/tinyModel.js';
-import { writeTinyProjector, type TinyProjectorOptions } from '../../src/adapters/tinyProjector.js';
+import { writeTinyProjector, type TinyProjectorOptions } from './tinyProjector.js';
 
 /** The cache folder as the service finds it: SERVICE_DECK_CACHE_DIR, else XDG_CACHE_HOME or ~/.cache, then service-deck. */
 export function serviceCacheDir(): string {

@@ -3,7 +3,7 @@
 import path from 'node:path';
 import { loadConfig } from '../../src/config.js';
 import { resolveRuntime } from '../../src/adapters/runtimes.js';
-import { writeTinyWhisper, type TinyWhisperOptions } from '../../src/adapters/tinyWhisper.js';
+import { writeTinyWhisper, type TinyWhisperOptions } from './tinyWhisper.js';
 
 /**
  * whisper-server and whisper-cli found the way the service finds them (their variable, the cache's

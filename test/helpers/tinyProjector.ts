@@ -21,8 +21,8 @@
 // type. Every tensor is f32.
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { encodeGguf, type GgufModel, type GgufValue } from './gguf.js';
-import { seededRandom } from './tinyModel.js';
+import { encodeGguf, type GgufModel, type GgufValue } from '../../src/adapters/gguf.js';
+import { seededRandom } from '../../src/adapters/tinyModel.js';
 
 export interface TinyProjectorOptions {
   /** Seed of the weights (default 1). */

@@ -1,4 +1,4 @@
-// A tiny whisper model that the project generates itself, for tests and the demo (model weights
+// A tiny whisper model that the project generates itself, for the tests (model weights
 // cannot be downloaded here). It is a file in whisper.cpp's own legacy ggml format, the one
 // `whisper_model_load` reads (src/whisper.cpp of whisper.cpp 1.9): magic, hyperparameters, mel
 // filters, vocabulary, then every tensor with its dimensions, type and name. The real whisper-cli
@@ -40,8 +40,8 @@
 // The result: about 0.2 s for a short recording with whisper-cli's defaults (5 beams), seven words.
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { ggmlTensorBytes } from './gguf.js';
-import { seededRandom } from './tinyModel.js';
+import { ggmlTensorBytes } from '../../src/adapters/gguf.js';
+import { seededRandom } from '../../src/adapters/tinyModel.js';
 
 /** GGML_FILE_MAGIC: "ggml" read as a little-endian uint32. */
 export const GGML_FILE_MAGIC = 0x67676d6c;
