@@ -21,9 +21,11 @@ import { alive, ended, until } from '../helpers/until.js';
 const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
 /**
  * The shortened SSE limit of this file (spec 8: 600 s). Long enough that a status read under a
- * loaded test run (its GPU probe runs the nvidia-smi stand-in first) still sees the stalled stream.
+ * loaded test run (its GPU probe runs the nvidia-smi stand-in first) still sees the stalled stream,
+ * and that a short stream beside it ends within its own limit while a busy machine leaves
+ * llama-server's threads a few tokens a second.
  */
-const STREAM_MS = 8_000;
+const STREAM_MS = 12_000;
 
 interface EndpointStatus {
   workers: Array<{ kind: string; state: string; pid: number | null }>;
@@ -131,8 +133,8 @@ t.test('one service, every worker kind', async (t) => {
     t.teardown(() => clearInterval(sampler));
     t.equal((await endpointStatus(b)).queue.running.length, 1, 'the stalled stream holds one of the two slots');
 
-    const beside = await streamOf(30);
-    t.equal(beside.tokens, 30, 'the other client gets its whole stream');
+    const beside = await streamOf(6);
+    t.equal(beside.tokens, 6, 'the other client gets its whole stream');
     t.equal((await endpointStatus(b)).queue.running.length, 1, 'while the stalled one still holds its slot');
     // How much slower it ran is a benchmark's question, not this test's (other work on the machine
     // stretches either stream): it is only reported.
