@@ -17,6 +17,8 @@
 #   SERVICE_DECK_CUDA_ARCHITECTURES=90      CMAKE_CUDA_ARCHITECTURES of a CUDA build (default: the
 #       GPUs present, as llama.cpp's CMake chooses; one architecture builds in minutes, not tens).
 #   SERVICE_DECK_CMAKE_GENERATOR=Ninja      the CMake generator (default: CMake's own, make).
+#   SERVICE_DECK_LLAMA_KEEP_BUILD=1         keep the build folder of an interrupted run: the next
+#       run resumes the compile (a time-boxed GPU machine, scripts/gpu-check.sh).
 # `--fetch-only` fetches the package's source into the cache, prints its folder and stops;
 # `--configure-only` runs CMake's configure step with the build's flags in a scratch folder and stops
 # (it proves the source and the tools complete in seconds; scripts/gpu-check.sh --dry-run uses it).
