@@ -37,21 +37,20 @@ say "building the service and the benchmarks (tsc) and the console (vite)"
 npx --no-install tsc -p tsconfig.bench.json --outDir "$stage/dist"
 npx --no-install vite build --config console/vite.config.ts --logLevel warn --outDir "$stage/dist/console" --emptyOutDir
 
-# The production packages: every node_modules entry of the lock file that is not for development.
-node -e '
-  const lock = JSON.parse(require("fs").readFileSync("package-lock.json", "utf8"));
+# The production packages: every node_modules entry of the lock file that is not for development
+# and is on disk. Optional packages for other platforms may be missing; any other is an error.
+existing=$(node -e '
+  const fs = require("fs");
+  const lock = JSON.parse(fs.readFileSync("package-lock.json", "utf8"));
   for (const [where, entry] of Object.entries(lock.packages ?? {})) {
-    if (where.startsWith("node_modules/") && !entry.dev && !entry.devOptional && !entry.link) console.log(where);
+    if (!where.startsWith("node_modules/") || entry.dev || entry.devOptional || entry.link) continue;
+    if (fs.existsSync(where)) console.log(where);
+    else if (!entry.optional) {
+      console.error(`gpu-pack: error: ${where} (a production package) is not installed: run npm ci`);
+      process.exit(1);
+    }
   }
-' >"$stage/production.txt"
-missing=
-while read -r dir; do [ -e "$dir" ] || missing="$missing $dir"; done <"$stage/production.txt"
-# Optional packages for other platforms are in the lock file but not on disk: only those may lack.
-for dir in $missing; do
-  optional=$(node -e 'const l = JSON.parse(require("fs").readFileSync("package-lock.json", "utf8")); console.log(l.packages[process.argv[1]]?.optional ? 1 : 0)' "$dir")
-  [ "$optional" = 1 ] || die "$dir (a production package) is not installed: run npm ci"
-done
-existing=$(while read -r dir; do [ -e "$dir" ] && echo "$dir"; done <"$stage/production.txt")
+') || exit 1
 say "packing dist/ and $(printf '%s\n' "$existing" | wc -l) production packages"
 tar -cf "$stage/app.tar" -C "$stage" dist
 # shellcheck disable=SC2086

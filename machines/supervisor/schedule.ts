@@ -107,10 +107,8 @@ export function admit(view: PlanView, job: JobSpec): Admission {
     return running < capacity ? { type: 'grant' } : BUSY;
   }
   if (running > 0) return BUSY;
-  const unload = worker.stale
-    ? { kind: job.kind, code: worker.staleCode ?? ('profile_changed' as const), reason: worker.stale }
-    : { kind: job.kind, code: 'profile_switch' as const, reason: `switch to profile ${job.profileId} (revision ${job.revision})` };
-  return { type: 'wait', busy: false, unload: [unload] };
+  const { code, reason } = worker.stale ?? { code: 'profile_switch' as const, reason: `switch to profile ${job.profileId} (revision ${job.revision})` };
+  return { type: 'wait', busy: false, unload: [{ kind: job.kind, code, reason }] };
 }
 
 /**
@@ -156,7 +154,7 @@ export function plan(view: PlanView): Step[] {
   // Workers nobody uses any more: a stale revision, or an image process whose image is done.
   for (const w of Object.values(view.workers)) {
     if (!loadedOrLoading(w) || runningOn(jobs, w.kind) > 0) continue;
-    if (w.stale) unload(w.kind, w.staleCode ?? 'profile_changed', w.stale);
+    if (w.stale) unload(w.kind, w.stale.code, w.stale.reason);
     else if (w.kind === 'enhancer') {
       // The enhancer lives only inside its image job's reservation (4.7).
       if (!enhancerHeld(jobs, w.generation)) unload(w.kind, 'enhancer_done', 'its image job ended: the enhancer is not kept loaded');

@@ -50,7 +50,7 @@ interface Enqueue {
 }
 
 export function emptyWorker(kind: WorkerKind, last: string | null = null): WorkerRecord {
-  return { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: null, staleCode: null, last };
+  return { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: null, last };
 }
 
 const DENIALS: Record<Exclude<DenialCode, 'resources_busy' | 'insufficient_memory' | 'image_busy' | 'start_check_failed' | 'enhancer_failed'>, (c: SupervisorContext) => string> = {
@@ -106,7 +106,7 @@ function revokePreloads(enqueue: Enqueue, jobs: Record<string, JobRecord>, kind:
 /** The record of a worker start the supervisor just granted. */
 function loadingWorker(kind: WorkerKind, generation: number, spec: JobSpec, plan: StartPlan): WorkerRecord {
   const slots = kind === 'enhancer' ? 1 : spec.slots;
-  return { kind, state: 'loading', generation, profileId: spec.profileId, revision: spec.revision, slots, pid: null, plan, stale: null, staleCode: null, last: null };
+  return { kind, state: 'loading', generation, profileId: spec.profileId, revision: spec.revision, slots, pid: null, plan, stale: null, last: null };
 }
 
 function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kind: WorkerKind, code: UnloadCode, reason: string) {
@@ -180,7 +180,7 @@ export const supervisorMachine = setup({
       assertEvent(event, 'gpu.reserve');
       return (
         context.jobs[event.job.id] === undefined &&
-      context.unloadWaiters.length === 0 &&
+        context.unloadWaiters.length === 0 &&
         refusal(context, event.job) === null &&
         runsAtOnce(context, event.job)
       );
@@ -320,7 +320,8 @@ export const supervisorMachine = setup({
       for (const kind of WORKER_KINDS) {
         const w = workers[kind];
         if (w.profileId === event.profileId && w.state !== 'unloaded' && (event.revision === null || w.revision !== event.revision)) {
-          workers[kind] = { ...w, stale: event.revision === null ? 'its profile was deleted' : `its profile has a new revision (${event.revision})`, staleCode: 'profile_changed' };
+          const reason = event.revision === null ? 'its profile was deleted' : `its profile has a new revision (${event.revision})`;
+          workers[kind] = { ...w, stale: { code: 'profile_changed', reason } };
         }
       }
       enqueue.assign({ workers, revisions: { ...context.revisions, [event.profileId]: event.revision } });
@@ -329,7 +330,7 @@ export const supervisorMachine = setup({
       assertEvent(event, 'worker.buildChanged');
       const w = context.workers[event.kind];
       if (w.generation !== event.generation || w.state === 'unloaded' || w.state === 'unloading' || w.state === 'lost') return;
-      enqueue.assign({ workers: { ...context.workers, [event.kind]: { ...w, stale: event.reason, staleCode: 'new_build' } } });
+      enqueue.assign({ workers: { ...context.workers, [event.kind]: { ...w, stale: { code: 'new_build', reason: event.reason } } } });
     }),
     audioMode: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'audio.mode');

@@ -114,9 +114,7 @@ export interface WorkerRecord {
    * Why it goes as soon as no job uses it (a newer revision was saved, the profile was deleted, its
    * program has a new build: spec 3.2, 3.5, 9), or null while it may take new jobs.
    */
-  stale: string | null;
-  /** The code of `stale`: what the unload will say it was for. */
-  staleCode: 'profile_changed' | 'new_build' | null;
+  stale: { code: 'profile_changed' | 'new_build'; reason: string } | null;
   /** Why it was last unloaded or how it ended, for the status. */
   last: string | null;
 }

@@ -11,7 +11,7 @@
 // process that outlives SIGKILL by the kill limit is reported `worker.lost` (the supervisor keeps
 // its memory reserved) and unloaded when it finally ends. An unload of a start that has not begun
 // yet cancels it: that start never runs, and the unload is done at once.
-import { assign, emit, enqueueActions, fromCallback, sendTo, setup } from 'xstate';
+import { assertEvent, assign, emit, enqueueActions, fromCallback, sendTo, setup } from 'xstate';
 import type { ExitReport } from '../worker.types.js';
 
 export interface LaunchBase {
@@ -168,7 +168,7 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       reportUnloaded: emit(({ context }: Ctx): Emitted => ({ type: 'worker.unloaded', kind: spec.kind, generation: generationOf(context) })),
       reportLost: emit(({ context }: Ctx): Emitted => ({ type: 'worker.lost', kind: spec.kind, generation: generationOf(context), pid: context.pid })),
       cancelStart: enqueueActions(({ context, event, enqueue }) => {
-        if (event.type !== 'worker.unload') return;
+        assertEvent(event, 'worker.unload');
         enqueue.assign({ cancelled: [...context.cancelled, event.generation].slice(-CANCELLED_KEPT) });
         enqueue.emit({ type: 'worker.unloaded', kind: spec.kind, generation: event.generation } as Emitted);
       }),

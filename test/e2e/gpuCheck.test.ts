@@ -101,10 +101,17 @@ t.test('the pack fits the device, and the dry run of the device check passes in 
   }
 
   const foreign = JSON.parse(await readFile(path.join(out, '6-foreign.json'), 'utf8')) as {
-    foreign: Array<{ seen_as_foreign: boolean; alive_after: boolean }>;
+    foreign: Array<{ seen_as_foreign: boolean; own_worker_unloaded: boolean; alive_after: boolean }>;
     tts: { cuda_visible_devices: string; server_saw: string[] };
   };
-  t.same(foreign.foreign.map((f) => [f.seen_as_foreign, f.alive_after]), [[true, true], [true, true]], 'both hand-started llama-servers were seen as foreign and never signalled');
+  t.same(
+    foreign.foreign.map((f) => [f.seen_as_foreign, f.own_worker_unloaded, f.alive_after]),
+    [
+      [true, true, true],
+      [true, true, true],
+    ],
+    'both hand-started llama-servers were seen as foreign, our chat worker unloaded for each, and they were never signalled',
+  );
   t.equal(foreign.tts.cuda_visible_devices, uuid, 'the TTS worker on the GPU sees that GPU');
   t.ok(foreign.tts.server_saw.length > 0 && foreign.tts.server_saw.every((v) => v === uuid));
 });

@@ -121,7 +121,7 @@ const chatRows: Row[] = [
       const h = supervisorHarness();
       const running = await h.submit({ profileId: 'a', revision: 1 });
       await h.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
-      t.equal(h.worker('chat').stale, 'its profile has a new revision (2)');
+      t.same(h.worker('chat').stale, { code: 'profile_changed', reason: 'its profile has a new revision (2)' });
       t.same(h.unloads(), [], 'running answers keep their adopted profile');
       await h.release(running);
       t.same(h.unloads('chat').map((u) => u.code), ['profile_changed'], 'unloaded once idle');
@@ -638,7 +638,7 @@ const sttRows: Row[] = [
       const running = await h.submit({ profileId: 'a', slots: 2 });
       const old = h.gen('chat');
       await h.send({ type: 'worker.buildChanged', kind: 'chat', generation: old, reason: 'a new build of llama-server' });
-      t.match(h.worker('chat'), { stale: 'a new build of llama-server' });
+      t.same(h.worker('chat').stale, { code: 'new_build', reason: 'a new build of llama-server' });
       t.same(h.unloads(), [], 'the running answer keeps its worker');
       const later = await h.submit({ profileId: 'a', slots: 2 });
       t.notOk(h.granted(later), 'a free slot of the old build is not given out');

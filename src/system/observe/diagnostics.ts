@@ -149,7 +149,7 @@ export function diagnostics(context: SupervisorContext, clocks: Clocks): { queue
       last: w.last,
       plan: w.plan ? planStatus(w.plan) : null,
       build: clocks.build?.(w.kind, w.generation) ?? null,
-      stale: w.stale,
+      stale: w.stale?.reason ?? null,
     }));
   return { queue: { waiting, running }, workers };
 }

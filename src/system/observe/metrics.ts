@@ -15,8 +15,8 @@
 //   (the same probe as the status), the RAM budget, and the process (prom-client's defaults).
 //
 // Label values come only from known sets: listener and route names, profile names (the `model`
-// clients send, checked against the stored profiles), worker kinds, denial and exit codes, unload
-// unload codes, GPU UUIDs. No prompt, answer, file path or free text is ever a label.
+// clients send, checked against the stored profiles), worker kinds, denial, exit and unload codes,
+// GPU UUIDs. No prompt, answer, file path or free text is ever a label.
 import type { InspectionEvent } from 'xstate';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { JobKind, JobPhase, JobSpec, SupervisorEvent, WorkerKind } from '../../../machines/supervisor/index.js';
