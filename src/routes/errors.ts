@@ -6,7 +6,7 @@ import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { ApiError, errors } from '../errors.js';
-import { jobFailure } from '../workers/job.js';
+import { jobFailure } from '../workers/lease.js';
 
 interface ZodIssueLike {
   code?: string;

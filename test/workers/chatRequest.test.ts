@@ -4,8 +4,7 @@
 // is replaced by a summary while the detail, without the quote, goes to the log. The texts below
 // are llama-server's own answers (the build scripts/build-llama.sh makes), captured from it.
 import t from 'tap';
-import { clientOrLease, workerErrorDetail, workerStatusError } from '../../src/workers/chat/chatRequest.js';
-import type { Lease } from '../../src/system/scheduler.js';
+import { workerErrorDetail, workerStatusError } from '../../src/workers/chat/chatRequest.js';
 
 const answer = (code: number, message: string, type: string) => Buffer.from(JSON.stringify({ error: { code, message, type } }));
 
@@ -115,24 +114,4 @@ t.test('each worker error keeps its class; internals go to the log, not to the c
 t.test('the detail for the log is bounded', async (t) => {
   t.equal(workerErrorDetail('x'.repeat(2000)).length, 501, '500 characters and an ellipsis');
   t.equal(workerErrorDetail('plain words'), 'plain words', 'a text without quotes stays as it is');
-});
-
-t.test('the work signal aborts when the client leaves or the reservation is revoked, with that reason', async (t) => {
-  const leaseOf = (signal: AbortSignal) => ({ signal }) as Lease;
-  for (const which of ['client', 'lease'] as const) {
-    const client = new AbortController();
-    const revoked = new AbortController();
-    const signal = clientOrLease(client.signal, leaseOf(revoked.signal));
-    t.notOk(signal.aborted, `${which}: open while both are`);
-    const reason = new Error(`${which} gone`);
-    (which === 'client' ? client : revoked).abort(reason);
-    t.ok(signal.aborted, `${which}: aborted`);
-    t.equal(signal.reason, reason, `${which}: with its reason`);
-    (which === 'client' ? revoked : client).abort(new Error('later'));
-    t.equal(signal.reason, reason, `${which}: the first reason stays`);
-  }
-  const gone = new AbortController();
-  gone.abort(new Error('before'));
-  t.equal(clientOrLease(gone.signal, leaseOf(new AbortController().signal)).reason, gone.signal.reason, 'a client already gone');
-  t.equal(clientOrLease(new AbortController().signal, leaseOf(gone.signal)).reason, gone.signal.reason, 'a reservation already revoked');
 });

@@ -1,14 +1,14 @@
 // Spec 4.2: POST /v1/chat/completions, JSON or SSE. The route validates the strict request,
 // resolves the published profile (its snapshot is kept for the whole request), fills the
 // profile's sampling defaults, and hands the request to the scheduler and the chat worker
-// (src/workers/chat/chatRequest.ts). A buffered answer is relayed as the worker wrote it; a stream is
+// (src/workers/chat/chatRequest.ts; the lease's failure path is src/workers/lease.ts). A buffered answer is relayed as the worker wrote it; a stream is
 // relayed chunk by chunk, never buffered. A client that goes away cancels its queued job, or
 // closes the worker connection so llama-server frees the slot.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Service } from '../../service.js';
 import type { ChatProfile } from '../../workers/chat/chat.js';
-import { CHAT_LIMITS, completeAnswer, openChat, readBody, relayStream, workerError, workerStatusError, type ChatLimits } from '../../workers/chat/chatRequest.js';
+import { bufferedAnswer, CHAT_LIMITS, completeAnswer, openChat, relayStream, type ChatLimits } from '../../workers/chat/chatRequest.js';
 import { clientGone } from '../client.js';
 import { chatStreamTap } from '../metrics.js';
 import { chatRequestSchema, effectiveEffort, upstreamBody, type ChatRequest } from '../../workers/chat/chat.schema.js';
@@ -35,35 +35,10 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
     const profile = (service.catalog.readyNow('chat', body.model) ?? (await service.catalog.require('chat', body.model))) as ChatProfile;
     const stream = body.stream === true;
     const opened = await openChat(service, profile, upstreamBody(body, profile), { source: 'api', stream, signal, limits });
-    const { response, lease } = opened;
     const headers = reasoningHeaders(body.reasoning_effort);
-
-    if (response.statusCode !== 200) {
-      try {
-        const text = await readBody(response, 64 * 1024).catch(() => Buffer.alloc(0));
-        throw workerStatusError(response.statusCode ?? 502, text, request.log, profile);
-      } finally {
-        lease.release();
-      }
-    }
-
-    if (!stream) {
-      let answer: Buffer;
-      try {
-        answer = await readBody(response, limits.bufferedBytes);
-      } catch (error) {
-        opened.abort();
-        if (signal.aborted) {
-          // The client went away: nobody waits for a diagnosis.
-          lease.release();
-          throw signal.reason;
-        }
-        const failure = await workerError(lease, error, limits);
-        lease.release();
-        throw failure;
-      }
-      // The answer is in memory: the worker's part is done.
-      lease.release();
+    if (!stream || opened.response.statusCode !== 200) {
+      // The answer, or the worker's error, is in memory: the worker's part is done.
+      const answer = await bufferedAnswer(opened, signal, limits, request.log, profile);
       return reply.code(200).headers(headers).type('application/json').send(completeAnswer(answer));
     }
 
@@ -71,7 +46,7 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
     // reservation is kept until the end.
     // The output stream measures itself for the metrics as the events pass (no extra stream per token).
     const out = chatStreamTap(service.metrics, service.profiles, request, reply);
-    void relayStream(opened, out, { limits, signal, log: request.log, profile }).finally(() => lease.release());
+    void relayStream(opened, out, { limits, signal, log: request.log, profile }).finally(() => opened.lease.release());
     return reply
       .code(200)
       .headers({ ...headers, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' })

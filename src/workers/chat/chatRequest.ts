@@ -9,7 +9,8 @@
 // revokes the request's reservation with the diagnosis, which becomes the 502 `worker_failed`.
 import http from 'node:http';
 import type { Service } from '../../service.js';
-import { ReservationRevoked, type Lease } from '../../system/scheduler.js';
+import type { Lease } from '../../system/scheduler.js';
+import { clientOrLease, revocation, withLease } from '../lease.js';
 import { ApiError, errors } from '../../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
 import type { ChatParams } from '../../store/profile.schema.js';
@@ -49,27 +50,6 @@ export class UpstreamFailure extends Error {
   ) {
     super(message);
   }
-}
-
-/** The reason a signal was aborted with, or undefined. */
-const reasonOf = (signal: AbortSignal): unknown => (signal.aborted ? (signal.reason as unknown) : undefined);
-
-/** Waits up to `ms` for the reservation to be revoked (the supervisor's diagnosis of a dead worker). */
-export function revocation(lease: Lease, ms: number): Promise<ReservationRevoked | undefined> {
-  const now = reasonOf(lease.signal);
-  if (now instanceof ReservationRevoked) return Promise.resolve(now);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      lease.signal.removeEventListener('abort', onAbort);
-      resolve(undefined);
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      const reason = reasonOf(lease.signal);
-      resolve(reason instanceof ReservationRevoked ? reason : undefined);
-    };
-    lease.signal.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 /**
@@ -199,7 +179,7 @@ export function workerErrorDetail(message: string): string {
  * the worker's KV cache is unified), which only the operator changes. llama-server's own words
  * ("try increasing it") do not say that the client cannot.
  */
-function contextNote(profile: { name: string; params: Pick<ChatParams, 'context' | 'slots'> } | undefined): string {
+function contextNote(profile: StatusProfile | undefined): string {
   if (!profile) return '';
   const { context, slots } = profile.params;
   return ` (The context is the chat profile ${profile.name}'s params.context, ${context} tokens shared by its ${slots} slot(s): send fewer or shorter messages or a smaller max_tokens, or ask the operator to raise params.context.)`;
@@ -212,12 +192,12 @@ function contextNote(profile: { name: string; params: Pick<ChatParams, 'context'
  * for users; the text of its C++ internals (`unordered_map::at`, the JSON parser's exception,
  * which quotes the request back) is replaced by a summary, and the detail goes to `log`.
  */
-export function workerStatusError(
-  status: number,
-  body: Buffer,
-  log: { warn: (fields: object, message: string) => void },
-  profile?: { name: string; params: Pick<ChatParams, 'context' | 'slots'> },
-): ApiError {
+/** Where a worker's error detail is logged (never shown to the client). */
+export type StatusLog = { warn: (fields: object, message: string) => void };
+/** What a worker's error message is completed with (the context size a request ran past). */
+export type StatusProfile = { name: string; params: Pick<ChatParams, 'context' | 'slots'> };
+
+export function workerStatusError(status: number, body: Buffer, log: StatusLog, profile?: StatusProfile): ApiError {
   let message: string | undefined;
   let code: string | null = null;
   try {
@@ -243,23 +223,6 @@ export function workerStatusError(
   if (message === undefined) return errors.workerFailed(`The chat worker answered ${status}.`);
   if (internal) return errors.workerFailed(`The chat worker failed on this request with an internal error${lead ? ` (${lead})` : ''}; the service log has the details.`);
   return errors.workerFailed(`The chat worker failed: ${message}`);
-}
-
-/**
- * A signal that aborts when the client leaves or the reservation is revoked, with the first one's
- * reason. Both live only as long as the request, so plain listeners suffice: `AbortSignal.any`
- * tracks its sources through weak references, which cost more per request.
- */
-export function clientOrLease(client: AbortSignal, lease: Lease): AbortSignal {
-  if (client.aborted) return client;
-  if (lease.signal.aborted) return lease.signal;
-  const either = new AbortController();
-  const abort = function (this: AbortSignal) {
-    either.abort(this.reason);
-  };
-  client.addEventListener('abort', abort, { once: true });
-  lease.signal.addEventListener('abort', abort, { once: true });
-  return either.signal;
 }
 
 /**
@@ -297,22 +260,47 @@ export async function openChat(
   );
   const both = clientOrLease(options.signal, lease);
   options.onGranted?.(lease);
-  try {
-    service.chat.start(lease, profile);
-    const connection = await service.chat.connect(lease.generation, both);
-    const sent = postToWorker(connection, Buffer.from(JSON.stringify(body)), { stream: options.stream, signal: both, idleMs: limits.idleMs });
-    const response = await sent.response;
-    return { lease, connection, response, abort: sent.abort };
-  } catch (error) {
-    if (options.signal.aborted) {
-      lease.cancel();
-      throw options.signal.reason;
-    }
-    // The diagnosis comes with the revocation, so it is awaited before the reservation goes back.
-    const failure = await workerError(lease, error, limits);
-    lease.cancel();
-    throw failure;
-  }
+  return withLease(
+    lease,
+    options.signal,
+    async () => {
+      service.chat.start(lease, profile);
+      const connection = await service.chat.connect(lease.generation, both);
+      const sent = postToWorker(connection, Buffer.from(JSON.stringify(body)), { stream: options.stream, signal: both, idleMs: limits.idleMs });
+      const response = await sent.response;
+      return { lease, connection, response, abort: sent.abort };
+    },
+    (error) => workerError(lease, error, limits),
+    'keep',
+  );
+}
+
+/** The error a worker's answer with a status other than 200 stands for (its body read, at most 64 KiB). */
+export async function refusal(response: http.IncomingMessage, log: StatusLog, profile?: StatusProfile): Promise<ApiError> {
+  const text = await readBody(response, 64 * 1024).catch(() => Buffer.alloc(0));
+  return workerStatusError(response.statusCode ?? 502, text, log, profile);
+}
+
+/**
+ * A buffered answer, or the error its worker answered with, on an opened chat. The lease goes back
+ * either way (withLease), after the supervisor's diagnosis when the worker died mid-answer.
+ */
+export function bufferedAnswer(opened: OpenedChat, client: AbortSignal, limits: ChatLimits, log: StatusLog, profile?: StatusProfile): Promise<Buffer> {
+  const { response, lease } = opened;
+  return withLease(
+    lease,
+    client,
+    async () => {
+      if (response.statusCode !== 200) throw await refusal(response, log, profile);
+      try {
+        return await readBody(response, limits.bufferedBytes);
+      } catch (error) {
+        opened.abort();
+        throw error;
+      }
+    },
+    (error) => workerError(lease, error, limits),
+  );
 }
 
 /** An SSE event carrying an error, the contract's ending of a stream that already started. */
@@ -368,8 +356,8 @@ export function relayStream(
   options: {
     limits: ChatLimits;
     signal: AbortSignal;
-    log: { warn: (fields: object, message: string) => void };
-    profile?: { name: string; params: Pick<ChatParams, 'context' | 'slots'> };
+    log: StatusLog;
+    profile?: StatusProfile;
     onChunk?: (chunk: Buffer) => void;
     onError?: (error: ApiError) => void;
   },

@@ -17,8 +17,8 @@ import { errors } from '../../errors.js';
 import type { Service } from '../../service.js';
 import type { ChatProfile } from './chat.js';
 import { chatRequestSchema, upstreamBody } from './chat.schema.js';
-import { CHAT_LIMITS, openChat, readBody, relayStream, workerStatusError, type ChatLimits } from './chatRequest.js';
-import { jobFailure } from '../job.js';
+import { CHAT_LIMITS, openChat, refusal, relayStream, type ChatLimits } from './chatRequest.js';
+import { jobFailure } from '../lease.js';
 import { SseReader } from './sse.js';
 
 export const CHAT_TEST_MAX_TOKENS = 4096;
@@ -169,8 +169,7 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
       });
       try {
         if (opened.response.statusCode !== 200) {
-          const text = await readBody(opened.response, 64 * 1024).catch(() => Buffer.alloc(0));
-          const failure = workerStatusError(opened.response.statusCode ?? 502, text, this.service.log, profile);
+          const failure = await refusal(opened.response, this.service.log, profile);
           this.#end(job, 'failed', { code: failure.code, message: failure.message });
           return;
         }

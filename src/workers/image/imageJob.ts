@@ -13,7 +13,7 @@ import type { EnhancerTask } from '../../store/enhancers.js';
 import { EnhancerFailure, type Enhancement } from '../enhancer/enhancer.js';
 import type { ImageProfile } from './image.js';
 import { JobFolder } from '../jobFolder.js';
-import { onLease } from '../job.js';
+import { onLease } from '../lease.js';
 
 /** How long the job folder waits, beyond the image worker's SIGKILL grace, for an ended job's process to be gone. */
 const GONE_MARGIN_MS = 20_000;

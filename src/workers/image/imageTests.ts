@@ -11,7 +11,7 @@ import type { Lease } from '../../system/scheduler.js';
 import type { Service } from '../../service.js';
 import type { ImageProfile } from './image.js';
 import { runImageJob } from './imageJob.js';
-import { jobFailure } from '../job.js';
+import { jobFailure } from '../lease.js';
 
 export type ImageTestPhase = 'waiting' | 'running' | 'done' | 'cancelled' | 'failed';
 

@@ -6,7 +6,7 @@ import type { JobSource } from '../../../machines/supervisor/index.js';
 import { checkTranscriptionWav, WavError } from '../../adapters/wav.js';
 import { ApiError, errors } from '../../errors.js';
 import { STT_LANGUAGES, type SttLanguage } from '../../store/profile.schema.js';
-import { onLease } from '../job.js';
+import { onLease } from '../lease.js';
 import type { Service } from '../../service.js';
 import type { SttProfile } from './stt.js';
 import type { SpeechRequest, TtsProfile } from './tts.js';
