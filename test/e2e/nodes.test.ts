@@ -21,7 +21,7 @@ import { findNginx, startNginx } from '../helpers/nginx.js';
 import { matchesSchema } from '../helpers/openapi.js';
 import { png } from '../helpers/png.js';
 import { pocketsphinxPath } from '../helpers/speech.js';
-import { until } from '../helpers/until.js';
+import { stopProcess, until } from '../helpers/until.js';
 
 const FRONT_TOKEN = 'sd-front-token-0123456789abcdefghijklmn';
 const NODE1_TOKEN = 'sd-node1-token-0123456789abcdefghijklmn';
@@ -184,7 +184,7 @@ t.test('two nodes behind nginx through the openai client', { skip: missing }, as
   const generating = (await (await node1.admin('GET', '/api/v1/endpoint')).json()) as { workers: Array<{ kind: string; pid: number | null }> };
   const llamaPid = generating.workers.find((w) => w.kind === 'chat')?.pid;
   t.ok(llamaPid, "node 1's llama-server runs");
-  process.kill(llamaPid!, 'SIGSTOP');
+  await stopProcess(llamaPid!);
   try {
     // Node 1 sends what it had; then nothing more comes through the tap.
     let last = -1;

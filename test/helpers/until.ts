@@ -31,3 +31,19 @@ export function ended(pid: number): boolean {
     return true;
   }
 }
+
+/**
+ * Stops a process with SIGSTOP and waits until the kernel shows it stopped (state T). Until the
+ * process has run to take the signal, a later SIGTERM (a lower number) would be taken first and
+ * end it: on a busy machine that window can last long enough for a test to send one.
+ */
+export async function stopProcess(pid: number): Promise<void> {
+  process.kill(pid, 'SIGSTOP');
+  await until(`process ${pid} to be stopped`, async () => {
+    try {
+      return readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').startsWith('T') ? true : undefined;
+    } catch {
+      throw new Error(`process ${pid} is gone`);
+    }
+  });
+}

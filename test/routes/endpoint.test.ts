@@ -5,7 +5,7 @@ import { ReservationDenied } from '../../src/system/scheduler.js';
 import type { EndpointStatus } from '../../src/system/observe/status.js';
 import { build, failureOf, freePort } from '../helpers/build.js';
 import { pocketsphinxPath } from '../helpers/speech.js';
-import { until } from '../helpers/until.js';
+import { stopProcess, until } from '../helpers/until.js';
 
 const code = async (response: Response) => ((await response.json()) as { error: { code: string; param: string | null } }).error;
 
@@ -83,7 +83,7 @@ t.test('stop: no new requests, waiting discarded, running work finishes, then wo
   await b.service.stt.ready(running.generation);
   const pid = b.service.stt.describe()?.pid;
   t.ok(pid, 'the engine runs');
-  process.kill(pid!, 'SIGSTOP');
+  await stopProcess(pid!);
   t.teardown(() => {
     try {
       process.kill(pid!, 'SIGCONT');
