@@ -55,7 +55,6 @@ import { ImageWorker } from './workers/image/image.js';
 import { ImageTests } from './workers/image/imageTests.js';
 import { sweepWorkerProcesses } from './workers/leftovers.js';
 import type { WorkerDeps } from './workers/lifecycle.js';
-import { sweepLeftovers } from './workers/chat/llamaServer.js';
 import type { Service } from './service.js';
 import { SttWorker } from './workers/speech/stt.js';
 import { TtsWorker } from './workers/speech/tts.js';
@@ -97,7 +96,6 @@ async function prepareStateDir(config: Config, log: Logger): Promise<void> {
   await ensurePrivateDir(path.join(config.stateDir, 'jobs'));
   await ensurePrivateDir(path.join(config.stateDir, 'runtime'));
   await clearLeftoverJobs(path.join(config.stateDir, 'jobs'), log);
-  await sweepLeftovers(path.join(config.stateDir, 'runtime'), log);
   await sweepWorkerProcesses(path.join(config.stateDir, 'runtime'), log);
 }
 

@@ -24,8 +24,7 @@
 // reaches the worker's own processes or no one. What is not covered: a service killed in the
 // instant between a spawn and setpriv's prctl or the group's registration, and a watchdog killed
 // on its own (a new one is started at the next worker start and told every live group). The next
-// start's sweeps (sweepLeftovers in src/workers/chat/llamaServer.ts, src/workers/leftovers.ts) stay the
-// net for these.
+// start's sweep (src/workers/leftovers.ts) stays the net for these.
 //
 // setpriv is found by SERVICE_DECK_SETPRIV (a path), else on PATH; it must know --pdeathsig
 // (util-linux 2.33 or newer), which one run of it proves. Without one the service logs at its start

@@ -9,26 +9,22 @@
 // diagnostics; the output tail is used only to diagnose a failure, and never logged.
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import type { ResultPromise } from 'execa';
-import { createActor, fromCallback, type Actor } from 'xstate';
+import { createActor, type Actor } from 'xstate';
 import {
   IMAGE_OUTPUT,
   imageWorkerMachine,
   lastProgress,
   sdArgs,
-  type EngineCommand,
-  type EngineInput,
   type ImageLaunch,
   type ImageWorkerEvent,
 } from '../../../machines/imageWorker/index.js';
-import { readOomKills } from '../../adapters/memory.js';
-import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
+import { diesWithService } from '../../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
 import type { Lease } from '../../system/scheduler.js';
 import type { StoredProfile } from '../../store/profile.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
-import { ProcessRecord } from '../leftovers.js';
-import { endReport, Tail, WORKER_PROCESS, workerEnv } from '../process.js';
+import { engineActor, type StartHooks } from '../engine.js';
+import { workerEnv } from '../process.js';
 
 export type ImageProfile = Extract<StoredProfile, { category: 'image' }>;
 
@@ -75,80 +71,41 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
     const jobs = new Map<number, ImageJob & { gpus: string[] }>();
     const progress = new Map<number, ImageProgress>();
     const progressListeners = new Set<(generation: number) => void>();
-    const engine = fromCallback<EngineCommand, EngineInput, ImageWorkerEvent>(({ input, sendBack, receive }) => {
-      const { launch } = input;
+    // The error of a failed start may quote the command line, and with it the prompt.
+    const info = { worker: 'image', name: 'image worker', log: deps.log, runtimeDir: deps.runtimeDir, privateCommand: true } as const;
+    const engine = engineActor<ImageLaunch, ImageWorkerEvent>(info, (launch): StartHooks => {
       const { generation } = launch;
-      const tail = new Tail(16 * 1024);
-      let child: ResultPromise | undefined;
-      let stopped = false;
-      let ended = false;
-      let stopRequested = false;
-      const gone = (cause: string, message: string) => {
-        if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause, message } });
-      };
-      receive((command) => {
-        stopRequested = true;
-        if (child && !ended) child.kill(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
-        // The image is written and its process gone: nothing is left to end.
-        else if (ended || !child) gone('stopped', 'The image worker was stopped as requested.');
-      });
-      const run = async () => {
-        const job = jobs.get(generation);
-        if (!job) return gone('unclear', 'The image worker has no job for this start.');
-        const binary = await resolveRuntime('sd-cli', deps.lookup);
-        if (!binary) return gone('runtime_missing', runtimeMissingMessage('image worker', ['sd-cli'], deps.lookup.env, 'sd-cli (stable-diffusion.cpp) is not installed'));
-        const output = path.join(job.dir, IMAGE_OUTPUT);
-        const command = await diesWithService(binary, sdArgs(launch, job.prompt, output), deps.env);
-        const before = await readOomKills().catch(() => null);
-        if (stopped || stopRequested) return gone('stopped', 'The image worker was stopped before it started.');
-        const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'image', generation) : undefined;
-        child = startWorker(command, {
-          ...WORKER_PROCESS,
-          cwd: job.dir,
-          env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(','), ...record?.env() },
-        });
-        if (child.pid !== undefined) void record?.write(child.pid, false);
-        let recent = '';
-        const watch = (chunk: Buffer) => {
-          tail.push(chunk);
-          // A progress mark may be split across chunks: the last few hundred bytes are read together.
-          recent = `${recent}${chunk.toString('latin1')}`.slice(-512);
-          const mark = lastProgress(recent);
-          const before = progress.get(generation);
-          if (!mark || (before?.step === mark.step && before.steps === mark.steps)) return;
-          progress.set(generation, mark);
-          for (const listener of progressListeners) listener(generation);
-        };
-        child.stdout?.on('data', watch);
-        child.stderr?.on('data', watch);
-        void child.then(async (result) => {
-          ended = true;
-          void record?.remove();
-          const written = result.exitCode === 0 && !stopRequested && (await stat(output).then((s) => s.isFile() && s.size > 0, () => false));
-          if (written) {
-            if (!stopped) sendBack({ type: 'engine.ready' });
-            return;
-          }
-          if (result.exitCode === 0 && !stopRequested) {
-            if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: 0, signal: null, cause: 'unclear', message: 'The image worker (sd-cli) ended without an error but wrote no image.' } });
-            return;
-          }
-          const { report, evidence } = await endReport('image', result, { oomKillsBefore: before, outputTail: withoutPrompt(tail.text(), job.prompt), expected: stopRequested });
-          if (!stopRequested) deps.log.warn({ worker: 'image', generation, cause: report.cause, evidence }, 'image worker failed');
-          if (!stopped) sendBack({ type: 'engine.exited', report });
-        });
-        if (child.pid !== undefined && !stopped) sendBack({ type: 'engine.spawned', pid: child.pid });
-        return undefined;
-      };
-      run().catch((error: unknown) => {
-        // The error may quote the command line, and with it the prompt: only its name is logged.
-        deps.log.error({ worker: 'image', generation, error: (error as Error).name }, 'image worker could not be started');
-        if (child && !ended) child.kill('SIGKILL');
-        else gone('unclear', 'The image worker could not be started (sd-cli could not be run).');
-      });
-      return () => {
-        stopped = true;
-        if (child && !ended) child.kill('SIGKILL');
+      const job = jobs.get(generation);
+      const output = job ? path.join(job.dir, IMAGE_OUTPUT) : '';
+      return {
+        prepare: async () => {
+          if (!job) return { unable: { cause: 'unclear', message: 'The image worker has no job for this start.' } };
+          const binary = await resolveRuntime('sd-cli', deps.lookup);
+          if (!binary) return { unable: { cause: 'runtime_missing', message: runtimeMissingMessage('image worker', ['sd-cli'], deps.lookup.env, 'sd-cli (stable-diffusion.cpp) is not installed') } };
+          const command = await diesWithService(binary, sdArgs(launch, job.prompt, output), deps.env);
+          return { command, options: { cwd: job.dir, env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(',') } } };
+        },
+        spawned: (child) => {
+          let recent = '';
+          const watch = (chunk: Buffer) => {
+            // A progress mark may be split across chunks: the last few hundred bytes are read together.
+            recent = `${recent}${chunk.toString('latin1')}`.slice(-512);
+            const mark = lastProgress(recent);
+            const before = progress.get(generation);
+            if (!mark || (before?.step === mark.step && before.steps === mark.steps)) return;
+            progress.set(generation, mark);
+            for (const listener of progressListeners) listener(generation);
+          };
+          child.stdout?.on('data', watch);
+          child.stderr?.on('data', watch);
+        },
+        // One image per process: a process that wrote its image and ended is done, not failed.
+        exitedAs: async (result, stopRequested) => {
+          if (result.exitCode !== 0 || stopRequested) return undefined;
+          if (await stat(output).then((s) => s.isFile() && s.size > 0, () => false)) return 'ready';
+          return { exitCode: 0, signal: null, cause: 'unclear', message: 'The image worker (sd-cli) ended without an error but wrote no image.' };
+        },
+        tailText: (text) => withoutPrompt(text, job?.prompt ?? ''),
       };
     });
     const actor = createActor(imageWorkerMachine.provide({ actors: { engine } }), workerActorOptions('imageWorker', deps));

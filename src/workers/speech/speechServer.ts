@@ -10,18 +10,14 @@
 // on anything but loopback once it answers is refused (it would bypass the bearer token).
 import { readFile } from 'node:fs/promises';
 import http from 'node:http';
-import type { ResultPromise } from 'execa';
-import type { EngineCommand, TtsLaunch, TtsWorkerEvent } from '../../../machines/ttsWorker/index.js';
+import type { TtsLaunch } from '../../../machines/ttsWorker/index.js';
 import { findCommand } from '../../adapters/runtimes.js';
-import { readOomKills } from '../../adapters/memory.js';
-import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
+import { diesWithService } from '../../adapters/parentDeath.js';
 import { readWav } from '../../adapters/wav.js';
 import type { Logger } from '../../system/observe/log.js';
-import { ProcessRecord } from '../leftovers.js';
-import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from '../process.js';
+import type { StartHooks } from '../engine.js';
+import { freePort, workerEnv } from '../process.js';
 
-const READY_POLL_MS = 200;
-const TAIL_BYTES = 16 * 1024;
 /** A speech answer is at most this big (1000 characters at the slowest speed is far less). */
 const MAX_WAV_BYTES = 64 * 1024 * 1024;
 const SPEAK_TIMEOUT_MS = 120_000;
@@ -135,107 +131,35 @@ export interface ServerEngineDeps {
   log: Logger;
   /** Ports of the ready starts, by generation. */
   ports: Map<number, number>;
-  /** The state's runtime folder: the server is recorded there while it runs (src/workers/leftovers.ts). */
-  runtimeDir: string | undefined;
 }
 
-/**
- * The engine process actor's body for one start of the openai-server backend: spawn, wait until it
- * answers, report its end with a diagnosis. Returns the actor's cleanup.
- */
-export function runSpeechServer(
-  launch: TtsLaunch,
-  deps: ServerEngineDeps,
-  sendBack: (event: TtsWorkerEvent) => void,
-  receive: (listener: (command: EngineCommand) => void) => void,
-): () => void {
-  const tail = new Tail(TAIL_BYTES);
-  let child: ResultPromise | undefined;
-  let stopped = false;
-  let exited = false;
-  let stopRequested = false;
-  let before: number | null = null;
-  /** Why we ended it ourselves, reported as its failure. */
-  let failure: string | undefined;
-  const report = (exitCode: number | null, signal: string | null, cause: string, message: string) => {
-    exited = true;
-    deps.ports.delete(launch.generation);
-    if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode, signal, cause, message } });
-  };
-  /** The server and whatever it started: its process group. */
-  const signalGroup = (signal: NodeJS.Signals) => {
-    if (!child?.pid || exited) return;
-    try {
-      process.kill(-child.pid, signal);
-    } catch {
-      child.kill(signal);
-    }
-  };
-  receive((command) => {
-    stopRequested = true;
-    signalGroup(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
-  });
-  const run = async () => {
-    const [program, ...args] = launch.command ?? [];
-    const binary = program === undefined ? undefined : await findCommand(program, deps.env);
-    if (!binary) {
-      report(null, null, 'runtime_missing', `The text-to-speech worker cannot start: the speech server program ${program ?? '(none)'} is not installed.`);
-      return;
-    }
-    const [port, oom] = await Promise.all([freePort(), readOomKills().catch(() => null)]);
-    before = oom;
-    const command = await diesWithService(binary, serverArgv(args, port), deps.env);
-    if (stopped || stopRequested) {
-      report(null, null, 'stopped', 'The text-to-speech worker was stopped before it started.');
-      return;
-    }
-    const env = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.device === 'cpu' ? '' : launch.device };
-    // Its own process group (detached), so that a stop reaches the processes a wrapper started.
-    const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'tts', launch.generation) : undefined;
-    child = startWorker(command, { ...WORKER_PROCESS, env: { ...env, ...record?.env() }, cleanup: false, detached: true });
-    if (child.pid !== undefined) void record?.write(child.pid, true);
-    child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
-    child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
-    void child.then(async (result) => {
-      void record?.remove();
-      const spawnError = result.failed && result.exitCode === undefined && !result.signal ? `\n${result.shortMessage}` : '';
-      if (failure) {
-        report(result.exitCode ?? null, result.signal ?? null, 'unclear', failure);
-        return;
+/** The engine hooks of one speech server start (src/workers/engine.ts runs them). */
+export function speechServerHooks(launch: TtsLaunch, deps: ServerEngineDeps): StartHooks {
+  const { generation } = launch;
+  return {
+    prepare: async () => {
+      const [program, ...args] = launch.command ?? [];
+      const binary = program === undefined ? undefined : await findCommand(program, deps.env);
+      if (!binary) return { unable: { cause: 'runtime_missing', message: `The text-to-speech worker cannot start: the speech server program ${program ?? '(none)'} is not installed.` } };
+      const port = await freePort();
+      const command = await diesWithService(binary, serverArgv(args, port), deps.env);
+      const env = { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.device === 'cpu' ? '' : launch.device };
+      // Its own process group (detached), so that a stop reaches the processes a wrapper started.
+      return { command, port, group: true, options: { env, cleanup: false, detached: true } };
+    },
+    answers: async (port, engine) => {
+      if (!(await answers(port)) || engine.over) return false;
+      const exposed = await exposedListeners(port);
+      if (exposed.length > 0) {
+        deps.log.warn({ worker: 'tts', generation, port }, 'speech server listens beyond loopback: stopped');
+        engine.fail(
+          `The speech server listens on port ${port} beyond loopback (bound to ${exposed.join(', ')} in /proc/net): it was stopped, since it would take requests without the bearer token. Put {host} in its command line where it takes its address.`,
+        );
+        return false;
       }
-      const { report: ended, evidence } = await endReport('tts', result, { oomKillsBefore: before, outputTail: `${tail.text()}${spawnError}`, expected: stopRequested });
-      if (!stopRequested) deps.log.warn({ worker: 'tts', generation: launch.generation, cause: ended.cause, evidence }, 'speech server ended');
-      report(ended.exitCode, ended.signal, ended.cause, ended.message);
-    });
-    if (child.pid === undefined) return;
-    if (!stopped) sendBack({ type: 'engine.spawned', pid: child.pid, port });
-    deps.log.info({ worker: 'tts', generation: launch.generation, pid: child.pid, port, profile: launch.profileId }, 'speech server started');
-    while (!exited && !stopped && !stopRequested) {
-      if (await answers(port)) {
-        if (exited || stopped) return;
-        const exposed = await exposedListeners(port);
-        if (exposed.length > 0) {
-          deps.log.warn({ worker: 'tts', generation: launch.generation, port }, 'speech server listens beyond loopback: stopped');
-          failure = `The speech server listens on port ${port} beyond loopback (bound to ${exposed.join(', ')} in /proc/net): it was stopped, since it would take requests without the bearer token. Put {host} in its command line where it takes its address.`;
-          stopRequested = true;
-          signalGroup('SIGKILL');
-          return;
-        }
-        deps.ports.set(launch.generation, port);
-        sendBack({ type: 'engine.ready' });
-        return;
-      }
-      await new Promise((resolve) => setTimeout(resolve, READY_POLL_MS));
-    }
-  };
-  run().catch((error: unknown) => {
-    deps.log.error({ err: error, worker: 'tts' }, 'speech server could not be started');
-    if (child && !exited) signalGroup('SIGKILL');
-    else if (!exited) report(null, null, 'unclear', `The text-to-speech worker could not be started: ${(error as Error).message}`);
-  });
-  return () => {
-    stopped = true;
-    deps.ports.delete(launch.generation);
-    signalGroup('SIGKILL');
+      deps.ports.set(generation, port);
+      return true;
+    },
+    cleanup: () => deps.ports.delete(generation),
   };
 }

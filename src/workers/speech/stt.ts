@@ -8,17 +8,16 @@
 // as 16-bit PCM; the route checked the WAV file before. The whisper.cpp backend (whisper-server
 // kept loaded, or whisper-cli per recording) is src/workers/speech/whisper.ts.
 import type { ResultPromise } from 'execa';
-import { createActor, fromCallback, type Actor } from 'xstate';
-import { sttWorkerMachine, type EngineCommand, type EngineInput, type SttLaunch, type SttWorkerEvent } from '../../../machines/sttWorker/index.js';
-import { readOomKills } from '../../adapters/memory.js';
-import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
+import { createActor, type Actor } from 'xstate';
+import { sttWorkerMachine, type SttLaunch, type SttWorkerEvent } from '../../../machines/sttWorker/index.js';
+import { diesWithService } from '../../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
 import type { Lease } from '../../system/scheduler.js';
 import type { StoredProfile } from '../../store/profile.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
-import { ProcessRecord } from '../leftovers.js';
-import { endReport, Tail, WORKER_PROCESS, workerEnv } from '../process.js';
-import { runWhisper, whisperTranscribe, type WhisperEngine } from './whisper.js';
+import { engineActor, type StartHooks } from '../engine.js';
+import { workerEnv } from '../process.js';
+import { whisperHooks, whisperTranscribe, type WhisperEngine } from './whisper.js';
 
 export type SttWorkerActor = Actor<typeof sttWorkerMachine>;
 export type SttProfile = Extract<StoredProfile, { category: 'stt' }>;
@@ -93,62 +92,34 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
   constructor(deps: WorkerDeps) {
     const links = new Map<number, EngineLink>();
     const whispers = new Map<number, WhisperEngine>();
-    const engine = fromCallback<EngineCommand, EngineInput, SttWorkerEvent>(({ input, sendBack, receive }) => {
-      const { launch } = input;
-      if (launch.backend === 'whisper.cpp') {
-        return runWhisper(launch, { lookup: deps.lookup, env: deps.env, log: deps.log, engines: whispers, runtimeDir: deps.runtimeDir }, sendBack, receive);
-      }
-      const tail = new Tail(16 * 1024);
-      let child: ResultPromise | undefined;
-      let stopped = false;
-      let exited = false;
-      let stopRequested = false;
-      let before: number | null = null;
-      receive((command) => {
-        stopRequested = true;
-        if (child && !exited) child.kill(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
-      });
-      const start = async () => {
-        const binary = await resolveRuntime('pocketsphinx', deps.lookup);
-        if (!binary) {
-          exited = true;
-          const message = runtimeMissingMessage('speech-to-text worker', ['pocketsphinx'], deps.lookup.env, 'the pocketsphinx engine is not built (run scripts/build-pocketsphinx.sh)');
-          if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'runtime_missing', message } });
-          return;
-        }
-        const command = await diesWithService(binary, [], deps.env);
-        before = await readOomKills().catch(() => null);
-        if (stopped || stopRequested) return;
-        const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'stt', launch.generation) : undefined;
-        child = startWorker(command, { ...WORKER_PROCESS, stdin: 'pipe', env: { ...workerEnv(deps.env), ...record?.env() } });
-        if (child.pid !== undefined) void record?.write(child.pid, false);
-        const link = new EngineLink(child);
-        links.set(launch.generation, link);
-        child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
-        child.stdout?.on('data', (chunk: Buffer) => {
-          for (const line of link.push(chunk)) {
-            if (line.includes('"ready"')) sendBack({ type: 'engine.ready' });
-            else if (!link.deliver(line)) tail.push(Buffer.from(`${line}\n`));
+    const info = { worker: 'stt', name: 'speech-to-text worker', log: deps.log, runtimeDir: deps.runtimeDir } as const;
+    const engine = engineActor<SttLaunch, SttWorkerEvent>(info, (launch): StartHooks => {
+      if (launch.backend === 'whisper.cpp') return whisperHooks(launch, { lookup: deps.lookup, env: deps.env, engines: whispers });
+      const { generation } = launch;
+      return {
+        prepare: async () => {
+          const binary = await resolveRuntime('pocketsphinx', deps.lookup);
+          if (!binary) {
+            return { unable: { cause: 'runtime_missing', message: runtimeMissingMessage('speech-to-text worker', ['pocketsphinx'], deps.lookup.env, 'the pocketsphinx engine is not built (run scripts/build-pocketsphinx.sh)') } };
           }
-        });
-        void child.then(async (result) => {
-          exited = true;
-          void record?.remove();
-          link.close(new EngineFailure('the speech-to-text engine ended'));
-          links.delete(launch.generation);
-          const { report, evidence } = await endReport('stt', result, { oomKillsBefore: before, outputTail: tail.text(), expected: stopRequested });
-          if (!stopRequested) deps.log.warn({ worker: 'stt', generation: launch.generation, cause: report.cause, evidence }, 'speech-to-text worker ended');
-          if (!stopped) sendBack({ type: 'engine.exited', report });
-        });
-        if (child.pid !== undefined && !stopped) sendBack({ type: 'engine.spawned', pid: child.pid });
-      };
-      start().catch((error: unknown) => {
-        deps.log.error({ err: error, worker: 'stt' }, 'speech-to-text worker could not be started');
-        if (!stopped && !exited) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'unclear', message: `The speech-to-text worker could not be started: ${(error as Error).message}` } });
-      });
-      return () => {
-        stopped = true;
-        if (child && !exited) child.kill('SIGKILL');
+          return { command: await diesWithService(binary, [], deps.env), options: { stdin: 'pipe', env: workerEnv(deps.env) } };
+        },
+        // Its stdout is the line protocol (transcripts): only stderr, and stdout lines that answer no request, go to the tail.
+        tail: 'stderr',
+        spawned: (child, engine) => {
+          const link = new EngineLink(child);
+          links.set(generation, link);
+          child.stdout?.on('data', (chunk: Buffer) => {
+            for (const line of link.push(chunk)) {
+              if (line.includes('"ready"')) engine.ready();
+              else if (!link.deliver(line)) engine.keep(Buffer.from(`${line}\n`));
+            }
+          });
+        },
+        cleanup: () => {
+          links.get(generation)?.close(new EngineFailure('the speech-to-text engine ended'));
+          links.delete(generation);
+        },
       };
     });
     const actor = createActor(sttWorkerMachine.provide({ actors: { engine } }), workerActorOptions('sttWorker', deps));

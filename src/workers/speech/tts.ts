@@ -8,16 +8,17 @@
 // writes a WAV to stdout. The openai-server backend (a GPU engine a user installs) is a server
 // process kept running while the worker is loaded, proxied to (src/workers/speech/speechServer.ts).
 import { execa, type ResultPromise } from 'execa';
-import { createActor, fromCallback, type Actor } from 'xstate';
-import { ttsWorkerMachine, type EngineCommand, type EngineInput, type TtsLaunch, type TtsWorkerEvent } from '../../../machines/ttsWorker/index.js';
+import { createActor, type Actor } from 'xstate';
+import { ttsWorkerMachine, type TtsLaunch, type TtsWorkerEvent } from '../../../machines/ttsWorker/index.js';
 import { fixStreamedWav } from '../../adapters/wav.js';
 import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
 import type { Lease } from '../../system/scheduler.js';
 import type { StoredProfile } from '../../store/profile.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
-import { runSpeechServer, speakTo, type ServerRequest } from './speechServer.js';
+import { engineActor, type StartHooks } from '../engine.js';
 import { workerEnv } from '../process.js';
+import { speechServerHooks, speakTo, type ServerRequest } from './speechServer.js';
 
 export type TtsProfile = Extract<StoredProfile, { category: 'tts' }>;
 
@@ -95,36 +96,20 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
   constructor(readonly deps: TtsWorkerDeps) {
     const binaries = new Map<number, string>();
     const ports = new Map<number, number>();
-    const engine = fromCallback<EngineCommand, EngineInput, TtsWorkerEvent>(({ input, sendBack, receive }) => {
-      const { launch } = input;
-      if (launch.backend === 'openai-server') return runSpeechServer(launch, { env: deps.env, log: deps.log, ports, runtimeDir: deps.runtimeDir }, sendBack, receive);
-      let stopped = false;
-      receive(() => {
-        // espeak-ng keeps no process between requests: there is nothing left to end.
-        binaries.delete(launch.generation);
-        if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: 0, signal: null, cause: 'stopped', message: 'The text-to-speech worker was stopped as requested.' } });
-      });
-      const start = async () => {
-        const binary = await resolveRuntime('espeak-ng', deps.lookup);
-        if (!binary) return { cause: 'runtime_missing', message: runtimeMissingMessage('text-to-speech worker', ['espeak-ng'], deps.lookup.env, 'espeak-ng is not installed (apt-get install espeak-ng)') };
-        const probe = await execa(binary, ['--version'], { env: workerEnv(deps.env), extendEnv: false, reject: false, timeout: 10_000 });
-        if (probe.exitCode !== 0) return { cause: 'model_error', message: `espeak-ng does not run: ${String(probe.stderr).split('\n')[0] ?? ''}` };
-        binaries.set(launch.generation, binary);
-        return undefined;
-      };
-      start().then(
-        (failure) => {
-          if (stopped) return;
-          if (failure) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, ...failure } });
-          else sendBack({ type: 'engine.ready' });
+    const info = { worker: 'tts', name: 'text-to-speech worker', log: deps.log, runtimeDir: deps.runtimeDir } as const;
+    const engine = engineActor<TtsLaunch, TtsWorkerEvent>(info, (launch): StartHooks => {
+      if (launch.backend === 'openai-server') return speechServerHooks(launch, { env: deps.env, log: deps.log, ports });
+      return {
+        // espeak-ng keeps no process between requests: the start proves that it runs.
+        prepare: async () => {
+          const binary = await resolveRuntime('espeak-ng', deps.lookup);
+          if (!binary) return { unable: { cause: 'runtime_missing', message: runtimeMissingMessage('text-to-speech worker', ['espeak-ng'], deps.lookup.env, 'espeak-ng is not installed (apt-get install espeak-ng)') } };
+          const probe = await execa(binary, ['--version'], { env: workerEnv(deps.env), extendEnv: false, reject: false, timeout: 10_000 });
+          if (probe.exitCode !== 0) return { unable: { cause: 'model_error', message: `espeak-ng does not run: ${String(probe.stderr).split('\n')[0] ?? ''}` } };
+          binaries.set(launch.generation, binary);
+          return { ready: true };
         },
-        (error: unknown) => {
-          if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode: null, signal: null, cause: 'unclear', message: `The text-to-speech worker could not be started: ${(error as Error).message}` } });
-        },
-      );
-      return () => {
-        stopped = true;
-        binaries.delete(launch.generation);
+        cleanup: () => binaries.delete(launch.generation),
       };
     });
     const actor = createActor(ttsWorkerMachine.provide({ actors: { engine } }), workerActorOptions('ttsWorker', deps));

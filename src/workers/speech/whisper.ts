@@ -11,17 +11,14 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { execa, type ResultPromise } from 'execa';
-import type { EngineCommand, SttLaunch, SttWorkerEvent } from '../../../machines/sttWorker/index.js';
-import { readOomKills } from '../../adapters/memory.js';
+import { execa } from 'execa';
+import type { SttLaunch } from '../../../machines/sttWorker/index.js';
 import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
 import { runtimeMissingMessage, whisperProgram, type RuntimeLookup } from '../../adapters/runtimes.js';
 import { encodeWav } from '../../adapters/wav.js';
-import type { Logger } from '../../system/observe/log.js';
-import { ProcessRecord } from '../leftovers.js';
-import { endReport, freePort, Tail, WORKER_PROCESS, workerEnv } from '../process.js';
+import type { StartHooks } from '../engine.js';
+import { freePort, workerEnv } from '../process.js';
 
-const READY_POLL_MS = 200;
 const TRANSCRIBE_TIMEOUT_MS = 300_000;
 
 export class WhisperFailure extends Error {
@@ -93,89 +90,33 @@ async function statusOf(port: number, path: string): Promise<number> {
   }
 }
 
-/**
- * The engine process actor's body for one whisper.cpp start: the server, spawned and awaited until
- * it answers; or the CLI, checked once. Returns the actor's cleanup.
- */
-export function runWhisper(
-  launch: SttLaunch,
-  deps: { lookup: RuntimeLookup; env: NodeJS.ProcessEnv; log: Logger; engines: Map<number, WhisperEngine>; runtimeDir: string | undefined },
-  sendBack: (event: SttWorkerEvent) => void,
-  receive: (listener: (command: EngineCommand) => void) => void,
-): () => void {
-  const tail = new Tail(16 * 1024);
-  let child: ResultPromise | undefined;
-  let stopped = false;
-  let exited = false;
-  let stopRequested = false;
-  const report = (exitCode: number | null, signal: string | null, cause: string, message: string) => {
-    if (exited) return;
-    exited = true;
-    deps.engines.delete(launch.generation);
-    if (!stopped) sendBack({ type: 'engine.exited', report: { exitCode, signal, cause, message } });
-  };
-  receive((command) => {
-    stopRequested = true;
-    if (child && !exited) child.kill(command.type === 'engine.kill' ? 'SIGKILL' : 'SIGTERM');
-    else report(0, null, 'stopped', 'The speech-to-text worker was stopped as requested.');
-  });
-  const run = async () => {
-    const program = await whisperProgram(deps.lookup);
-    if (!program) {
-      report(null, null, 'runtime_missing', runtimeMissingMessage('speech-to-text worker', ['whisper-server', 'whisper-cli'], deps.lookup.env, 'whisper.cpp (whisper-server or whisper-cli) is not installed'));
-      return;
-    }
-    if (!launch.model) {
-      report(null, null, 'runtime_missing', 'The speech-to-text worker cannot start: the profile names no whisper.cpp model (params.model).');
-      return;
-    }
-    if (program.mode === 'cli') {
-      const probe = await execa(program.binary, ['--help'], { env: cpuOnly(deps.env), extendEnv: false, reject: false, timeout: 10_000 });
-      if (stopped || stopRequested) return;
-      if (probe.failed && probe.exitCode === undefined) {
-        report(null, null, 'unclear', `whisper-cli does not run: ${probe.shortMessage}`);
-        return;
+/** The engine hooks of one whisper.cpp start (src/workers/engine.ts runs them). */
+export function whisperHooks(launch: SttLaunch, deps: { lookup: RuntimeLookup; env: NodeJS.ProcessEnv; engines: Map<number, WhisperEngine> }): StartHooks {
+  const { generation } = launch;
+  return {
+    prepare: async () => {
+      const program = await whisperProgram(deps.lookup);
+      if (!program) {
+        return { unable: { cause: 'runtime_missing', message: runtimeMissingMessage('speech-to-text worker', ['whisper-server', 'whisper-cli'], deps.lookup.env, 'whisper.cpp (whisper-server or whisper-cli) is not installed') } };
       }
-      deps.engines.set(launch.generation, { mode: 'cli', binary: program.binary, model: launch.model, threads: launch.threads });
-      sendBack({ type: 'engine.ready' });
-      return;
-    }
-    const [port, before] = await Promise.all([freePort(), readOomKills().catch(() => null)]);
-    const args = ['-m', launch.model, '--host', '127.0.0.1', '--port', String(port), '-t', String(launch.threads), '-ng'];
-    const command = await diesWithService(program.binary, args, deps.env);
-    if (stopped || stopRequested) return;
-    const record = deps.runtimeDir ? new ProcessRecord(deps.runtimeDir, 'stt', launch.generation) : undefined;
-    child = startWorker(command, { ...WORKER_PROCESS, env: { ...cpuOnly(deps.env), ...record?.env() } });
-    if (child.pid !== undefined) void record?.write(child.pid, false);
-    child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
-    child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
-    void child.then(async (result) => {
-      void record?.remove();
-      const { report: ended, evidence } = await endReport('stt', result, { oomKillsBefore: before, outputTail: tail.text(), expected: stopRequested });
-      if (!stopRequested) deps.log.warn({ worker: 'stt', generation: launch.generation, cause: ended.cause, evidence }, 'whisper-server ended');
-      report(ended.exitCode, ended.signal, ended.cause, ended.message);
-    });
-    if (child.pid === undefined) return;
-    if (!stopped) sendBack({ type: 'engine.spawned', pid: child.pid, port });
-    while (!exited && !stopped && !stopRequested) {
+      if (!launch.model) return { unable: { cause: 'runtime_missing', message: 'The speech-to-text worker cannot start: the profile names no whisper.cpp model (params.model).' } };
+      if (program.mode === 'cli') {
+        // No process stays: the start proves that the program runs.
+        const probe = await execa(program.binary, ['--help'], { env: cpuOnly(deps.env), extendEnv: false, reject: false, timeout: 10_000 });
+        if (probe.failed && probe.exitCode === undefined) return { unable: { cause: 'unclear', message: `whisper-cli does not run: ${probe.shortMessage}` } };
+        deps.engines.set(generation, { mode: 'cli', binary: program.binary, model: launch.model, threads: launch.threads });
+        return { ready: true };
+      }
+      const port = await freePort();
+      const args = ['-m', launch.model, '--host', '127.0.0.1', '--port', String(port), '-t', String(launch.threads), '-ng'];
+      return { command: await diesWithService(program.binary, args, deps.env), port, options: { env: cpuOnly(deps.env) } };
+    },
+    answers: async (port) => {
       const health = await statusOf(port, '/health');
-      if (health === 200 || (health === 404 && (await statusOf(port, '/')) === 200)) {
-        if (exited || stopped) return;
-        deps.engines.set(launch.generation, { mode: 'server', port });
-        sendBack({ type: 'engine.ready' });
-        return;
-      }
-      await new Promise((resolve) => setTimeout(resolve, READY_POLL_MS));
-    }
-  };
-  run().catch((error: unknown) => {
-    deps.log.error({ err: error, worker: 'stt' }, 'whisper.cpp could not be started');
-    if (child && !exited) child.kill('SIGKILL');
-    else report(null, null, 'unclear', `The speech-to-text worker could not be started: ${(error as Error).message}`);
-  });
-  return () => {
-    stopped = true;
-    deps.engines.delete(launch.generation);
-    if (child && !exited) child.kill('SIGKILL');
+      if (health !== 200 && !(health === 404 && (await statusOf(port, '/')) === 200)) return false;
+      deps.engines.set(generation, { mode: 'server', port });
+      return true;
+    },
+    cleanup: () => deps.engines.delete(generation),
   };
 }
