@@ -47,6 +47,7 @@ import { WORKER_KINDS } from './supervisor.types.js';
 interface Enqueue {
   emit(event: SupervisorEmitted): void;
   sendTo(to: string, event: QueueEvent): void;
+  raise(event: SupervisorEvent): void;
 }
 
 export function emptyWorker(kind: WorkerKind, last: string | null = null): WorkerRecord {
@@ -63,6 +64,17 @@ const DENIALS: Record<Exclude<DenialCode, 'resources_busy' | 'insufficient_memor
 const OK = { ok: true } as const;
 
 const toQueue = (enqueue: Enqueue, event: QueueEvent) => enqueue.sendTo(SYSTEM_IDS.queue, event);
+
+/**
+ * The job under check after `jobId` left: a job that leaves while its start is checked abandons
+ * the check (its facts would belong to no one), even when another job is put under check in the
+ * same step.
+ */
+function checkAfterLeaving(enqueue: Enqueue, context: SupervisorContext, jobId: string): string | null {
+  if (context.checking !== jobId) return context.checking;
+  enqueue.raise({ type: 'check.abandoned' });
+  return null;
+}
 
 /** Removes a job that has not run and tells its route why. */
 function deny(enqueue: Enqueue, jobs: Record<string, JobRecord>, jobId: string, code: DenialCode, message: string, retryAfterSeconds?: number) {
@@ -190,8 +202,6 @@ export const supervisorMachine = setup({
       assertEvent(event, 'gpu.release');
       return releaseLeavesNothingToPlan(context, event.jobId);
     },
-    /** The job under check left while its check ran (another job, or none, is under check now). */
-    checkAbandoned: ({ context }) => context.checking !== context.checkRunning,
     /** Neither: nothing on the GPUs to watch. */
     nothingToWatch: ({ context }) => !gpuWatchNeeded(context),
     /** A chat worker holds a GPU (foreign processes there are noticed), or a lost worker does (its end is noticed). */
@@ -235,7 +245,7 @@ export const supervisorMachine = setup({
       enqueue.assign({
         jobs,
         waiting: context.waiting.filter((id) => id !== event.jobId),
-        checking: context.checking === event.jobId ? null : context.checking,
+        checking: checkAfterLeaving(enqueue, context, event.jobId),
       });
     }),
     release: enqueueActions(({ context, event, enqueue }) => {
@@ -255,7 +265,7 @@ export const supervisorMachine = setup({
         workers,
         jobs,
         waiting: context.waiting.filter((id) => id !== event.jobId),
-        checking: context.checking === event.jobId ? null : context.checking,
+        checking: checkAfterLeaving(enqueue, context, event.jobId),
       });
     }),
     workerReport: enqueueActions(({ context, event, enqueue }) => {
@@ -497,7 +507,6 @@ export const supervisorMachine = setup({
     waiting: [],
     workers: { chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt'), enhancer: emptyWorker('enhancer') },
     checking: null,
-    checkRunning: null,
     starts: 0,
     revisions: {},
     gpus: [],
@@ -623,12 +632,11 @@ export const supervisorMachine = setup({
               always: { guard: 'checkPending', target: 'checking', description: 'memory check before every worker start, one at a time' },
             },
             checking: {
-              entry: assign({ checkRunning: ({ context }) => context.checking }),
-              exit: assign({ checkRunning: null }),
-              always: {
-                guard: 'checkAbandoned',
-                target: 'idle',
-                description: 'the job left while its check ran: the check is abandoned (its facts would belong to another job)',
+              on: {
+                'check.abandoned': {
+                  target: 'idle',
+                  description: 'the job left while its check ran: the check is abandoned (its facts would belong to another job)',
+                },
               },
               invoke: {
                 src: 'gatherStartFacts',

@@ -198,10 +198,8 @@ export interface SupervisorContext {
   /** The waiting jobs in FIFO order, as the queue reported them. */
   waiting: string[];
   workers: Record<WorkerKind, WorkerRecord>;
-  /** The job whose worker start is to be checked (one check at a time). */
+  /** The job whose worker start is checked (one check at a time; the `checks` region runs it). */
   checking: string | null;
-  /** The job the running check gathers facts for; differs from `checking` once that job left. */
-  checkRunning: string | null;
   /** How many worker starts were granted: the source of each start's generation. */
   starts: number;
   /** The latest revision seen per profile (null: deleted); an older snapshot is refused. */
@@ -252,7 +250,9 @@ export type SupervisorEvent =
   /** The chat test's explicit unload (3.2): rejected while requests are active. */
   | { type: 'worker.unloadRequest'; kind: WorkerKind; requestId: string }
   /** An image job's enhancer has answered (4.7): it is ended, and the job's image start follows. */
-  | { type: 'enhancer.done'; jobId: string };
+  | { type: 'enhancer.done'; jobId: string }
+  /** Raised by the supervisor itself: the job under check left. */
+  | { type: 'check.abandoned' };
 
 export type SupervisorEmitted =
   | { type: 'job.queued'; jobId: string; position: number }
