@@ -1,8 +1,8 @@
 // A service killed with SIGKILL cannot end its workers itself: the kernel ends them with it
 // (setpriv --pdeathsig, src/adapters/parentDeath.ts). Where that is missing (SERVICE_DECK_SETPRIV=off
-// here), the next start finds the chat worker by its pid file and key file, and the STT engine and
-// speech server by their pid files and the tag in their environment, ends them, and removes the
-// files. A pid that is not ours is never signalled.
+// here), the next start finds the chat worker, the STT engine and the speech server by their pid
+// files and the tag in their environment, ends them, and removes the pid and key files. A pid that
+// is not ours is never signalled.
 import { spawn } from 'node:child_process';
 import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -144,7 +144,7 @@ t.test('the next start ends the chat worker a killed service left behind', async
   t.notOk(alive(worker!), 'the next start ended it');
   t.ok(alive(bystander.pid!), 'a pid that is not ours was left alone');
   t.same((await readdir(runtime)).filter((n) => n.startsWith('chat-')), [], 'no key or pid file is left');
-  t.match(second.output(), /ended llama-server workers \(chat, prompt enhancer\) left behind/);
+  t.match(second.output(), /"count":1,"msg":"ended worker processes left behind by an earlier run of the service"/);
   second.child.kill('SIGTERM');
   await second.exited;
 });
