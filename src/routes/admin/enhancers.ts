@@ -17,7 +17,8 @@ import { adminAuth } from '../auth.js';
 import { errors } from '../../errors.js';
 import { clientGone } from '../client.js';
 import { validationError } from '../errors.js';
-import { checkReferenceCount, IMAGE_LIMITS, imagePrompt, readImageForm } from '../inference/images.js';
+import { checkReferenceCount, IMAGE_LIMITS, imagePrompt } from '../../workers/image/image.schema.js';
+import { readImageForm } from '../forms/imageForm.js';
 import type { JobFolder } from '../../workers/jobFolder.js';
 import { testProfile } from './testProfile.js';
 

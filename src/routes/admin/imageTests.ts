@@ -12,7 +12,7 @@ import type { Service } from '../../service.js';
 import { adminAuth } from '../auth.js';
 import { errors } from '../../errors.js';
 import { testProfile } from './testProfile.js';
-import { imagePrompt } from '../inference/images.js';
+import { imagePrompt } from '../../workers/image/image.schema.js';
 
 const startBody = z.strictObject({
   profile_id: z.string().min(1).max(100),

@@ -14,8 +14,9 @@ import { recordingOf, speak, transcribe, transcriptionLanguage } from '../../wor
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
 import { errors } from '../../errors.js';
-import { speechJob, speechRequestSchema } from '../inference/speech.js';
-import { noFile, readRecordingForm, requestedLanguage } from '../inference/transcriptions.js';
+import { speechRequestSchema } from '../../workers/speech/speech.schema.js';
+import { speechJob } from '../../workers/speech/tts.js';
+import { noFile, readRecordingForm, requestedLanguage } from '../forms/recordingForm.js';
 import { testProfile } from './testProfile.js';
 
 const speechTestBody = speechRequestSchema.omit({ model: true, response_format: true, stream_format: true, instructions: true }).extend({ profile_id: z.string().min(1).max(100) });

@@ -8,95 +8,16 @@
 // size_policy: "profile", enhancer }`; when the profile's prompt enhancer rewrote the prompt (4.7),
 // `data[0].revised_prompt` is the rewrite and `enhancer.wh_ratio` its suggested shape (only a
 // suggestion). The prompt is never logged.
-import type { Multipart, MultipartFile } from '@fastify/multipart';
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import { z } from 'zod';
 import type { Service } from '../../service.js';
 import type { ImageProfile } from '../../workers/image/image.js';
+import { checkReferenceCount, editSchema, generationSchema, IMAGE_LIMITS, imageFormValues } from '../../workers/image/image.schema.js';
 import { runImageJob, type ImageResult } from '../../workers/image/imageJob.js';
-import { JobFolder } from '../../workers/jobFolder.js';
 import { clientGone } from '../client.js';
-import { readForm } from '../multipart.js';
 import { errors } from '../../errors.js';
-import { notOffered, type FieldFates } from '../../workers/fields.js';
-
-export const IMAGE_LIMITS = { maxReferences: 4, maxReferenceBytes: 10 * 1024 * 1024, maxPromptChars: 32_000 } as const;
-
-const SIZE = /^(auto|[1-9]\d{0,4}x[1-9]\d{0,4})$/;
-const URL_REFUSED = 'Only response_format b64_json is supported: this endpoint gives no public image URLs.';
-
-/** An image prompt: not blank, bounded, and without NUL (it becomes a command-line argument of sd-cli). */
-export const imagePrompt = z
-  .string()
-  .refine((text) => text.trim().length > 0, 'prompt must not be empty')
-  .refine((text) => text.length <= IMAGE_LIMITS.maxPromptChars, `prompt has at most ${IMAGE_LIMITS.maxPromptChars} characters`)
-  .refine((text) => !text.includes('\0'), 'prompt must not contain NUL characters');
-
-/** The fields generations and edits share; `null` counts as not set, as in OpenAI's schema. */
-const imageFields = {
-  model: z.string().min(1),
-  prompt: imagePrompt,
-  n: z.literal(1, 'n must be 1: one image per request').nullish(),
-  size: z.string().regex(SIZE, 'size is WIDTHxHEIGHT or auto').nullish(),
-  response_format: z.literal('b64_json', URL_REFUSED).nullish(),
-  output_format: z.literal('png', notOffered('jpeg and webp output', 'the image is a PNG')).nullish(),
-  background: z
-    .enum(['auto', 'opaque', 'transparent'])
-    .refine((background) => background !== 'transparent', notOffered('a transparent background', 'the image is opaque'))
-    .nullish(),
-  stream: z.literal(false, notOffered('streaming (stream: true)', 'the answer is the finished image')).nullish(),
-  partial_images: z.literal(0, notOffered('partial images', 'the answer is the finished image')).nullish(),
-  // Accepted and ignored: the profile's steps decide the quality, and a PNG has nothing to compress lossily.
-  quality: z.enum(['standard', 'hd', 'low', 'medium', 'high', 'auto']).nullish(),
-  output_compression: z.number().int().min(0).max(100).nullish(),
-  user: z.string().max(256).nullish(),
-};
-
-export const generationSchema = z.strictObject({
-  ...imageFields,
-  // Accepted and ignored: nothing filters the images, and the prompt decides the style.
-  moderation: z.enum(['low', 'auto']).nullish(),
-  style: z.enum(['vivid', 'natural']).nullish(),
-});
-
-/** The text fields of an edit's form (its images come as files). */
-const editSchema = z.strictObject({
-  ...imageFields,
-  // Accepted and ignored: every reference image is used as it is.
-  input_fidelity: z.enum(['high', 'low']).nullish(),
-});
-
-/** The fate of the fields OpenAI's CreateImageRequest and CreateImageEditRequest share (src/workers/fields.ts). */
-const SHARED_FIELDS = {
-  model: 'honoured',
-  prompt: 'honoured',
-  n: 'honoured',
-  response_format: 'honoured',
-  output_format: 'honoured',
-  background: 'honoured',
-  stream: 'honoured',
-  partial_images: 'honoured',
-  // Echoed as service_deck.requested_size: the profile's resolution always applies (spec 4.3).
-  size: 'ignored',
-  quality: 'ignored',
-  output_compression: 'ignored',
-  user: 'ignored',
-} as const satisfies FieldFates;
-
-/** The fate of every field of OpenAI's CreateImageRequest. */
-export const IMAGE_GENERATION_FIELDS = { ...SHARED_FIELDS, moderation: 'ignored', style: 'ignored' } as const satisfies FieldFates;
-
-/** The fate of every field of OpenAI's CreateImageEditRequest. */
-export const IMAGE_EDIT_FIELDS = { ...SHARED_FIELDS, image: 'honoured', mask: 'refused', input_fidelity: 'ignored' } as const satisfies FieldFates;
-
-/** A form's text values as the schema's types: the numbers and booleans OpenAI's clients write as text. */
-function formValues(fields: Record<string, string>): Record<string, unknown> {
-  const values: Record<string, unknown> = { ...fields };
-  for (const key of ['n', 'output_compression', 'partial_images']) if (fields[key] !== undefined) values[key] = Number(fields[key]);
-  if (fields.stream === 'true' || fields.stream === 'false') values.stream = fields.stream === 'true';
-  return values;
-}
+import { validationError } from '../errors.js';
+import { EDIT_FIELDS, readImageForm } from '../forms/imageForm.js';
 
 /** The OpenAI images response with the service's size note. */
 function answer(result: ImageResult, requested: string | undefined) {
@@ -116,100 +37,6 @@ function answer(result: ImageResult, requested: string | undefined) {
 }
 
 const imageProfile = async (service: Service, model: string) => (await service.catalog.require('image', model)) as ImageProfile;
-
-/**
- * Checks a form makes while it is read, before the images that follow are: `field` for each text
- * field as it arrives (the edit resolves `model` at once), `image` before the image `count` is
- * read (the profile's reference capability, once the model is known).
- */
-export interface FormChecks {
-  field?: (name: string, value: string) => Promise<void>;
-  image?: (count: number, fields: Readonly<Record<string, string>>) => void;
-}
-
-/** The multipart fields of an edit, as text, and the reference images written into `folder` in order. */
-async function readParts(parts: AsyncIterable<Multipart>, allowed: readonly string[], folder: JobFolder, checks: FormChecks) {
-  const fields: Record<string, string> = {};
-  for await (const part of parts) {
-    if (part.fieldname === 'mask') throw errors.invalidValue('mask', notOffered('mask', 'the reference images guide the whole picture') + '.');
-    if (part.type === 'file') {
-      const file = part as MultipartFile;
-      if (file.fieldname !== 'image' && file.fieldname !== 'image[]') throw errors.unknownParameter(file.fieldname);
-      const index = folder.references.length + 1;
-      checks.image?.(index, fields);
-      await folder.addReference(file.file as AsyncIterable<Buffer>, () =>
-        errors.invalidValue('image', `Image ${index} (${JSON.stringify(file.filename)}) is not a PNG, JPEG or WebP file by its bytes, whatever its name says.`),
-      );
-      if (file.file.truncated) throw errors.tooLarge(`Image ${index} is larger than 10 MiB, the limit per reference image.`, 'image');
-      continue;
-    }
-    if (!allowed.includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);
-    fields[part.fieldname] = String(part.value);
-    await checks.field?.(part.fieldname, fields[part.fieldname]!);
-  }
-  return fields;
-}
-
-/** The text fields an edit takes beside its images. */
-const EDIT_FIELDS = Object.keys(editSchema.shape);
-
-/**
- * A multipart form with reference images (`image[]`, one to four, 10 MiB each, PNG, JPEG or WebP
- * by their bytes) and the text fields `allowed`: the edit route's and the enhancer preview's. The
- * images are streamed into a new private job folder under `stateDir`, never held in memory; the
- * caller removes the folder (on an error here it is removed already).
- */
-export async function readImageForm(
-  request: FastifyRequest,
-  allowed: readonly string[],
-  stateDir: string,
-  checks: FormChecks = {},
-): Promise<{ fields: Record<string, string>; images: JobFolder }> {
-  const images = await JobFolder.create(stateDir);
-  try {
-    const fields = await readForm(
-      request,
-      { limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 20, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 24 } },
-      (parts) => readParts(parts, allowed, images, checks),
-    );
-    return { fields, images };
-  } catch (error) {
-    await images.remove();
-    switch ((error as { code?: string }).code) {
-      case 'FST_FILES_LIMIT':
-        throw errors.invalidValue('image', `At most ${IMAGE_LIMITS.maxReferences} reference images (image[]) per request.`);
-      case 'FST_REQ_FILE_TOO_LARGE':
-        throw errors.tooLarge('A reference image is larger than 10 MiB, the limit per image.', 'image');
-      case 'FST_PARTS_LIMIT':
-      case 'FST_FIELDS_LIMIT':
-        throw errors.invalidValue(null, `Too many form fields: this form takes ${allowed.join(', ')} and image[] (one to four).`);
-      default:
-        throw error;
-    }
-  }
-}
-
-/** The 400 of an edit form's first invalid or unknown field. */
-function editRefusal(issues: ReadonlyArray<{ path: PropertyKey[]; code: string; message: string; keys?: string[] }>) {
-  const issue = issues[0];
-  const param = issue?.path.join('.') || null;
-  if (issue?.code === 'unrecognized_keys') return errors.unknownParameter(issue.keys?.[0] ?? 'unknown');
-  return errors.invalidValue(param, `Invalid value${param ? ` for '${param}'` : ''}: ${issue?.message ?? 'not accepted'}.`);
-}
-
-/** Whether the profile takes `count` reference images; the refusal names its capability. */
-export function checkReferenceCount(profile: ImageProfile, count: number): void {
-  const capability = profile.params.referenceImages;
-  if (count > 0 && capability === 0) {
-    throw errors.invalidValue(
-      'image',
-      `The image profile ${profile.name} takes no reference images (its params.referenceImages is 0): edits need an image profile whose params.referenceImages is 1 to 4, set by the operator.`,
-    );
-  }
-  if (count > capability) {
-    throw errors.invalidValue('image', `The image profile ${profile.name} takes at most ${capability} reference image(s) (its params.referenceImages); ${count} were sent.`);
-  }
-}
 
 export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
@@ -242,16 +69,16 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
       },
       image: (count, sent) => {
         if (unknownModel) {
-          const sofar = editSchema.partial().safeParse(formValues({ ...sent }));
-          if (!sofar.success) throw editRefusal(sofar.error.issues);
+          const sofar = editSchema.partial().safeParse(imageFormValues({ ...sent }));
+          if (!sofar.success) throw validationError(sofar.error.issues);
           throw unknownModel;
         }
         if (early) checkReferenceCount(early, count);
       },
     });
     try {
-      const parsed = editSchema.safeParse(formValues(fields));
-      if (!parsed.success) throw editRefusal(parsed.error.issues);
+      const parsed = editSchema.safeParse(imageFormValues(fields));
+      if (!parsed.success) throw validationError(parsed.error.issues);
       if (images.references.length === 0) throw errors.invalidValue('image', 'An edit needs one to four reference images (image[]).');
       const profile = early ?? (await imageProfile(service, parsed.data.model));
       request.metricsModel = parsed.data.model;

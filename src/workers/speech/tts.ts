@@ -15,6 +15,8 @@ import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
 import type { Lease } from '../../system/scheduler.js';
 import type { StoredProfile } from '../../store/profile.schema.js';
+import { errors } from '../../errors.js';
+import type { SpeechBody } from './speech.schema.js';
 import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
 import { engineActor, type StartHooks } from '../engine.js';
 import { workerEnv } from '../process.js';
@@ -75,6 +77,35 @@ export type SpeechRequest =
       speed: number;
     }
   | ({ backend: 'openai-server' } & ServerRequest);
+
+/** Spec 4.5: `language` defaults to German. */
+const DEFAULT_LANGUAGE = 'German';
+
+/**
+ * A language name the backend does not speak, or a voice it does not have: a 400 naming what it
+ * has, and the profile setting that says so when the operator set the list (`setting`).
+ */
+function unsupported(param: 'language' | 'voice', name: string, supported: readonly string[], setting?: string) {
+  const what = param === 'language' ? `The language ${JSON.stringify(name)} is not supported` : `The voice ${JSON.stringify(name)} is not one of the presets`;
+  return errors.invalidValue(param, `${what}; supported: ${supported.join(', ')}${setting ? ` (${setting}, set by the operator)` : ''}.`);
+}
+
+/** The request for the profile's backend: language names map to its voices (spec 4.5). */
+export function speechJob(profile: TtsProfile, body: SpeechBody, speed: number): SpeechRequest {
+  const languageName = body.language ?? DEFAULT_LANGUAGE;
+  const voice = body.voice ?? profile.params.voice ?? DEFAULT_VOICE;
+  if (profile.params.backend === 'openai-server') {
+    // The server's own languages, when the profile lists them; else the name is passed on as it is.
+    const languages = profile.params.languages;
+    if (languages && !languages.includes(languageName)) throw unsupported('language', languageName, languages, `the params.languages of ${profile.name}`);
+    return { backend: 'openai-server', model: profile.params.model ?? 'tts-1', input: body.input, voice, speed, language: languageName };
+  }
+  const language = ESPEAK_LANGUAGES.get(languageName);
+  if (!language) throw unsupported('language', languageName, [...ESPEAK_LANGUAGES.keys()]);
+  const variant = ESPEAK_VOICES.get(voice);
+  if (!variant) throw unsupported('voice', voice, [...ESPEAK_VOICES.keys()]);
+  return { backend: 'espeak-ng', text: body.input, language, variant, speed };
+}
 
 /** espeak-ng's -s for a speed factor, within the range it can speak. */
 export function espeakRate(speed: number): number {

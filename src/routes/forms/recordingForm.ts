@@ -1,0 +1,78 @@
+// The multipart form of a recording (the API's transcription and the operator's transcription
+// test): at most one file, in the field `file`, read into memory up to the recording's limit, and
+// text fields, each accepted, refused with its rule, or an unknown parameter; then the text
+// fields checked against their schema.
+import type { MultipartFile } from '@fastify/multipart';
+import type { FastifyRequest } from 'fastify';
+import type { z } from 'zod';
+import { TRANSCRIPTION_WAV } from '../../adapters/wav.js';
+import { errors } from '../../errors.js';
+import { notOffered } from '../../workers/fields.js';
+import { sttLanguageField, type Refusal } from '../../workers/speech/transcription.schema.js';
+import type { SttLanguage } from '../../store/profile.schema.js';
+import { readForm } from '../multipart.js';
+
+/** The uploaded file's bytes; over 8 MiB is a 413 naming the limit. */
+const readFile = async (part: MultipartFile): Promise<Buffer> => {
+  const chunks: Buffer[] = [];
+  for await (const chunk of part.file) chunks.push(chunk as Buffer);
+  if (part.file.truncated) {
+    throw errors.tooLarge(`The file is larger than ${TRANSCRIPTION_WAV.maxBytes} bytes (8 MiB), the limit for a recording.`, 'file');
+  }
+  return Buffer.concat(chunks);
+};
+
+export const noFile = () => errors.invalidValue('file', "The field 'file' is required: a PCM16 WAV recording, mono, 16 kHz.");
+
+/**
+ * Reads a multipart recording form: at most one file, in the field `file`, and the `accepted`
+ * text fields; a field of `refused` is a 400 with its rule, any other an unknown parameter.
+ */
+export async function readRecordingForm(
+  request: FastifyRequest,
+  accepted: readonly string[],
+  refused: ReadonlyMap<string, Refusal> = new Map(),
+  arrays: ReadonlySet<string> = new Set(),
+) {
+  if (!request.isMultipart()) throw errors.mediaType(`Send the recording as multipart/form-data (fields ${[...accepted, 'file'].join(', ')}).`);
+  return readForm(request, undefined, async (parts) => {
+    const fields: Record<string, string> = {};
+    let file: Buffer | undefined;
+    for await (const part of parts) {
+      if (part.type === 'file') {
+        if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
+        if (file) throw errors.invalidValue('file', 'Send exactly one file.');
+        file = await readFile(part);
+        continue;
+      }
+      // An array's items come as `name[]`: the field is `name`.
+      const bare = part.fieldname.replace(/\[\]$/, '');
+      const name = arrays.has(bare) ? bare : part.fieldname;
+      const value = String(part.value);
+      const refusal = refused.get(name);
+      if (refusal && value !== refusal.harmless) throw errors.invalidValue(name, `${notOffered(name, refusal.why)}.`);
+      if (!refusal && !accepted.includes(name)) throw errors.unknownParameter(part.fieldname);
+      fields[name] = value;
+    }
+    return { fields, file };
+  });
+}
+
+/**
+ * The form's text fields as `schema` reads them, or the 400 of the first one it refuses, naming
+ * the field and saying the rule (the schema's messages are whole sentences).
+ */
+export function formFields<S extends z.ZodType>(schema: S, fields: Record<string, string>): z.output<S> {
+  const parsed = schema.safeParse(fields);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  throw errors.invalidValue(issue?.path.map(String).join('.') || null, issue?.message ?? 'Invalid form.');
+}
+
+/** The language a form names (de, en, auto), or undefined when it names none. */
+export function requestedLanguage(value: string | undefined): SttLanguage | undefined {
+  if (value === undefined) return undefined;
+  const parsed = sttLanguageField.safeParse(value);
+  if (!parsed.success) throw errors.invalidValue('language', parsed.error.issues[0]?.message ?? 'language must be de, en or auto.');
+  return parsed.data;
+}
