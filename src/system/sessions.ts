@@ -13,6 +13,7 @@
 // "Slow Down Online Guessing Attacks with Device Cookies").
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
+import { errors } from '../errors.js';
 
 export const SESSION_COOKIE = 'sd_session';
 export const SESSION_TTL_MS = 12 * 60 * 60 * 1000;
@@ -128,4 +129,33 @@ export class SessionStore {
     if (own && own.count > 0) own.count -= 1;
     if (client.device === undefined && this.#global.count > 0) this.#global.count -= 1;
   }
+
+  /**
+   * A login's password check, throttled: the attempt is counted first, then the password checked;
+   * a wrong one stays counted, and too many make the client wait (429 too_many_attempts). An
+   * attempt whose password was never checked (no password set, too many checks at once) is taken
+   * back, as is a right one.
+   */
+  async checkPassword(secrets: PasswordCheck, client: LoginClient, password: string): Promise<void> {
+    const blockedFor = this.loginAttempt(client);
+    if (blockedFor > 0) throw errors.tooManyRequests('too_many_attempts', 'Too many wrong passwords: wait and try again.', blockedFor);
+    let correct = false;
+    try {
+      await secrets.refresh();
+      if (!secrets.hasPassword) throw errors.passwordNotSet();
+      correct = await secrets.passwordMatches(password);
+    } catch (error) {
+      this.loginTakenBack(client);
+      throw error;
+    }
+    if (!correct) throw errors.wrongPassword();
+    this.loginTakenBack(client);
+  }
+}
+
+/** What a login's password check needs of the secrets store. */
+export interface PasswordCheck {
+  refresh(): Promise<unknown>;
+  readonly hasPassword: boolean;
+  passwordMatches(password: string): Promise<boolean>;
 }

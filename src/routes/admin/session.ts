@@ -7,34 +7,13 @@ import { DEVICE_COOKIE, DEVICE_TTL_MS, loginSource, SESSION_COOKIE, SESSION_TTL_
 import { MIN_PASSWORD_LENGTH } from '../../store/secrets.js';
 import { adminAuth, currentSession, requireAdminHeader, sessionFromCookie } from '../auth.js';
 import { overTls } from '../host.js';
-import { errors } from '../../errors.js';
 
 export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
   const { sessions, secrets } = service;
 
-  /**
-   * Counts the attempt first (see src/system/sessions.ts), then checks the password: a wrong one
-   * stays counted; too many make the client wait (429). `device` is the browser's device id, read
-   * only by the login itself.
-   */
-  const checkPassword = async (request: FastifyRequest, password: string, device?: string) => {
-    const client = { source: loginSource(request.ip), device };
-    const blockedFor = sessions.loginAttempt(client);
-    if (blockedFor > 0) throw errors.tooManyRequests('too_many_attempts', 'Too many wrong passwords: wait and try again.', blockedFor);
-    let correct = false;
-    try {
-      await secrets.refresh();
-      if (!secrets.hasPassword) throw errors.passwordNotSet();
-      correct = await secrets.passwordMatches(password);
-    } catch (error) {
-      // Not checked (no password set, too many checks at once): no guess was made.
-      sessions.loginTakenBack(client);
-      throw error;
-    }
-    if (!correct) throw errors.wrongPassword();
-    sessions.loginTakenBack(client);
-  };
+  /** The throttled password check (src/system/sessions.ts); `device` is the browser's device id, read only by the login itself. */
+  const checkPassword = (request: FastifyRequest, password: string, device?: string) => sessions.checkPassword(secrets, { source: loginSource(request.ip), device }, password);
 
   /** The device id in the browser's signed device cookie, if it carries a valid one. */
   const deviceOf = (request: FastifyRequest): string | undefined => {
