@@ -12,6 +12,7 @@
 //   image test without its image (`has_image` says whether there is one).
 // - `enhancers`: the prompt enhancers' installs (at most one every 250 ms while one downloads) and
 //   the last preview.
+import { PassThrough } from 'node:stream';
 import type { ConsoleEvents } from '../system/observe/console.types.js';
 import type { ImageTestJob } from './image/imageTests.js';
 import type { Service } from '../service.js';
@@ -228,4 +229,49 @@ export class ConsoleFeed {
   #detachAll(): void {
     for (const undo of this.#detach.splice(0)) undo();
   }
+}
+
+/**
+ * What an events stream may have waiting for a client that does not read (bytes): past it the
+ * stream ends, and the page reconnects and gets a fresh snapshot instead of the backlog.
+ */
+export const EVENTS_BACKLOG_LIMIT = 4 * 1024 * 1024;
+/** How often an open stream checks that its session still holds (logout, password change, expiry). */
+const SESSION_CHECK_MS = 2_000;
+
+/**
+ * One events stream as server-sent events: the feed's events framed as `event:`/`data:`, a
+ * keep-alive comment, and an end when the session no longer holds (`stillValid`), when the client
+ * falls more than EVENTS_BACKLOG_LIMIT behind (`waiting` says what the connection holds unsent),
+ * or when the feed closes. `closed` runs once the body is gone, whatever ended it.
+ */
+export async function eventStream(
+  feed: ConsoleFeed,
+  options: { stillValid: () => boolean; waiting: () => number; log: { warn(fields: object, message: string): void }; closed: () => void },
+): Promise<PassThrough> {
+  const body = new PassThrough();
+  const keepAlive = setInterval(() => body.write(': keep-alive\n\n'), feed.timing.keepAliveMs);
+  const sessionCheck = setInterval(() => {
+    if (!options.stillValid()) body.end();
+  }, SESSION_CHECK_MS);
+  let remove = () => {};
+  body.once('close', () => {
+    clearInterval(keepAlive);
+    clearInterval(sessionCheck);
+    remove();
+    options.closed();
+  });
+  remove = await feed.open({
+    send: (name, data) => {
+      if (body.writableEnded) return;
+      if (body.writableLength + options.waiting() > EVENTS_BACKLOG_LIMIT) {
+        options.log.warn({ route: '/api/v1/events' }, 'an events stream fell behind by more than 4 MiB: it is ended, the page reconnects');
+        body.end();
+        return;
+      }
+      body.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
+    },
+    end: () => body.end(),
+  });
+  return body;
 }
