@@ -1,12 +1,14 @@
-// The JSON the admin API answers, typed by the server's own declarations (type-only imports:
-// nothing of the server is bundled). When a server shape changes, the page's type check says so.
-import type { EndpointStatus } from '../../src/system/observe/status.js';
-import type { AudioPolicyView } from '../../src/system/audioPolicy.js';
-import type { ChatTestJob } from '../../src/workers/chat/chatTests.js';
-import type { ImageTestJob } from '../../src/workers/image/imageTests.js';
-import type { SupervisedWorker } from '../../src/system/observe/diagnostics.js';
-import type { InstallView } from '../../src/system/enhancerInstalls.js';
-import type { EnhancerPreview } from '../../src/workers/enhancer/enhancerPreviews.js';
+// The JSON the admin API answers, typed by the server's own declarations from their one home,
+// src/system/observe/console.types.ts (type-only imports: nothing of the server is bundled). When a server shape changes, the page's type check says so.
+import type {
+  AudioPolicyView,
+  ChatTestJob,
+  EndpointStatus,
+  EnhancerPreview,
+  ImageTestJob,
+  InstallView,
+  SupervisedWorker,
+} from '../../src/system/observe/console.types.js';
 
 export type { SupervisedWorker, EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob };
 export type ProfileView = EndpointStatus['profiles'][number];

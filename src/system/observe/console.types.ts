@@ -1,7 +1,16 @@
-// What the operator console (console/, a browser page) reads from the admin listener beyond the
-// documented admin routes: the machine definitions it draws, the running actors it highlights,
-// the log lines it streams and the events of `GET /api/v1/events`. Types only: the page imports
-// them as types, so nothing of the server reaches the bundle.
+// The one home of the admin API's view types: what the operator console (console/, a browser page)
+// reads from the admin listener. The documented routes' answers are declared where they are made
+// and named here once (the re-exports below); the console's own views (the machine definitions it
+// draws, the running actors it highlights, the log lines it streams and the events of
+// `GET /api/v1/events`) are declared here. The page imports only this file, as types, so nothing
+// of the server reaches the bundle, and a server shape that changes fails the page's type check.
+export type { EndpointStatus } from './status.js';
+export type { SupervisedWorker } from './diagnostics.js';
+export type { AudioPolicyView } from '../audioPolicy.js';
+export type { InstallView } from '../enhancerInstalls.js';
+export type { ChatTestJob } from '../../workers/chat/chatTests.js';
+export type { ImageTestJob } from '../../workers/image/imageTests.js';
+export type { EnhancerPreview } from '../../workers/enhancer/enhancerPreviews.js';
 
 /** One state node of a machine definition, as the state-chart view draws it. */
 export interface StateNodeView {
