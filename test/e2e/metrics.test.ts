@@ -7,11 +7,7 @@ import t from 'tap';
 import { SecretStore } from '../../src/store/secrets.js';
 import { build, tempDir, TOKEN } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
-
-function sample(text: string, series: string): number | undefined {
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-}
+import { sample } from '../helpers/metrics.js';
 
 t.test('a real chat worker: tokens, speed and first token of a buffered answer and a stream', async (t) => {
   const dir = await tempDir(t);

@@ -11,18 +11,13 @@ import { answerUsage } from '../../src/routes/metrics.js';
 import { SecretStore } from '../../src/store/secrets.js';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { tinyModelIn } from '../helpers/llama.js';
+import { sample } from '../helpers/metrics.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const FAKE = path.join(ROOT, 'test/fixtures/fake-llama-server.mjs');
 const PROMPT = 'PROMPT-zebra-4711 what is the secret of the sky';
 
 const scrape = (b: Built, headers: Record<string, string> = {}) => fetch(`${b.adminUrl}/metrics`, { headers });
-
-/** The value of the one sample `name{labels}`, or undefined; labels in the order prom-client writes them. */
-function sample(text: string, series: string): number | undefined {
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-}
 
 /** A service with the stand-in llama-server in `mode` and a published chat profile `fake`. */
 async function withChat(t: Test, mode: string): Promise<Built & { modelPath: string }> {

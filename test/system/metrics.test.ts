@@ -7,13 +7,9 @@ import t from 'tap';
 import { Metrics } from '../../src/system/observe/metrics.js';
 import type { SupervisorActor } from '../../src/system/scheduler.js';
 import { supervisorHarness } from '../helpers/supervisor.js';
+import { sample } from '../helpers/metrics.js';
 
 const MIB = 1024 * 1024;
-
-function sample(text: string, series: string): number | undefined {
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-}
 
 t.test('supervisor events become queue, worker and crash metrics', async (t) => {
   const metrics = new Metrics({
