@@ -1,9 +1,9 @@
 // The console's log tail: it keeps the last lines as pino wrote them, redacted like stdout, with
 // the fields other than time, level, msg, service, pid and hostname.
 import t from 'tap';
-import type { LogLineView } from '../../src/system/observe/console.types.js';
-import { createLogger } from '../../src/system/observe/log.js';
-import { LogTail } from '../../src/system/observe/logTail.js';
+import type { LogLineView } from '../../../src/system/observe/console.types.js';
+import { createLogger } from '../../../src/system/observe/log.js';
+import { LogTail } from '../../../src/system/observe/logTail.js';
 
 const SECRETS = { token: 'sd-secret-token-5150', password: 'hunter2-hunter2', prompt: 'PROMPT-draw-the-vault-9090' };
 

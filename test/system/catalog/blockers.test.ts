@@ -8,10 +8,10 @@ import { createServer } from 'node:net';
 import { chmod, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import { writeTinyModel } from '../../src/adapters/tinyModel.js';
-import type { StoredProfile } from '../../src/store/profile.schema.js';
-import { chatReadyNow, profileBlockers } from '../../src/system/catalog/blockers.js';
-import { build, PASSWORD, tempDir, type Built } from '../helpers/build.js';
+import { writeTinyModel } from '../../../src/adapters/tinyModel.js';
+import type { StoredProfile } from '../../../src/store/profile.schema.js';
+import { chatReadyNow, profileBlockers } from '../../../src/system/catalog/blockers.js';
+import { build, PASSWORD, tempDir, type Built } from '../../helpers/build.js';
 
 /** How long any one answer may take here: the service answers these in milliseconds. */
 const BOUND_MS = 3_000;

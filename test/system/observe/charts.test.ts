@@ -3,10 +3,10 @@
 // type and sender of the last events and never a payload.
 import t from 'tap';
 import { createActor, fromPromise, sendTo, setup } from 'xstate';
-import { listenerMachine } from '../../machines/listener/index.js';
-import { expiryTimer } from '../../machines/queue/index.js';
-import { ACTOR_EVENT_LIMIT, ChartFeed, describeMachine, eventLabel } from '../../src/system/observe/charts.js';
-import type { ActorView, StateNodeView } from '../../src/system/observe/console.types.js';
+import { listenerMachine } from '../../../machines/listener/index.js';
+import { expiryTimer } from '../../../machines/queue/index.js';
+import { ACTOR_EVENT_LIMIT, ChartFeed, describeMachine, eventLabel } from '../../../src/system/observe/charts.js';
+import type { ActorView, StateNodeView } from '../../../src/system/observe/console.types.js';
 
 const find = (node: StateNodeView, id: string): StateNodeView | undefined =>
   node.id === id ? node : node.states.map((child) => find(child, id)).find((n) => n !== undefined);

@@ -4,10 +4,10 @@
 // scrape-time gauges (queue depth, running jobs, worker state, simulated GPUs, RAM budget); and
 // the class of every unload reason the supervisor writes.
 import t from 'tap';
-import { Metrics } from '../../src/system/observe/metrics.js';
-import type { SupervisorActor } from '../../src/system/scheduler.js';
-import { supervisorHarness } from '../helpers/supervisor.js';
-import { sample } from '../helpers/metrics.js';
+import { Metrics } from '../../../src/system/observe/metrics.js';
+import type { SupervisorActor } from '../../../src/system/scheduler.js';
+import { supervisorHarness } from '../../helpers/supervisor.js';
+import { sample } from '../../helpers/metrics.js';
 
 const MIB = 1024 * 1024;
 

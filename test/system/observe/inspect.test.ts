@@ -2,10 +2,10 @@
 // relay; prompts, audio, images and secrets never leave the process; production refuses it.
 import t from 'tap';
 import WebSocket from 'ws';
-import { createInspection } from '../../src/system/observe/inspect.js';
-import { createLogger, sanitize } from '../../src/system/observe/log.js';
-import { build, freePort } from '../helpers/build.js';
-import { until } from '../helpers/until.js';
+import { createInspection } from '../../../src/system/observe/inspect.js';
+import { createLogger, sanitize } from '../../../src/system/observe/log.js';
+import { build, freePort } from '../../helpers/build.js';
+import { until } from '../../helpers/until.js';
 
 t.test('sanitize replaces prompts, audio, images, secrets and long text', async (t) => {
   const event = {

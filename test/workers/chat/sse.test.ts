@@ -6,8 +6,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import t from 'tap';
-import { CHAT_LIMITS, relayStream, streamedError, type OpenedChat } from '../../src/workers/chat/chatRequest.js';
-import { eventData, eventStart, nextBlankLine, SseReader, wholeEventsEnd } from '../../src/workers/chat/sse.js';
+import { CHAT_LIMITS, relayStream, streamedError, type OpenedChat } from '../../../src/workers/chat/chatRequest.js';
+import { eventData, eventStart, nextBlankLine, SseReader, wholeEventsEnd } from '../../../src/workers/chat/sse.js';
 
 const events = ['{"choices":[{"delta":{"content":"grüß dich"}}]}', '{"choices":[{"delta":{"content":"a\\nb"}}]}', '[DONE]'];
 const stream = (eol: string) => events.map((data) => `data: ${data}${eol}${eol}`).join('') + `: a comment${eol}${eol}`;

@@ -4,12 +4,12 @@
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import { writeTinyModel } from '../../src/adapters/tinyModel.js';
-import { EndpointStore } from '../../src/store/endpoint.js';
-import type { StoredProfile } from '../../src/store/profile.schema.js';
-import { MAX_PROFILES, ProfileStore } from '../../src/store/profiles.js';
-import { Catalog } from '../../src/system/catalog/catalog.js';
-import { tempDir } from '../helpers/build.js';
+import { writeTinyModel } from '../../../src/adapters/tinyModel.js';
+import { EndpointStore } from '../../../src/store/endpoint.js';
+import type { StoredProfile } from '../../../src/store/profile.schema.js';
+import { MAX_PROFILES, ProfileStore } from '../../../src/store/profiles.js';
+import { Catalog } from '../../../src/system/catalog/catalog.js';
+import { tempDir } from '../../helpers/build.js';
 
 const CHATS = MAX_PROFILES - 2;
 

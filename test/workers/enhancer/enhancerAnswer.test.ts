@@ -6,8 +6,8 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import { ENHANCED_PROMPT_MAX, ENHANCER_MAX_TOKENS, ENHANCER_SCHEMA, EnhancerFailure, enhancerRequest, readEnhancerAnswer } from '../../src/workers/enhancer/enhancer.js';
-import { tempDir } from '../helpers/build.js';
+import { ENHANCED_PROMPT_MAX, ENHANCER_MAX_TOKENS, ENHANCER_SCHEMA, EnhancerFailure, enhancerRequest, readEnhancerAnswer } from '../../../src/workers/enhancer/enhancer.js';
+import { tempDir } from '../../helpers/build.js';
 
 const answer = (content: unknown, finish = 'stop') => ({ choices: [{ finish_reason: finish, message: { role: 'assistant', content } }] });
 

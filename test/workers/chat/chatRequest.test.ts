@@ -4,7 +4,7 @@
 // is replaced by a summary while the detail, without the quote, goes to the log. The texts below
 // are llama-server's own answers (the build scripts/build-llama.sh makes), captured from it.
 import t from 'tap';
-import { workerErrorDetail, workerStatusError } from '../../src/workers/chat/chatRequest.js';
+import { workerErrorDetail, workerStatusError } from '../../../src/workers/chat/chatRequest.js';
 
 const answer = (code: number, message: string, type: string) => Buffer.from(JSON.stringify({ error: { code, message, type } }));
 

@@ -6,12 +6,12 @@
 import os from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { speech } from '../helpers/speech.js';
-import { createLogger } from '../../src/system/observe/log.js';
-import type { SupervisorActor } from '../../src/system/scheduler.js';
-import { WorkerHooks } from '../../src/system/workers.js';
-import { SttWorker, type SttProfile } from '../../src/workers/speech/stt.js';
-import { alive, until } from '../helpers/until.js';
+import { speech } from '../../helpers/speech.js';
+import { createLogger } from '../../../src/system/observe/log.js';
+import type { SupervisorActor } from '../../../src/system/scheduler.js';
+import { WorkerHooks } from '../../../src/system/workers.js';
+import { SttWorker, type SttProfile } from '../../../src/workers/speech/stt.js';
+import { alive, until } from '../../helpers/until.js';
 
 const cacheDir = process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
 const profile = { id: 'stt-1', revision: 1, name: 'listener', category: 'stt', params: { backend: 'pocketsphinx', threads: 2 } } as unknown as SttProfile;

@@ -6,8 +6,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import t from 'tap';
-import { CHAT_LIMITS, relayStream, type OpenedChat } from '../../src/workers/chat/chatRequest.js';
-import { until } from '../helpers/until.js';
+import { CHAT_LIMITS, relayStream, type OpenedChat } from '../../../src/workers/chat/chatRequest.js';
+import { until } from '../../helpers/until.js';
 
 const EVENT = Buffer.from(`data: ${JSON.stringify({ choices: [{ delta: { content: 'x'.repeat(1000) } }] })}\n\n`);
 const EVENTS = 4096; // about 4 MiB in all
