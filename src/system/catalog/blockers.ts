@@ -1,6 +1,6 @@
 // What keeps a profile from being executable (CONTRACT section 4: computed `executable` and
 // `blockers`). A published profile with a blocker stays published but leaves the model lists
-// (spec 2.1 rule 4). Later issues add their own blockers here.
+// (spec 2.1 rule 4). A new kind of blocker is one more check here, with its code.
 import { statSync } from 'node:fs';
 import { stat, statfs } from 'node:fs/promises';
 import { STT_LANGUAGES, type StoredProfile } from '../../store/profile.schema.js';
