@@ -43,7 +43,7 @@ import { Metrics } from './system/observe/metrics.js';
 import { Scheduler } from './system/scheduler.js';
 import { SessionStore } from './system/sessions.js';
 import { endpointStatus, statusWord } from './system/observe/status.js';
-import { createSupervisor } from './system/supervisor.js';
+import { createSupervisor, type SupervisorDeps } from './system/supervisor.js';
 import { WorkerHooks } from './system/workers.js';
 import { ChatWorker } from './workers/chat/chat.js';
 import { CHAT_LIMITS, type ChatLimits } from './workers/chat/chatRequest.js';
@@ -129,7 +129,7 @@ async function openStores(config: Config) {
   return { endpoint, secrets: opened.store, generatedToken: opened.generatedToken, profiles, audioPolicy };
 }
 
-/** The worker adapters (chat, STT, TTS, image and the prompt enhancer), each with its machine started and registered with the worker hooks. */
+/** The worker adapters (chat, STT, TTS, image and the prompt enhancer), each with its worker machine for the supervisor to run. */
 function createWorkers(deps: WorkerDeps & { runtimeDir: string }, imageLimits: StartOptions['imageLimits']) {
   const tts = new TtsWorker(deps);
   const image = new ImageWorker({ ...deps, ...imageLimits });
@@ -203,15 +203,15 @@ export async function startService(config: Config, options: StartOptions): Promi
     log,
     unloadTimeoutMs: config.drainLimitMs + 60_000,
   });
-  const { supervisor, since } = createSupervisor({ config, lookup, log, inspect, listener: inference, record, workers: hooks, profiles });
+  // The worker adapters make their machines with the real engines; the supervisor runs them as its children.
+  const { chat, stt, tts, image, enhancer } = createWorkers({ workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime') }, options.imageLimits);
+  const adapters = [chat, stt, tts, image, enhancer] as const;
+  const workerMachines = Object.fromEntries(adapters.map((worker) => [worker.kind, { logic: worker.logic, limits: worker.limits }])) as SupervisorDeps['workerMachines'];
+  const { supervisor, since } = createSupervisor({ config, lookup, log, inspect, listener: inference, record, workerMachines, profiles });
   metrics.attach(supervisor);
   const listenerRef = () => listenerOf(supervisor) as ListenerActor;
   const scheduler = new Scheduler(supervisor);
   const builds = new BuildWatcher({ supervisor, lookup, log, pollMs: config.buildPollMs });
-  const { chat, stt, tts, image, enhancer } = createWorkers(
-    { supervisor, workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime'), inspect },
-    options.imageLimits,
-  );
   const audio = new AudioPolicies({
     store: stores.audioPolicy,
     supervisor,
@@ -329,6 +329,8 @@ export async function startService(config: Config, options: StartOptions): Promi
   log.info({ host: config.uiHost, port: bound.port }, 'admin listener started');
   await writeAdminRecord(config.stateDir, { ...bound, pid: process.pid, started_at: new Date().toISOString() });
   supervisor.start();
+  // The adapters reach their machines, the supervisor's children, once it runs.
+  for (const worker of adapters) worker.attach(supervisor.system.get(worker.systemId) as never);
   builds.start();
   stopSince = watchListener(listenerRef(), endpoint, log).stopSince;
   audio.start();

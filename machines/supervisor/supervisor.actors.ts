@@ -2,7 +2,12 @@
 // `supervisorMachine.provide({ actors })`; tests give simulated ones. The listener and the queue are
 // machines of their own, invoked as children with their systemIds.
 import { fromCallback, fromPromise } from 'xstate';
+import { chatWorkerMachine } from '../chatWorker/index.js';
+import { enhancerWorkerMachine } from '../enhancerWorker/index.js';
+import { imageWorkerMachine } from '../imageWorker/index.js';
 import { listenerMachine } from '../listener/index.js';
+import { sttWorkerMachine } from '../sttWorker/index.js';
+import { ttsWorkerMachine } from '../ttsWorker/index.js';
 import { queueMachine } from '../queue/index.js';
 import type { CheckInput, StartFacts } from './fit.js';
 import type { SupervisorEvent } from './supervisor.types.js';
@@ -14,6 +19,12 @@ export const supervisorActors = {
   listener: listenerMachine,
   /** The FIFO queue (spec 3.7). */
   queue: queueMachine,
+  /** The worker machines (spec 3.2 to 3.5, 4.7), the supervisor's children; the system gives each its real engine. */
+  chatWorker: chatWorkerMachine,
+  imageWorker: imageWorkerMachine,
+  ttsWorker: ttsWorkerMachine,
+  sttWorker: sttWorkerMachine,
+  enhancerWorker: enhancerWorkerMachine,
   /**
    * Gathers what the memory check needs for one worker start: a fresh GPU probe, the RAM budget,
    * the reserves and the model's own metadata (and the build's fit when there is no fixed split).

@@ -21,7 +21,7 @@
 // worker machine for itself: `worker.unloaded` only once its process is gone, `worker.lost` when
 // it outlived SIGKILL (its memory stays reserved until the GPU probe no longer shows it).
 import { assertEvent, assign, enqueueActions, setup } from 'xstate';
-import { SYSTEM_IDS } from '../ids.js';
+import { SYSTEM_IDS, WORKER_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
 import type { QueueEvent, QueuedJob } from '../queue/index.js';
 import { decideStart, type CheckInput, type StartFacts } from './fit.js';
@@ -43,10 +43,13 @@ import type {
 } from './supervisor.types.js';
 import { WORKER_KINDS } from './supervisor.types.js';
 
+/** The supervisor's command to a worker machine. */
+type WorkerCommand = { type: 'worker.unload'; generation: number; reason: string };
+
 /** The part of `enqueue` the helpers below use. */
 interface Enqueue {
   emit(event: SupervisorEmitted): void;
-  sendTo(to: string, event: QueueEvent): void;
+  sendTo(to: string, event: QueueEvent | WorkerCommand): void;
   raise(event: SupervisorEvent): void;
 }
 
@@ -125,6 +128,8 @@ function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kin
   const worker = workers[kind];
   if (worker.state === 'unloaded' || worker.state === 'unloading' || worker.state === 'lost') return;
   workers[kind] = { ...worker, state: 'unloading', last: reason };
+  // The worker machine carries it out and reports its own `worker.unloaded` (or `worker.lost`).
+  enqueue.sendTo(WORKER_IDS[kind], { type: 'worker.unload', generation: worker.generation, reason });
   enqueue.emit({ type: 'worker.unload', kind, generation: worker.generation, code, reason });
 }
 
@@ -506,6 +511,7 @@ export const supervisorMachine = setup({
     jobs: {},
     waiting: [],
     workers: { chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt'), enhancer: emptyWorker('enhancer') },
+    workerLimits: input.workers ?? {},
     checking: null,
     starts: 0,
     revisions: {},
@@ -520,6 +526,13 @@ export const supervisorMachine = setup({
       retryAfterSeconds: input.queue?.retryAfterSeconds ?? QUEUE_LIMITS.retryAfterSeconds,
     },
   }),
+  // The worker machines live as long as the supervisor: the closing state waits for their unloads.
+  invoke: WORKER_KINDS.map((kind) => ({
+    id: WORKER_IDS[kind],
+    systemId: WORKER_IDS[kind],
+    src: WORKER_IDS[kind],
+    input: ({ context }: { context: SupervisorContext }) => ({ ...context.workerLimits[kind], reportToParent: true }),
+  })),
   initial: 'active',
   states: {
     active: {

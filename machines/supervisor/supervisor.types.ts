@@ -188,6 +188,14 @@ export type StartVerdict =
 export interface SupervisorInput {
   listener: ListenerInput;
   queue?: Omit<QueueInput, 'reportToParent'>;
+  /** The worker machines' limits (tests shorten the load limit and the grace before SIGKILL). */
+  workers?: Partial<Record<WorkerKind, WorkerLimits>>;
+}
+
+/** What a worker machine is invoked with beside its report to the supervisor. */
+export interface WorkerLimits {
+  loadTimeLimitMs?: number;
+  terminationGraceMs?: number;
 }
 
 /** The audio memory policy's mode per speech worker kind (spec 2.4, 3.6). */
@@ -198,6 +206,8 @@ export interface SupervisorContext {
   /** The waiting jobs in FIFO order, as the queue reported them. */
   waiting: string[];
   workers: Record<WorkerKind, WorkerRecord>;
+  /** The worker machines' limits, from the input. */
+  workerLimits: Partial<Record<WorkerKind, WorkerLimits>>;
   /** The job whose worker start is checked (one check at a time; the `checks` region runs it). */
   checking: string | null;
   /** How many worker starts were granted: the source of each start's generation. */

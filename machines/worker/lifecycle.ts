@@ -11,7 +11,7 @@
 // process that outlives SIGKILL by the kill limit is reported `worker.lost` (the supervisor keeps
 // its memory reserved) and unloaded when it finally ends. An unload of a start that has not begun
 // yet cancels it: that start never runs, and the unload is done at once.
-import { assertEvent, assign, emit, enqueueActions, fromCallback, sendTo, setup } from 'xstate';
+import { assertEvent, assign, enqueueActions, fromCallback, sendTo, setup } from 'xstate';
 import type { ExitReport } from '../worker.types.js';
 
 export interface LaunchBase {
@@ -55,12 +55,16 @@ export interface LifecycleContext<L extends LaunchBase> {
   terminationGraceMs: number;
   /** How long a process may outlive SIGKILL before it is reported lost. */
   killLimitMs: number;
+  /** Under the supervisor: every report is also sent to it, its parent. */
+  reportToParent: boolean;
 }
 
 export interface LifecycleInput {
   loadTimeLimitMs?: number;
   terminationGraceMs?: number;
   killLimitMs?: number;
+  /** Invoked by the supervisor: its reports go to the parent too. */
+  reportToParent?: boolean;
 }
 
 /** A process still there this long after SIGKILL is stuck (in the kernel, a driver): it is lost. */
@@ -107,6 +111,12 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
     message: failure.message,
   });
 
+  /** Every report is emitted; under the supervisor (`reportToParent`) it is sent to it as well. */
+  const tell = (enqueue: { emit(event: Emitted): void; sendParent(event: Emitted): void }, context: Context, report: Emitted) => {
+    enqueue.emit(report);
+    if (context.reportToParent) enqueue.sendParent(report);
+  };
+
   return setup({
     types: {
       context: {} as Context,
@@ -142,13 +152,13 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
     actions: {
       adoptLaunch: assign(({ event }: Ctx) => (event.type === 'worker.start' ? { launch: event.launch, pid: null, port: null, stopping: null } : {})),
       adoptProcess: assign(({ event }: Ctx) => (event.type === 'engine.spawned' ? { pid: event.pid, port: event.port ?? null } : {})),
-      reportStarted: emit(({ context, event }: Ctx): Emitted => ({
+      reportStarted: enqueueActions(({ context, event, enqueue }) => tell(enqueue, context, {
         type: 'worker.started',
         kind: spec.kind,
         generation: generationOf(context),
         pid: event.type === 'engine.spawned' ? event.pid : 0,
       })),
-      reportLoaded: emit(({ context }: Ctx): Emitted => ({ type: 'worker.loaded', kind: spec.kind, generation: generationOf(context) })),
+      reportLoaded: enqueueActions(({ context, enqueue }) => tell(enqueue, context, { type: 'worker.loaded', kind: spec.kind, generation: generationOf(context) })),
       noteUnload: assign(({ event }: Ctx) => (event.type === 'worker.unload' ? { stopping: { reason: event.reason, failure: null } } : {})),
       noteLoadTimeout: assign(({ context }: Ctx) => ({
         stopping: {
@@ -163,14 +173,16 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       })),
       terminate: sendTo('engine', { type: 'engine.stop' } as EngineCommand),
       kill: sendTo('engine', { type: 'engine.kill' } as EngineCommand),
-      reportExit: emit(({ context, event }: Ctx) => exited(context, event.type === 'engine.exited' ? event.report : { cause: 'unclear', message: `the ${spec.name} ended` })),
-      reportStopFailure: emit(({ context }: Ctx) => exited(context, context.stopping?.failure ?? { cause: 'unclear', message: `the ${spec.name} failed` })),
-      reportUnloaded: emit(({ context }: Ctx): Emitted => ({ type: 'worker.unloaded', kind: spec.kind, generation: generationOf(context) })),
-      reportLost: emit(({ context }: Ctx): Emitted => ({ type: 'worker.lost', kind: spec.kind, generation: generationOf(context), pid: context.pid })),
+      reportExit: enqueueActions(({ context, event, enqueue }) =>
+        tell(enqueue, context, exited(context, event.type === 'engine.exited' ? event.report : { cause: 'unclear', message: `the ${spec.name} ended` })),
+      ),
+      reportStopFailure: enqueueActions(({ context, enqueue }) => tell(enqueue, context, exited(context, context.stopping?.failure ?? { cause: 'unclear', message: `the ${spec.name} failed` }))),
+      reportUnloaded: enqueueActions(({ context, enqueue }) => tell(enqueue, context, { type: 'worker.unloaded', kind: spec.kind, generation: generationOf(context) })),
+      reportLost: enqueueActions(({ context, enqueue }) => tell(enqueue, context, { type: 'worker.lost', kind: spec.kind, generation: generationOf(context), pid: context.pid })),
       cancelStart: enqueueActions(({ context, event, enqueue }) => {
         assertEvent(event, 'worker.unload');
         enqueue.assign({ cancelled: [...context.cancelled, event.generation].slice(-CANCELLED_KEPT) });
-        enqueue.emit({ type: 'worker.unloaded', kind: spec.kind, generation: event.generation } as Emitted);
+        tell(enqueue, context, { type: 'worker.unloaded', kind: spec.kind, generation: event.generation });
       }),
       forgetProcess: assign(({ context, event }: Ctx) => ({
         pid: null,
@@ -191,6 +203,7 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       loadTimeLimitMs: input.loadTimeLimitMs ?? spec.limits.loadTimeLimitMs,
       terminationGraceMs: input.terminationGraceMs ?? spec.limits.terminationGraceMs,
       killLimitMs: input.killLimitMs ?? KILL_LIMIT_MS,
+      reportToParent: input.reportToParent ?? false,
     }),
     initial: 'unloaded',
     states: {

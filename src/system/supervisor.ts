@@ -1,10 +1,13 @@
 // The root actor (the supervisor, with the listener and the queue as its children) made with its
 // real actors: the listener machine's (src/system/listener.ts) and the memory check's start facts
-// (src/system/startFacts.ts). Its decisions reach the worker adapters through the worker hooks,
-// and the profile store tells it about saves, deletions and publications.
+// (src/system/startFacts.ts), and the worker machines with their real engines as its children (the
+// adapters in src/workers/ make them). The profile store tells it about saves, deletions and
+// publications.
 import { createActor } from 'xstate';
 import { SYSTEM_IDS } from '../../machines/ids.js';
-import { supervisorMachine, type SupervisorEvent, type WorkerKind } from '../../machines/supervisor/index.js';
+import type { AnyActorLogic } from 'xstate';
+import { WORKER_IDS } from '../../machines/ids.js';
+import { supervisorMachine, WORKER_KINDS, type SupervisorEvent, type WorkerKind, type WorkerLimits } from '../../machines/supervisor/index.js';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
 import type { Config } from '../config.js';
 import type { EndpointRecord } from '../store/endpoint.js';
@@ -15,7 +18,6 @@ import type { Logger } from './observe/log.js';
 import type { SupervisorActor } from './scheduler.js';
 import { supervisorAdapters } from './startFacts.js';
 import { ownPids } from './observe/status.js';
-import type { WorkerHooks } from './workers.js';
 
 export interface SupervisorDeps {
   config: Config;
@@ -26,16 +28,18 @@ export interface SupervisorDeps {
   listener: InferenceListener;
   /** What `endpoint.json` remembered from before this start. */
   record: EndpointRecord;
-  workers: WorkerHooks;
+  /** The worker machines with their real engines, which the supervisor invokes as its children. */
+  workerMachines: Record<WorkerKind, { logic: AnyActorLogic; limits: WorkerLimits }>;
   profiles: ProfileStore;
 }
 
 /** The supervisor, not yet started, and when each kind's worker was granted its start. */
 export function createSupervisor(deps: SupervisorDeps): { supervisor: SupervisorActor; since: (kind: WorkerKind) => string | null } {
-  const { config, log, record, workers, profiles } = deps;
+  const { config, log, record, profiles } = deps;
+  const workerActors = Object.fromEntries(WORKER_KINDS.map((kind) => [WORKER_IDS[kind], deps.workerMachines[kind].logic]));
   const supervisor: SupervisorActor = createActor(
     supervisorMachine.provide({
-      actors: { listener: deps.listener.logic(), ...supervisorAdapters({ config, lookup: deps.lookup, ownPids: () => ownPids(supervisor) }) },
+      actors: { listener: deps.listener.logic(), ...supervisorAdapters({ config, lookup: deps.lookup, ownPids: () => ownPids(supervisor) }), ...workerActors },
     }),
     {
       systemId: SYSTEM_IDS.supervisor,
@@ -46,18 +50,19 @@ export function createSupervisor(deps: SupervisorDeps): { supervisor: Supervisor
           rememberedRunning: record.running,
           drainLimitMs: config.drainLimitMs,
         },
+        workers: Object.fromEntries(WORKER_KINDS.map((kind) => [kind, deps.workerMachines[kind].limits])),
       },
       inspect: deps.inspect,
     },
   );
 
-  // The supervisor decides which worker goes; the worker machine carries it out and reports its
-  // own `worker.unloaded` once its process is gone (or `worker.lost` when it is not).
+  // The supervisor decides which worker goes and commands its child, the worker machine, which
+  // carries it out and reports its own `worker.unloaded` once its process is gone (or
+  // `worker.lost` when it is not). Here it is only logged.
   const since = new Map<WorkerKind, string>();
   supervisor.on('worker.unload', (event) => {
     log.info({ worker: event.kind, code: event.code, reason: event.reason }, 'unloading worker');
     since.delete(event.kind);
-    workers.unload(event.kind, { generation: event.generation, reason: event.reason });
   });
   supervisor.on('gpu.granted', (event) => {
     if (event.start) since.set(event.worker, new Date().toISOString());

@@ -1,20 +1,11 @@
-// The hooks through which the supervisor's decisions reach the worker adapters. The chat, image,
-// TTS, STT and enhancer workers register here: when the supervisor emits `worker.unload` for a
-// kind, that kind's hook hands the command to its worker machine, which reports back itself.
+// The status lines of the workers: each adapter registers here once its machine, the supervisor's
+// child, runs, and the status shows what each describes. (The supervisor commands its worker
+// machines itself: nothing here carries an unload.)
 export interface WorkerHook {
   name: string;
-  /** The worker kind this hook unloads on the supervisor's `worker.unload`. */
   kind?: WorkerStatus['kind'];
-  /** Hand the supervisor's unload of one start to the worker machine (SIGTERM, then SIGKILL after a grace period). */
-  unload?: (command: UnloadCommand) => void;
   /** What the status object shows for this worker, if it is loaded. */
   describe?: () => WorkerStatus | undefined;
-}
-
-export interface UnloadCommand {
-  /** The worker start the supervisor's command names. */
-  generation: number;
-  reason: string;
 }
 
 export interface WorkerStatus {
@@ -35,11 +26,6 @@ export class WorkerHooks {
       const index = this.#hooks.indexOf(hook);
       if (index >= 0) this.#hooks.splice(index, 1);
     };
-  }
-
-  /** Hands the unload to the workers of one kind; nothing to do when none is registered. */
-  unload(kind: WorkerStatus['kind'], command: UnloadCommand): void {
-    for (const hook of this.#hooks) if (hook.kind === kind) hook.unload?.(command);
   }
 
   statuses(): WorkerStatus[] {

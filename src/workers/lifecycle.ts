@@ -1,20 +1,18 @@
 // What the chat, image, STT and TTS worker adapters share (LifecycleWorker): their machines all
 // have the states unloaded and running.{loading, loaded, unloading} and keep the start's launch
 // (generation, profile), pid, stopping reason and last reason in their context.
+import { createActor, type AnyActorLogic } from 'xstate';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
 import type { Inspection } from '../system/observe/inspect.js';
 import type { Logger } from '../system/observe/log.js';
-import type { SupervisorActor } from '../system/scheduler.js';
 import type { WorkerHooks, WorkerStatus } from '../system/workers.js';
 
 /** What every worker adapter is built from. */
 export interface WorkerDeps {
-  supervisor: SupervisorActor;
   workers: WorkerHooks;
   log: Logger;
   lookup: RuntimeLookup;
   env: NodeJS.ProcessEnv;
-  inspect?: Inspection['inspect'];
   /** Tests shorten the machine's load limit and the grace before SIGKILL. */
   loadTimeLimitMs?: number;
   terminationGraceMs?: number;
@@ -22,15 +20,17 @@ export interface WorkerDeps {
   runtimeDir?: string;
 }
 
-/** The actor options of a worker machine: its systemId, the limits the deps set, the inspector. */
-export function workerActorOptions(systemId: string, deps: Pick<WorkerDeps, 'inspect' | 'loadTimeLimitMs' | 'terminationGraceMs'>) {
+/** The adapter's connection from its deps: its name, its machine's systemId, the status registry, the log and the limits. */
+export function connectionOf(deps: WorkerDeps, name: string, systemId: string): Connection {
   return {
+    name,
     systemId,
-    input: {
+    workers: deps.workers,
+    log: deps.log,
+    limits: {
       ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
       ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
     },
-    ...(deps.inspect ? { inspect: deps.inspect } : {}),
   };
 }
 
@@ -123,47 +123,86 @@ function describeWorker(snapshot: WorkerSnapshotLike, kind: WorkerStatus['kind']
 
 export interface Connection {
   name: string;
-  /** The supervisor: every report of the machine goes to it as it is. */
-  supervisor: { send(event: never): void };
-  workers: { register(hook: { name: string; kind: WorkerStatus['kind']; unload: (command: { generation: number; reason: string }) => void; describe: () => WorkerStatus | undefined }): unknown };
+  /** The systemId of its machine among the supervisor's children. */
+  systemId: string;
+  workers: { register(hook: { name: string; kind: WorkerStatus['kind']; describe: () => WorkerStatus | undefined }): unknown };
   log: { error(details: object, message: string): void; warn(details: object, message: string): void };
+  /** The machine's limits (tests shorten the load limit and the grace before SIGKILL). */
+  limits: { loadTimeLimitMs?: number; terminationGraceMs?: number };
 }
 
+/** The actor of a worker machine, as the adapter drives and reads it. */
+export type WorkerActor<S extends WorkerSnapshotLike, L> = WorkerActorLike<S> & {
+  send(event: { type: 'worker.start'; launch: L } | { type: 'worker.unload'; generation: number; reason: string }): void;
+  on(type: '*', handler: (event: { type: string }) => void): unknown;
+};
+
 /**
- * What the worker adapters share: the actor of their worker machine, started and connected (its
- * reports go to the supervisor as they are, `worker.unloaded` and `worker.lost` included; the
- * supervisor's unload commands reach it through the worker hooks); the start sent by the job whose
- * grant carries a start plan; waiting for `loaded`; the status line. Subclasses give the launch of
- * a profile and their work.
+ * What the worker adapters share. The adapter makes its worker machine with the real engine
+ * (`logic`); the supervisor invokes it as its child (systemId `connection.systemId`), commands it
+ * and hears its reports, `worker.unloaded` and `worker.lost` included. Once the supervisor runs,
+ * `attach()` gives the adapter that child: the start sent by the job whose grant carries a start
+ * plan, waiting for `loaded`, and the status line go through it. Subclasses give the launch of a
+ * profile and their work.
  */
 export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
   #since: string | null = null;
+  #actor: WorkerActor<S, L> | undefined;
+  /** Set when the adapter runs its machine alone (tests): then `stop()` ends it. */
+  #own: { stop(): void } | undefined;
+
+  readonly #wiring: Connection;
 
   protected constructor(
-    readonly actor: WorkerActorLike<S> & {
-      send(event: { type: 'worker.start'; launch: L } | { type: 'worker.unload'; generation: number; reason: string }): void;
-      on(type: '*', handler: (event: { type: string }) => void): unknown;
-      subscribe(observer: { error: (error: unknown) => void }): unknown;
-      start(): unknown;
-      stop(): unknown;
-    },
+    /** The worker machine with its real engine, for the supervisor to invoke. */
+    readonly logic: AnyActorLogic,
     readonly kind: WorkerStatus['kind'],
-    connection: Connection,
+    wiring: Connection,
     readonly failure: (reason: string) => Error,
   ) {
+    this.#wiring = wiring;
+  }
+
+  /** The systemId of its machine among the supervisor's children. */
+  get systemId(): string {
+    return this.#wiring.systemId;
+  }
+
+  /** The machine's limits, as the supervisor invokes it. */
+  get limits(): Connection['limits'] {
+    return this.#wiring.limits;
+  }
+
+  /** The supervisor's child of this kind, once it runs. */
+  attach(actor: WorkerActor<S, L>): void {
+    this.#actor = actor;
     actor.on('*', (event) => {
       if (event.type === 'worker.loaded') this.#since = new Date().toISOString();
-      if (event.type === 'worker.lost') connection.log.warn({ worker: kind, pid: this.actor.getSnapshot().context.pid }, 'worker process did not end after SIGKILL: lost, its memory stays reserved');
-      connection.supervisor.send(event as never);
+      if (event.type === 'worker.lost') this.#wiring.log.warn({ worker: this.kind, pid: actor.getSnapshot().context.pid }, 'worker process did not end after SIGKILL: lost, its memory stays reserved');
     });
-    actor.subscribe({ error: (error) => connection.log.error({ err: error }, `${connection.name} actor failed`) });
+    this.attached(actor);
+    this.#wiring.workers.register({ name: this.#wiring.name, kind: this.kind, describe: () => this.describe() });
+  }
+
+  /**
+   * Runs the worker machine alone, its reports going to `report` instead of a supervisor (the
+   * worker tests). `stop()` ends it.
+   */
+  runAlone(report: (event: { type: string }) => void, options: { inspect?: Inspection['inspect'] } = {}): void {
+    const actor = createActor(this.logic, { systemId: this.#wiring.systemId, input: { ...this.#wiring.limits }, ...(options.inspect ? { inspect: options.inspect } : {}) });
+    actor.on('*', (event: { type: string }) => report(event));
+    actor.subscribe({ error: (error: unknown) => this.#wiring.log.error({ err: error }, `${this.#wiring.name} actor failed`) });
     actor.start();
-    connection.workers.register({
-      name: connection.name,
-      kind,
-      unload: (command) => this.unload(command.generation, command.reason),
-      describe: () => this.describe(),
-    });
+    this.#own = actor;
+    this.attach(actor as unknown as WorkerActor<S, L>);
+  }
+
+  /** What a subclass watches on its machine once it runs (the chat worker's connections). */
+  protected attached(_actor: WorkerActor<S, L>): void {}
+
+  get actor(): WorkerActor<S, L> {
+    if (!this.#actor) throw new Error(`the ${this.#wiring.name} machine is not running yet`);
+    return this.#actor;
   }
 
   /** The start a profile snapshot asks for under this grant (and its start plan). */
@@ -200,7 +239,8 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
     return describeWorker(this.actor.getSnapshot(), this.kind, this.#since, this.gpus());
   }
 
+  /** Ends the machine the adapter runs alone (under the supervisor, the supervisor ends it). */
   stop(): void {
-    this.actor.stop();
+    this.#own?.stop();
   }
 }

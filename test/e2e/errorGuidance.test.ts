@@ -12,7 +12,6 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { runtimeMissingMessage } from '../../src/adapters/runtimes.js';
 import { createLogger } from '../../src/system/observe/log.js';
-import type { SupervisorActor } from '../../src/system/scheduler.js';
 import { WorkerHooks } from '../../src/system/workers.js';
 import { SttWorker, type SttProfile } from '../../src/workers/speech/stt.js';
 import { png } from '../helpers/png.js';
@@ -86,9 +85,9 @@ t.test("a worker whose runtime variable points nowhere says so, without the vari
     'no variable set: how to install it',
   );
   const reports: Array<Record<string, unknown>> = [];
-  const supervisor = { send: (event: Record<string, unknown>) => void reports.push(event) } as unknown as SupervisorActor;
   const env = { ...process.env, SERVICE_DECK_POCKETSPHINX: '/nonexistent/pocketsphinx-worker' };
-  const worker = new SttWorker({ supervisor, workers: new WorkerHooks(), log: createLogger({ level: 'silent' }), lookup: { env, cacheDir: os.tmpdir() }, env });
+  const worker = new SttWorker({ workers: new WorkerHooks(), log: createLogger({ level: 'silent' }), lookup: { env, cacheDir: os.tmpdir() }, env });
+  worker.runAlone((event) => void reports.push(event as Record<string, unknown>));
   t.teardown(() => worker.stop());
   const profile = { id: 'stt-1', revision: 1, name: 'listener', category: 'stt', params: { backend: 'pocketsphinx', threads: 1 } } as unknown as SttProfile;
   worker.start({ generation: 1, start: { gpus: [] } as never }, profile);

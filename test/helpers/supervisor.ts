@@ -1,10 +1,12 @@
 // A running supervisor (with its real listener and queue children) on a simulated clock, with
-// simulated worker adapters and start facts that tests set. Used by the table tests, the property
-// test and bench/scheduler.
+// simulated worker children (they take the supervisor's unload commands and report back) and
+// start facts that tests set. Used by the table tests, the property test and bench/scheduler.
 import { createActor, fromCallback, fromPromise, SimulatedClock, type InspectionEvent } from 'xstate';
 import { listenerMachine } from '../../machines/listener/index.js';
+import { WORKER_IDS } from '../../machines/ids.js';
 import {
   supervisorMachine,
+  WORKER_KINDS,
   type CheckInput,
   type GpuView,
   type JobSpec,
@@ -107,6 +109,9 @@ export function supervisorHarness(options: HarnessOptions = {}) {
   let pid = 1000;
   const pendingFacts: Array<{ input: CheckInput; resolve: (f: StartFacts) => void; reject: (e: Error) => void }> = [];
   let holdFacts = false;
+  /** The unload commands the worker children received: `<kind> <generation>`. */
+  const commands: string[] = [];
+  const auto = options.autoWorkers ?? true;
   const machine = supervisorMachine.provide({
     actors: {
       listener: listenerMachine.provide({
@@ -132,6 +137,22 @@ export function supervisorHarness(options: HarnessOptions = {}) {
         calls.push('watch start');
         return () => calls.push('watch stop');
       }),
+      // Simulated worker children: each carries out the supervisor's unload command at once and
+      // reports it to its parent (a stuck one reports its process lost instead).
+      ...Object.fromEntries(
+        WORKER_KINDS.map((kind) => [
+          WORKER_IDS[kind],
+          fromCallback<{ type: 'worker.unload'; generation: number; reason: string }>(({ receive, sendBack }) => {
+            receive((command) => {
+              commands.push(`${kind} ${command.generation}`);
+              if (!auto) return;
+              const stuck = options.stuck?.includes(kind);
+              const worker = actor.getSnapshot().context.workers[kind];
+              sendBack(stuck ? { type: 'worker.lost', kind, generation: command.generation, pid: worker.pid } : { type: 'worker.unloaded', kind, generation: command.generation });
+            });
+          }),
+        ]),
+      ),
     },
   });
   const actor = createActor(machine, {
@@ -143,15 +164,9 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     },
   });
   const emitted: SupervisorEmitted[] = [];
-  const auto = options.autoWorkers ?? true;
   actor.on('*', (event) => {
     emitted.push(event);
     if (!auto) return;
-    if (event.type === 'worker.unload') {
-      const stuck = options.stuck?.includes(event.kind);
-      const worker = actor.getSnapshot().context.workers[event.kind];
-      actor.send(stuck ? { type: 'worker.lost', kind: event.kind, generation: event.generation, pid: worker.pid } : { type: 'worker.unloaded', kind: event.kind, generation: event.generation });
-    }
     // An image grant with an enhancer step starts the enhancer first; its image starts after `enhancer.done`.
     const start = event.type === 'gpu.granted' && event.start ? (event.enhancer ? { kind: 'enhancer' as const, generation: event.enhancer.generation } : { kind: event.worker, generation: event.generation }) : null;
     if (start) {
@@ -168,6 +183,7 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     world,
     calls,
     emitted,
+    commands,
     /** Lets promise actors (the start check) settle. */
     async settle(rounds = 4) {
       for (let i = 0; i < rounds; i++) await new Promise((resolve) => setImmediate(resolve));

@@ -97,6 +97,7 @@ const chatRows: Row[] = [
       const order = h.emitted.filter((e) => e.type === 'worker.unload' || (e.type === 'gpu.granted' && e.jobId === id)).map((e) => e.type);
       t.same(order, ['worker.unload', 'gpu.granted'], 'unload before the new start');
       t.match(h.unloads('chat')[0], { code: 'profile_switch', reason: /switch to profile b/ });
+      t.same(h.commands, ['chat 1'], 'the command reached the chat worker machine, the supervisor\'s child, and it reported the unload itself');
       t.match(h.worker('chat'), { state: 'loaded', profileId: 'b' });
     },
   },

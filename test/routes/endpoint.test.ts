@@ -74,7 +74,9 @@ t.test('stop: no new requests, waiting discarded, running work finishes, then wo
   const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
   await b.startEndpoint();
   const calls: string[] = [];
-  b.service.workers.register({ name: 'probe', kind: 'stt', unload: () => void calls.push('unload') });
+  b.service.supervisor.on('worker.unload', (event) => {
+    if (event.kind === 'stt') calls.push('unload');
+  });
   const running = await b.service.scheduler.reserve(sttJob());
   t.ok(running.start, 'the first job starts the STT worker');
   // The real STT engine, stopped with SIGSTOP: the unload's SIGTERM waits until it runs again, so

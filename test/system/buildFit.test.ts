@@ -26,7 +26,6 @@ async function chatProfile(b: Built, name: string, model: string, gpuSplit: numb
 
 /** Reserves a chat start through the real scheduler (a registered stand-in worker, no llama-server). */
 async function reserveChat(t: Test, b: Built, profileId: string, model: string) {
-  b.service.workers.register({ name: 'chat', kind: 'chat', unload: async () => undefined });
   const job: JobRequest = {
     kind: 'chat',
     source: 'api',

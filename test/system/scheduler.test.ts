@@ -85,8 +85,9 @@ t.test('a foreign process that appears on the chat worker’s GPU ends only our 
   );
   const b = await build(t, { env: { SERVICE_DECK_GPUS: gpus, SERVICE_DECK_GPU_POLL_MS: '100' } });
   const unloads: string[] = [];
-  b.service.workers.register({ name: 'chat', kind: 'chat', unload: async () => void unloads.push('chat') });
-  b.service.workers.register({ name: 'tts', kind: 'tts', unload: async () => void unloads.push('tts') });
+  b.service.supervisor.on('worker.unload', (event) => {
+    if (event.kind === 'chat' || event.kind === 'tts') unloads.push(event.kind);
+  });
   const lease = await b.service.scheduler.reserve({
     kind: 'chat',
     source: 'api',
@@ -119,7 +120,9 @@ t.test('a foreign process that appears on the chat worker’s GPU ends only our 
 t.test('a lease cancelled during its own worker start aborts that start', async (t) => {
   const b = await build(t);
   const unloads: string[] = [];
-  b.service.workers.register({ name: 'stt', kind: 'stt', unload: async () => void unloads.push('stt') });
+  b.service.supervisor.on('worker.unload', (event) => {
+    if (event.kind === 'stt') unloads.push('stt');
+  });
   const lease = await b.service.scheduler.reserve({ ...stt(), source: 'test' });
   t.ok(lease.start);
   lease.cancel();

@@ -7,11 +7,12 @@
 // with the grant's generation. Keys stay in this adapter's memory (never in a machine's context,
 // which the inspector shows) and in their 0600 file while the process lives.
 import http from 'node:http';
-import { createActor, type Actor } from 'xstate';
+import type { Actor } from 'xstate';
 import { chatWorkerMachine, type ChatLaunch } from '../../../machines/chatWorker/index.js';
+import { WORKER_IDS } from '../../../machines/ids.js';
 import type { ChatParams, StoredProfile } from '../../store/profile.schema.js';
 import type { Lease } from '../../system/scheduler.js';
-import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
+import { connectionOf, LifecycleWorker, type WorkerDeps } from '../lifecycle.js';
 import { llamaServerActor } from './llamaServer.js';
 
 export type ChatWorkerActor = Actor<typeof chatWorkerMachine>;
@@ -63,9 +64,11 @@ export class ChatWorker extends LifecycleWorker<ReturnType<ChatWorkerActor['getS
     const logic = chatWorkerMachine.provide({
       actors: { engine: llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys }) },
     });
-    const actor = createActor(logic, workerActorOptions('chatWorker', deps));
-    super(actor, 'chat', { name: 'chat worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new WorkerGone(reason));
+    super(logic, 'chat', connectionOf(deps, 'chat worker', WORKER_IDS.chat), (reason) => new WorkerGone(reason));
     this.#keys = keys;
+  }
+
+  protected override attached(actor: this['actor']): void {
     // Connections of starts that ended are closed.
     actor.subscribe((snapshot) => {
       const live = snapshot.matches('unloaded') ? null : (snapshot.context.launch?.generation ?? null);

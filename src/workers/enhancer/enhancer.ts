@@ -10,12 +10,13 @@
 // context, a log line or a file (the reference images are read from the job's private folder).
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { createActor, type Actor } from 'xstate';
+import type { Actor } from 'xstate';
 import { z } from 'zod';
 import { enhancerArgs, enhancerWorkerMachine, type EnhancerLaunch } from '../../../machines/enhancerWorker/index.js';
+import { WORKER_IDS } from '../../../machines/ids.js';
 import type { EnhancerStep, StartPlan } from '../../../machines/supervisor/index.js';
 import { imageKind } from '../../adapters/png.js';
-import { LifecycleWorker, workerActorOptions } from '../lifecycle.js';
+import { connectionOf, LifecycleWorker } from '../lifecycle.js';
 import type { ChatWorkerDeps } from '../chat/chat.js';
 import { llamaServerActor, type ServerRole } from '../chat/llamaServer.js';
 
@@ -129,8 +130,7 @@ export class EnhancerWorker extends LifecycleWorker<ReturnType<EnhancerActor['ge
   constructor(deps: ChatWorkerDeps) {
     const keys = new Map<number, string>();
     const engine = llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys }, ENHANCER_SERVER);
-    const actor = createActor(enhancerWorkerMachine.provide({ actors: { engine } }), workerActorOptions('enhancerWorker', deps));
-    super(actor, 'enhancer', { name: 'prompt enhancer', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new EnhancerFailure(reason));
+    super(enhancerWorkerMachine.provide({ actors: { engine } }), 'enhancer', connectionOf(deps, 'prompt enhancer', WORKER_IDS.enhancer), (reason) => new EnhancerFailure(reason));
     this.#keys = keys;
   }
 

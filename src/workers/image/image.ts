@@ -9,7 +9,8 @@
 // diagnostics; the output tail is used only to diagnose a failure, and never logged.
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { createActor, type Actor } from 'xstate';
+import type { Actor } from 'xstate';
+import { WORKER_IDS } from '../../../machines/ids.js';
 import {
   IMAGE_OUTPUT,
   imageWorkerMachine,
@@ -22,7 +23,7 @@ import { diesWithService } from '../../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
 import type { Lease } from '../../system/scheduler.js';
 import type { StoredProfile } from '../../store/profile.schema.js';
-import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
+import { connectionOf, LifecycleWorker, type WorkerDeps } from '../lifecycle.js';
 import { engineActor, type StartHooks } from '../engine.js';
 import { workerEnv } from '../process.js';
 
@@ -108,8 +109,7 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
         tailText: (text) => withoutPrompt(text, job?.prompt ?? ''),
       };
     });
-    const actor = createActor(imageWorkerMachine.provide({ actors: { engine } }), workerActorOptions('imageWorker', deps));
-    super(actor, 'image', { name: 'image worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new ImageFailure(reason));
+    super(imageWorkerMachine.provide({ actors: { engine } }), 'image', connectionOf(deps, 'image worker', WORKER_IDS.image), (reason) => new ImageFailure(reason));
     this.#jobs = jobs;
     this.#progress = progress;
     this.#progressListeners = progressListeners;

@@ -8,13 +8,14 @@
 // as 16-bit PCM; the route checked the WAV file before. The whisper.cpp backend (whisper-server
 // kept loaded, or whisper-cli per recording) is src/workers/speech/whisper.ts.
 import type { ResultPromise } from 'execa';
-import { createActor, type Actor } from 'xstate';
+import type { Actor } from 'xstate';
+import { WORKER_IDS } from '../../../machines/ids.js';
 import { sttWorkerMachine, type SttLaunch, type SttWorkerEvent } from '../../../machines/sttWorker/index.js';
 import { diesWithService } from '../../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
 import type { Lease } from '../../system/scheduler.js';
 import type { StoredProfile } from '../../store/profile.schema.js';
-import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
+import { connectionOf, LifecycleWorker, type WorkerDeps } from '../lifecycle.js';
 import { engineActor, type StartHooks } from '../engine.js';
 import { workerEnv } from '../process.js';
 import { whisperHooks, whisperTranscribe, type WhisperEngine } from './whisper.js';
@@ -122,8 +123,7 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
         },
       };
     });
-    const actor = createActor(sttWorkerMachine.provide({ actors: { engine } }), workerActorOptions('sttWorker', deps));
-    super(actor, 'stt', { name: 'STT worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new EngineFailure(reason));
+    super(sttWorkerMachine.provide({ actors: { engine } }), 'stt', connectionOf(deps, 'STT worker', WORKER_IDS.stt), (reason) => new EngineFailure(reason));
     this.#links = links;
     this.#whispers = whispers;
     this.#env = deps.env;

@@ -8,7 +8,8 @@
 // writes a WAV to stdout. The openai-server backend (a GPU engine a user installs) is a server
 // process kept running while the worker is loaded, proxied to (src/workers/speech/speechServer.ts).
 import { execa, type ResultPromise } from 'execa';
-import { createActor, type Actor } from 'xstate';
+import type { Actor } from 'xstate';
+import { WORKER_IDS } from '../../../machines/ids.js';
 import { ttsWorkerMachine, type TtsLaunch, type TtsWorkerEvent } from '../../../machines/ttsWorker/index.js';
 import { fixStreamedWav } from '../../adapters/wav.js';
 import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
@@ -17,7 +18,7 @@ import type { Lease } from '../../system/scheduler.js';
 import type { StoredProfile } from '../../store/profile.schema.js';
 import { errors } from '../../errors.js';
 import type { SpeechBody } from './speech.schema.js';
-import { LifecycleWorker, workerActorOptions, type WorkerDeps } from '../lifecycle.js';
+import { connectionOf, LifecycleWorker, type WorkerDeps } from '../lifecycle.js';
 import { engineActor, type StartHooks } from '../engine.js';
 import { workerEnv } from '../process.js';
 import { speechServerHooks, speakTo, type ServerRequest } from './speechServer.js';
@@ -143,8 +144,7 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
         cleanup: () => binaries.delete(launch.generation),
       };
     });
-    const actor = createActor(ttsWorkerMachine.provide({ actors: { engine } }), workerActorOptions('ttsWorker', deps));
-    super(actor, 'tts', { name: 'TTS worker', supervisor: deps.supervisor, workers: deps.workers, log: deps.log }, (reason) => new SpeechFailure(reason));
+    super(ttsWorkerMachine.provide({ actors: { engine } }), 'tts', connectionOf(deps, 'TTS worker', WORKER_IDS.tts), (reason) => new SpeechFailure(reason));
     this.#binaries = binaries;
     this.#ports = ports;
   }

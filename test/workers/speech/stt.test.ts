@@ -8,7 +8,6 @@ import path from 'node:path';
 import t, { type Test } from 'tap';
 import { speech } from '../../helpers/speech.js';
 import { createLogger } from '../../../src/system/observe/log.js';
-import type { SupervisorActor } from '../../../src/system/scheduler.js';
 import { WorkerHooks } from '../../../src/system/workers.js';
 import { SttWorker, type SttProfile } from '../../../src/workers/speech/stt.js';
 import { alive, until } from '../../helpers/until.js';
@@ -19,9 +18,10 @@ const plan = { gpus: [] } as never;
 
 function setUp(t: Test) {
   const reports: Array<Record<string, unknown>> = [];
-  const supervisor = { send: (event: Record<string, unknown>) => void reports.push(event) } as unknown as SupervisorActor;
   const workers = new WorkerHooks();
-  const worker = new SttWorker({ supervisor, workers, log: createLogger({ level: 'silent' }), lookup: { env: process.env, cacheDir }, env: process.env });
+  const worker = new SttWorker({ workers, log: createLogger({ level: 'silent' }), lookup: { env: process.env, cacheDir }, env: process.env });
+  // Alone, without a supervisor: its reports come here.
+  worker.runAlone((event) => void reports.push(event as Record<string, unknown>));
   t.teardown(async () => {
     const { launch } = worker.actor.getSnapshot().context;
     if (launch) {
@@ -35,7 +35,7 @@ function setUp(t: Test) {
 
 
 t.test('load once, transcribe twice in one process, unload on command', async (t) => {
-  const { worker, workers, reports } = setUp(t);
+  const { worker, reports } = setUp(t);
   worker.start({ generation: 1, start: plan }, profile);
   await worker.ready(1);
   const pid = worker.describe()?.pid;
@@ -48,7 +48,7 @@ t.test('load once, transcribe twice in one process, unload on command', async (t
   t.match(first, /hello|world|test/, `the first recording: "${first}"`);
   t.match(second, /morning|how|are|you/, `the second recording: "${second}"`);
   t.equal(worker.describe()?.pid, pid, 'the same process answered both: the model stayed loaded');
-  workers.unload('stt', { generation: 1, reason: 'endpoint stop' });
+  worker.unload(1, 'endpoint stop');
   const unloaded = await until('the worker to report its unload', async () => reports.find((r) => r.type === 'worker.unloaded'));
   t.match(unloaded, { kind: 'stt', generation: 1 }, 'the worker reports its own unload');
   t.notOk(alive(pid!), 'only once its process is gone');
