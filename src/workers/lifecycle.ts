@@ -1,6 +1,7 @@
-// What the chat, image, STT and TTS worker adapters share (LifecycleWorker): their machines all
-// have the states unloaded and running.{loading, loaded, unloading} and keep the start's launch
-// (generation, profile), pid, stopping reason and last reason in their context.
+// What the chat, image, STT, TTS and prompt enhancer adapters share (LifecycleWorker): their
+// machines, the supervisor's children, all have the states unloaded and running.{loading, loaded,
+// unloading, lost} and keep the start's launch (generation, profile), pid, stopping reason and last
+// reason in their context.
 import { createActor, type AnyActorLogic } from 'xstate';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
 import type { Inspection } from '../system/observe/inspect.js';
@@ -139,7 +140,7 @@ export type WorkerActor<S extends WorkerSnapshotLike, L> = WorkerActorLike<S> & 
 
 /**
  * What the worker adapters share. The adapter makes its worker machine with the real engine
- * (`logic`); the supervisor invokes it as its child (systemId `connection.systemId`), commands it
+ * (`logic`); the supervisor invokes it as its child (under `systemId`), commands it
  * and hears its reports, `worker.unloaded` and `worker.lost` included. Once the supervisor runs,
  * `attach()` gives the adapter that child: the start sent by the job whose grant carries a start
  * plan, waiting for `loaded`, and the status line go through it. Subclasses give the launch of a
