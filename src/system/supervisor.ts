@@ -3,10 +3,8 @@
 // (src/system/startFacts.ts), and the worker machines with their real engines as its children (the
 // adapters in src/workers/ make them). The profile store tells it about saves, deletions and
 // publications.
-import { createActor } from 'xstate';
-import { SYSTEM_IDS } from '../../machines/ids.js';
-import type { AnyActorLogic } from 'xstate';
-import { WORKER_IDS } from '../../machines/ids.js';
+import { createActor, type AnyActorLogic } from 'xstate';
+import { SYSTEM_IDS, WORKER_IDS } from '../../machines/ids.js';
 import { supervisorMachine, WORKER_KINDS, type SupervisorEvent, type WorkerKind, type WorkerLimits } from '../../machines/supervisor/index.js';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
 import type { Config } from '../config.js';
