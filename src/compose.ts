@@ -207,7 +207,7 @@ export async function startService(config: Config, options: StartOptions): Promi
   const { chat, stt, tts, image, enhancer } = createWorkers({ workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime') }, options.imageLimits);
   const adapters = [chat, stt, tts, image, enhancer] as const;
   const workerMachines = Object.fromEntries(adapters.map((worker) => [worker.kind, { logic: worker.logic, limits: worker.limits }])) as SupervisorDeps['workerMachines'];
-  const { supervisor, since } = createSupervisor({ config, lookup, log, inspect, listener: inference, record, workerMachines, profiles });
+  const supervisor = createSupervisor({ config, lookup, log, inspect, listener: inference, record, workerMachines, profiles });
   metrics.attach(supervisor);
   const listenerRef = () => listenerOf(supervisor) as ListenerActor;
   const scheduler = new Scheduler(supervisor);
@@ -297,7 +297,7 @@ export async function startService(config: Config, options: StartOptions): Promi
         builds,
         boundPort: () => inference.address()?.port,
         stopSince: () => stopSince(),
-        since,
+        since: (kind) => hooks.since(kind),
         progress: (generation) => image.progress(generation),
       }),
     /** Safe to call more than once: later calls wait for the first. */

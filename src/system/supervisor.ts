@@ -31,8 +31,8 @@ export interface SupervisorDeps {
   profiles: ProfileStore;
 }
 
-/** The supervisor, not yet started, and when each kind's worker was granted its start. */
-export function createSupervisor(deps: SupervisorDeps): { supervisor: SupervisorActor; since: (kind: WorkerKind) => string | null } {
+/** The supervisor, not yet started. */
+export function createSupervisor(deps: SupervisorDeps): SupervisorActor {
   const { config, log, record, profiles } = deps;
   const workerActors = Object.fromEntries(WORKER_KINDS.map((kind) => [WORKER_IDS[kind], deps.workerMachines[kind].logic]));
   const supervisor: SupervisorActor = createActor(
@@ -57,14 +57,7 @@ export function createSupervisor(deps: SupervisorDeps): { supervisor: Supervisor
   // The supervisor decides which worker goes and commands its child, the worker machine, which
   // carries it out and reports its own `worker.unloaded` once its process is gone (or
   // `worker.lost` when it is not). Here it is only logged.
-  const since = new Map<WorkerKind, string>();
-  supervisor.on('worker.unload', (event) => {
-    log.info({ worker: event.kind, code: event.code, reason: event.reason }, 'unloading worker');
-    since.delete(event.kind);
-  });
-  supervisor.on('gpu.granted', (event) => {
-    if (event.start) since.set(event.worker, new Date().toISOString());
-  });
+  supervisor.on('worker.unload', (event) => log.info({ worker: event.kind, code: event.code, reason: event.reason }, 'unloading worker'));
   supervisor.on('gpu.denied', (event) => log.info({ job: event.jobId, code: event.code }, 'reservation denied'));
   supervisor.on('gpu.revoked', (event) => log.warn({ job: event.jobId, code: event.code, reason: event.message }, 'reservation revoked'));
   supervisor.subscribe({ error: (error) => log.error({ err: error }, 'supervisor actor failed') });
@@ -78,5 +71,5 @@ export function createSupervisor(deps: SupervisorDeps): { supervisor: Supervisor
   profiles.on('publication.changed', ({ removed }) => {
     for (const id of removed) tellProfile(id, profiles.get(id)?.revision ?? null);
   });
-  return { supervisor, since: (kind) => since.get(kind) ?? null };
+  return supervisor;
 }

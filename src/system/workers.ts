@@ -14,21 +14,24 @@ export interface WorkerStatus {
   state: string;
   pid: number | null;
   gpus: string[];
+  /** When its running start began: the adapter sent the start the grant asked for. */
   since: string | null;
 }
 
 export class WorkerHooks {
   readonly #hooks: WorkerHook[] = [];
 
-  register(hook: WorkerHook): () => void {
+  register(hook: WorkerHook): void {
     this.#hooks.push(hook);
-    return () => {
-      const index = this.#hooks.indexOf(hook);
-      if (index >= 0) this.#hooks.splice(index, 1);
-    };
   }
 
   statuses(): WorkerStatus[] {
     return this.#hooks.flatMap((hook) => hook.describe?.() ?? []);
+  }
+
+  /** When the running start of this kind's worker began (its adapter sent the start), or null. */
+  since(kind: WorkerStatus['kind']): string | null {
+    for (const hook of this.#hooks) if (hook.kind === kind) return hook.describe?.()?.since ?? null;
+    return null;
   }
 }

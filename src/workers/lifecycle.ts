@@ -178,7 +178,6 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
   attach(actor: WorkerActor<S, L>): void {
     this.#actor = actor;
     actor.on('*', (event) => {
-      if (event.type === 'worker.loaded') this.#since = new Date().toISOString();
       if (event.type === 'worker.lost') this.#wiring.log.warn({ worker: this.kind, pid: actor.getSnapshot().context.pid }, 'worker process did not end after SIGKILL: lost, its memory stays reserved');
     });
     this.attached(actor);
@@ -217,6 +216,7 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
   /** The job whose grant starts the worker sends the start; others of the same start only wait. */
   start(lease: { generation: number; start: unknown }, profile: P): void {
     if (lease.start === null) return;
+    this.#since = new Date().toISOString();
     this.actor.send({ type: 'worker.start', launch: this.launchOf(lease, profile) });
   }
 

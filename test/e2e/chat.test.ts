@@ -167,7 +167,7 @@ t.test('tools, structured output, reasoning headers and request errors', async (
 });
 
 interface EndpointStatus {
-  workers: Array<{ kind: string; profile_id: string | null; revision: number | null; state: string; pid: number | null; last: string | null }>;
+  workers: Array<{ kind: string; profile_id: string | null; revision: number | null; state: string; pid: number | null; last: string | null; since: string | null }>;
   queue: { waiting: Array<{ profile_id: string }>; running: Array<{ profile_id: string }> };
 }
 const endpointStatus = async (b: Built) => (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
@@ -176,15 +176,21 @@ t.test('two profiles swap, a new revision restarts the worker with the stored pa
   const { b, client, ids } = await setUp(t, [{ name: 'alpha' }, { name: 'beta' }]);
   const ask = (model: string) => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 });
 
+  const asked = Date.now();
   t.equal((await ask('alpha')).model, 'alpha');
   const first = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
   t.equal(first?.profile_id, ids.alpha, 'alpha is loaded');
   t.ok(first?.pid && alive(first.pid), 'its llama-server runs');
+  const firstSince = Date.parse(first?.since ?? '');
+  t.ok(firstSince >= asked && firstSince <= Date.now(), `since (${first?.since}) is when the request started the worker`);
+  await ask('alpha');
+  t.equal((await endpointStatus(b)).workers.find((w) => w.kind === 'chat')?.since, first?.since, 'a request on the loaded worker does not move since');
 
   t.equal((await ask('beta')).model, 'beta', 'beta answers after the swap');
   const second = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
   t.equal(second?.profile_id, ids.beta, 'beta is loaded');
   t.not(second?.pid, first?.pid, 'beta runs in a new process');
+  t.ok(Date.parse(second?.since ?? '') > firstSince, 'since is the start of the new process');
   t.notOk(alive(first!.pid!), "alpha's process was ended before beta started");
 
   // A new revision of beta: the next request restarts the worker with the stored parameters.

@@ -65,7 +65,7 @@ export interface StatusSources {
   boundPort: () => number | undefined;
   /** Since when a stop is in progress. */
   stopSince: () => string | null;
-  /** When each kind's worker was granted its start. */
+  /** When the running start of each kind's worker began (its adapter's record). */
   since: (kind: WorkerKind) => string | null;
   /** The steps an image process of a start has done. */
   progress: (generation: number) => { step: number; steps: number } | null;
