@@ -51,7 +51,7 @@ async function supervisorRun() {
   let running = h.spec({ profileId: 'a', slots: 1 });
   h.actor.send({ type: 'gpu.reserve', job: running });
   for (let i = 0; i < WAITING; i++) h.actor.send({ type: 'gpu.reserve', job: h.spec({ profileId: 'a', slots: 1 }) });
-  if (h.context().waiting.length !== WAITING) throw new Error(`expected ${WAITING} waiting, found ${h.context().waiting.length}`);
+  if (h.waiting().length !== WAITING) throw new Error(`expected ${WAITING} waiting, found ${h.waiting().length}`);
   const latencies: number[] = [];
   for (let i = 0; i < ROUNDS; i++) {
     start = performance.now();
@@ -61,7 +61,7 @@ async function supervisorRun() {
     h.actor.send({ type: 'gpu.reserve', job: h.spec({ profileId: 'a', slots: 1 }) });
     h.emitted.length = 0;
   }
-  if (h.context().waiting.length !== WAITING) throw new Error('the queue did not stay at 16 waiting');
+  if (h.waiting().length !== WAITING) throw new Error('the queue did not stay at 16 waiting');
   h.actor.stop();
   return { admissionsPerSecond, latencies };
 }

@@ -6,8 +6,9 @@
 // - (7) endpoint stopped: waiting requests are discarded.
 //
 // The queue only holds and drops jobs; which job runs next is the supervisor's decision (it sends
-// `job.dispatch`). Every outcome is emitted with the job's id; under the supervisor
-// (`reportToParent`) it is also sent to the parent, which keeps the waiting order for its plan.
+// `job.dispatch`). The queue alone keeps the waiting order: each job that waits gets a ticket,
+// and a lower ticket waited first. Every outcome is emitted with the job's id; under the
+// supervisor (`reportToParent`) it is also sent to the parent, which plans by the tickets.
 import { enqueueActions, setup } from 'xstate';
 import { queueActors } from './queue.actors.js';
 import type { QueueContext, QueueEmitted, QueueEvent, QueueInput, QueuedJob, RejectionCode } from './queue.types.js';
@@ -53,10 +54,11 @@ export const queueMachine = setup({
     enqueue: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'job.enqueue') return;
       const jobs = [...context.jobs, event.job];
-      enqueue.assign({ jobs });
+      const ticket = context.tickets + 1;
+      enqueue.assign({ jobs, tickets: ticket });
       enqueue.spawnChild('expiryTimer', { id: timerId(event.job.id), input: { jobId: event.job.id, limitMs: context.maxWaitMs } });
       const requests = jobs.filter((job) => job.source !== 'preload').length;
-      tell(enqueue, context, { type: 'job.queued', jobId: event.job.id, position: event.job.source === 'preload' ? jobs.length : requests });
+      tell(enqueue, context, { type: 'job.queued', jobId: event.job.id, position: event.job.source === 'preload' ? jobs.length : requests, ticket });
     }),
     rejectFull: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'job.enqueue') return;
@@ -86,6 +88,7 @@ export const queueMachine = setup({
   id: 'queue',
   context: ({ input }) => ({
     jobs: [],
+    tickets: 0,
     maxWaiting: input.maxWaiting ?? QUEUE_LIMITS.maxWaiting,
     maxWaitMs: input.maxWaitMs ?? QUEUE_LIMITS.maxWaitMs,
     retryAfterSeconds: input.retryAfterSeconds ?? QUEUE_LIMITS.retryAfterSeconds,

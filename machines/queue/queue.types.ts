@@ -27,12 +27,15 @@ export interface QueueInput {
   maxWaitMs?: number;
   /** The Retry-After hint given with `queue_full`. */
   retryAfterSeconds?: number;
-  /** Under the supervisor: every outcome is also sent to the parent, which mirrors the waiting order. */
+  /** Under the supervisor: every outcome is also sent to the parent, which plans by the tickets. */
   reportToParent?: boolean;
 }
 
 export interface QueueContext {
+  /** The waiting jobs in FIFO order: the one place that keeps the order. */
   jobs: QueuedJob[];
+  /** Tickets handed out: each job that waits gets the next, so a lower ticket waited first. */
+  tickets: number;
   maxWaiting: number;
   maxWaitMs: number;
   retryAfterSeconds: number;
@@ -58,7 +61,8 @@ export type QueueEvent =
   | { type: 'queue.discardAll' };
 
 export type QueueEmitted =
-  | { type: 'job.queued'; jobId: string; position: number }
+  /** `ticket`: its place in the FIFO order, for good (lower goes first); `position`: among the requests waiting now. */
+  | { type: 'job.queued'; jobId: string; position: number; ticket: number }
   | { type: 'job.rejected'; jobId: string; code: RejectionCode; retryAfterSeconds?: number }
   | { type: 'job.dispatched'; jobId: string }
   | { type: 'job.removed'; jobId: string };

@@ -35,7 +35,20 @@ export type Step =
   /** The GUI image test found the reservation busy. */
   | { do: 'refuse'; jobId: string; code: 'image_busy'; message: string };
 
-export type PlanView = Pick<SupervisorContext, 'jobs' | 'waiting' | 'workers' | 'checking' | 'audio'>;
+export type PlanView = Pick<SupervisorContext, 'jobs' | 'workers' | 'checking' | 'audio'>;
+
+/**
+ * The jobs in the queue, in its FIFO order: those waiting or in their memory check, by the ticket
+ * the queue gave each (the queue keeps the order; the supervisor keeps no copy of it).
+ */
+export function waitingOrder(jobs: Record<string, JobRecord>): string[] {
+  const queued: Array<[string, number]> = [];
+  for (const id in jobs) {
+    const job = jobs[id]!;
+    if (job.phase !== 'running' && job.ticket !== undefined) queued.push([id, job.ticket]);
+  }
+  return queued.sort((a, b) => a[1] - b[1]).map(([id]) => id);
+}
 
 /** The resources a job claims, for the no-overtaking rule. */
 const NEEDS: Record<JobSpec['kind'], readonly string[]> = {
@@ -118,20 +131,21 @@ export function admit(view: PlanView, job: JobSpec): Admission {
  * start always goes through the queue: its memory check takes time, and it waits meanwhile.
  */
 export function runsAtOnce(view: PlanView, job: JobSpec): boolean {
-  if (view.checking !== null || view.waiting.length > 0) return false;
+  if (view.checking !== null) return false;
   for (const id in view.jobs) if (view.jobs[id]!.phase !== 'running') return false;
   return admit(view, job).type === 'grant';
 }
 
 /**
  * Whether releasing `jobId` leaves `plan()` nothing to do, so the release skips it (3.7): nobody
- * waits or is in its memory check, so there is no one to grant and FIFO has nobody to serve; the
+ * waits, is submitted or is in its memory check, so there is no one to grant and FIFO has nobody to serve; the
  * released job ran on the chat worker, which stays (a chat worker is unloaded when idle only when
  * its revision is stale); and every other worker is down or going, so none of them falls due for
  * an idle unload. In any other case `plan()` decides, as for every release.
  */
 export function releaseLeavesNothingToPlan(view: PlanView, jobId: string): boolean {
-  if (view.checking !== null || view.waiting.length > 0) return false;
+  if (view.checking !== null) return false;
+  for (const id in view.jobs) if (view.jobs[id]!.phase !== 'running') return false;
   const job = view.jobs[jobId];
   if (job?.phase !== 'running' || job.worker !== 'chat' || job.spec.kind !== 'chat' || view.workers.chat.stale) return false;
   for (const kind of WORKER_KINDS) if (kind !== 'chat' && loadedOrLoading(view.workers[kind])) return false;
@@ -164,15 +178,16 @@ export function plan(view: PlanView): Step[] {
     }
   }
   // What waiting jobs other than preloads need: a preload steps aside for them.
+  const order = waitingOrder(view.jobs);
   const wanted = new Set<string>();
-  for (const id of view.waiting) {
+  for (const id of order) {
     const job = jobs[id];
     if (job?.phase === 'waiting' && job.spec.source !== 'preload') for (const need of NEEDS[job.spec.kind]) wanted.add(need);
   }
 
   const blocked = new Set<string>();
   let checkTaken = view.checking !== null;
-  for (const id of view.waiting) {
+  for (const id of order) {
     const job = jobs[id];
     if (!job || job.phase !== 'waiting') {
       if (job) for (const need of NEEDS[job.spec.kind]) blocked.add(need);
@@ -190,7 +205,7 @@ export function plan(view: PlanView): Step[] {
     // Never ahead of a request: while any request waits for the same worker, or (TTS) for the GPU
     // memory a chat or image start needs, the preload waits. So a TTS preload waits out the image mode.
     if (yields && (PRELOAD_YIELDS[job.spec.kind as 'tts' | 'stt'] ?? needs).some((need) => wanted.has(need))) continue;
-    const admission = admit({ jobs, workers, waiting: view.waiting, checking: view.checking, audio: view.audio }, job.spec);
+    const admission = admit({ jobs, workers, checking: view.checking, audio: view.audio }, job.spec);
     if (admission.type === 'grant') {
       jobs[id] = { ...job, phase: 'running', worker: job.spec.kind };
       steps.push({ do: 'grant', jobId: id, worker: job.spec.kind });

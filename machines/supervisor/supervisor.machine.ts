@@ -10,16 +10,19 @@
 //   ends") and gives it back with `gpu.release`. `gpu.revoked` takes it back early (a foreign GPU
 //   process appeared, the worker died, the endpoint stopped). A release that nobody waits for,
 //   with no worker due for an idle unload, skips `plan()` (`releaseLeavesNothingToPlan`).
+// - The queue child keeps the waiting order: its `job.queued` gives each job a ticket, and `plan()`
+//   walks the jobs by ticket (`waitingOrder`). The supervisor keeps no copy of the order.
 // - Which job runs next is `plan()` (schedule.ts); whether a worker start fits is `decideStart()`
 //   (fit.ts) on facts an adapter gathered. Both are pure; this machine carries their steps out.
 // - (3.2) "additional foreign GPU process during operation → unloaded: only the service's own
 //   worker is ended". Foreign processes are never signalled.
 // - (3.1, 7) endpoint stop: waiting requests are discarded, then every worker is unloaded.
 //
-// The listener (spec 3.1) and the queue (3.7) are children with their systemIds; the workers are
-// reached through emitted `worker.unload` commands and report back with `worker.*` events, each
-// worker machine for itself: `worker.unloaded` only once its process is gone, `worker.lost` when
-// it outlived SIGKILL (its memory stays reserved until the GPU probe no longer shows it).
+// The listener (spec 3.1), the queue (3.7) and the five worker machines are children with their
+// systemIds; the workers are commanded with `worker.unload` (sendTo) and report back with
+// `worker.*` events, each worker machine for itself: `worker.unloaded` only once its process is
+// gone, `worker.lost` when it outlived SIGKILL (its memory stays reserved until the GPU probe no
+// longer shows it).
 import { assertEvent, assign, enqueueActions, setup } from 'xstate';
 import { SYSTEM_IDS, WORKER_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
@@ -240,18 +243,14 @@ export const supervisorMachine = setup({
       if (!job || job.phase === 'running') return;
       if (event.type === 'job.queued') {
         if (job.phase !== 'submitted') return;
-        enqueue.assign({ jobs: { ...context.jobs, [event.jobId]: { ...job, phase: 'waiting' } }, waiting: [...context.waiting, event.jobId] });
+        enqueue.assign({ jobs: { ...context.jobs, [event.jobId]: { ...job, phase: 'waiting', ticket: event.ticket } } });
         enqueue.emit({ type: 'job.queued', jobId: event.jobId, position: event.position });
         return;
       }
       const jobs = { ...context.jobs };
       if (event.type === 'job.rejected') deny(enqueue, jobs, event.jobId, event.code, DENIALS[event.code](context), event.retryAfterSeconds);
       else delete jobs[event.jobId];
-      enqueue.assign({
-        jobs,
-        waiting: context.waiting.filter((id) => id !== event.jobId),
-        checking: checkAfterLeaving(enqueue, context, event.jobId),
-      });
+      enqueue.assign({ jobs, checking: checkAfterLeaving(enqueue, context, event.jobId) });
     }),
     release: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, ['gpu.release', 'job.cancel']);
@@ -266,12 +265,7 @@ export const supervisorMachine = setup({
       if (event.type === 'job.cancel' && job.spec.source === 'test' && kind && workers[kind].state === 'loading' && runningOn(jobs, kind) === 0) {
         unload(enqueue, workers, kind, 'operator', `the ${kind} test was cancelled during its own worker start: the start is aborted`);
       }
-      enqueue.assign({
-        workers,
-        jobs,
-        waiting: context.waiting.filter((id) => id !== event.jobId),
-        checking: checkAfterLeaving(enqueue, context, event.jobId),
-      });
+      enqueue.assign({ workers, jobs, checking: checkAfterLeaving(enqueue, context, event.jobId) });
     }),
     workerReport: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, ['worker.started', 'worker.loaded', 'worker.unloaded', 'worker.lost', 'worker.exited']);
@@ -402,7 +396,7 @@ export const supervisorMachine = setup({
       }
       revoke(enqueue, jobs, () => true, 'endpoint_stopped', DENIALS.endpoint_stopped(context));
       for (const kind of WORKER_KINDS) unload(enqueue, workers, kind, 'shutdown', 'the service is ending');
-      enqueue.assign({ jobs, workers, waiting: [], checking: null, accepting: false });
+      enqueue.assign({ jobs, workers, checking: null, accepting: false });
     }),
     replyUnloadWaiters: enqueueActions(({ context, enqueue }) => {
       const done = (k: WorkerKind) => context.workers[k].state === 'unloaded' || context.workers[k].state === 'lost';
@@ -417,7 +411,6 @@ export const supervisorMachine = setup({
       if (steps.length === 0) return;
       const jobs = { ...context.jobs };
       const workers = { ...context.workers };
-      const left = new Set<string>();
       let checking = context.checking;
       for (const step of steps) {
         if (step.do === 'unload') {
@@ -431,16 +424,14 @@ export const supervisorMachine = setup({
           checking = step.jobId;
           jobs[step.jobId] = { ...job, phase: 'checking' };
         } else if (step.do === 'grant') {
-          left.add(step.jobId);
           toQueue(enqueue, { type: 'job.dispatch', jobId: step.jobId });
           grantOn(enqueue, jobs, workers, job, step.worker);
         } else {
-          left.add(step.jobId);
           toQueue(enqueue, { type: 'job.cancel', jobId: step.jobId });
           deny(enqueue, jobs, step.jobId, step.code, step.message);
         }
       }
-      enqueue.assign({ jobs, workers, checking, waiting: context.waiting.filter((id) => !left.has(id)) });
+      enqueue.assign({ jobs, workers, checking });
     }),
     /** The memory check's facts are in: start the worker, refuse the job, or unload idle workers first. */
     applyVerdict: enqueueActions(({ context, enqueue }, params: { facts: StartFacts }) => {
@@ -462,7 +453,7 @@ export const supervisorMachine = setup({
       if (verdict.verdict === 'refuse') {
         toQueue(enqueue, { type: 'job.cancel', jobId });
         deny(enqueue, jobs, jobId, verdict.code, verdict.message);
-        enqueue.assign({ jobs, waiting: context.waiting.filter((id) => id !== jobId) });
+        enqueue.assign({ jobs });
         return;
       }
       if (verdict.verdict === 'unload-first') {
@@ -492,7 +483,7 @@ export const supervisorMachine = setup({
       toQueue(enqueue, { type: 'job.dispatch', jobId });
       const granted = { type: 'gpu.granted', jobId, worker: spec.kind, generation, start: verdict.plan, gpus } as const;
       enqueue.emit(enhancer ? { ...granted, enhancer: { generation: first, plan: enhancer } } : granted);
-      enqueue.assign({ jobs, workers, starts: generation, waiting: context.waiting.filter((id) => id !== jobId) });
+      enqueue.assign({ jobs, workers, starts: generation });
     }),
     checkFailed: enqueueActions(({ context, event, enqueue }) => {
       const jobId = context.checking;
@@ -502,14 +493,13 @@ export const supervisorMachine = setup({
       const reason = (event as { error?: unknown }).error;
       toQueue(enqueue, { type: 'job.cancel', jobId });
       deny(enqueue, jobs, jobId, 'start_check_failed', `the memory check before the worker start failed: ${reason instanceof Error ? reason.message : String(reason)}`);
-      enqueue.assign({ jobs, waiting: context.waiting.filter((id) => id !== jobId) });
+      enqueue.assign({ jobs });
     }),
   },
 }).createMachine({
   id: 'supervisor',
   context: ({ input }) => ({
     jobs: {},
-    waiting: [],
     workers: { chat: emptyWorker('chat'), image: emptyWorker('image'), tts: emptyWorker('tts'), stt: emptyWorker('stt'), enhancer: emptyWorker('enhancer') },
     workerLimits: input.workers ?? {},
     checking: null,

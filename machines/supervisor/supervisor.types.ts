@@ -128,6 +128,8 @@ export interface JobRecord {
   worker: WorkerKind | null;
   /** The GPUs its reservation covers while running. */
   gpus: string[];
+  /** Its place in the queue's FIFO order once the queue took it (`job.queued`): a lower ticket waited first. */
+  ticket?: number;
   /**
    * image with an enhancer step: the enhancer start it holds, and the image start that follows once
    * the enhancer has answered (`enhancer.done`); null otherwise.
@@ -203,8 +205,6 @@ export type { AudioKind, AudioMode };
 
 export interface SupervisorContext {
   jobs: Record<string, JobRecord>;
-  /** The waiting jobs in FIFO order, as the queue reported them. */
-  waiting: string[];
   workers: Record<WorkerKind, WorkerRecord>;
   /** The worker machines' limits, from the input. */
   workerLimits: Partial<Record<WorkerKind, WorkerLimits>>;
@@ -232,8 +232,8 @@ export type SupervisorEvent =
   | { type: 'gpu.release'; jobId: string }
   /** The client went away: a waiting job leaves the queue, a running one releases. */
   | { type: 'job.cancel'; jobId: string }
-  /** From the queue child (reportToParent). */
-  | { type: 'job.queued'; jobId: string; position: number }
+  /** From the queue child (reportToParent). `ticket`: the job's place in the queue's FIFO order. */
+  | { type: 'job.queued'; jobId: string; position: number; ticket: number }
   | { type: 'job.rejected'; jobId: string; code: 'queue_full' | 'queue_timeout' | 'profile_changed' | 'endpoint_stopped'; retryAfterSeconds?: number }
   | { type: 'job.removed'; jobId: string }
   | { type: 'job.dispatched'; jobId: string }

@@ -6,6 +6,7 @@ import { listenerMachine } from '../../machines/listener/index.js';
 import { WORKER_IDS } from '../../machines/ids.js';
 import {
   supervisorMachine,
+  waitingOrder,
   WORKER_KINDS,
   type CheckInput,
   type GpuView,
@@ -233,7 +234,7 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     worker: (kind: WorkerKind) => actor.getSnapshot().context.workers[kind],
     /** The generation of the current start of a worker kind, for reports a test sends by hand. */
     gen: (kind: WorkerKind) => actor.getSnapshot().context.workers[kind].generation,
-    waiting: () => actor.getSnapshot().context.waiting,
+    waiting: () => waitingOrder(actor.getSnapshot().context.jobs),
     queueJobs: () => (actor.system.get('queue')?.getSnapshot() as { context: { jobs: Array<{ id: string }> } }).context.jobs.map((j) => j.id),
   };
   return h;

@@ -22,7 +22,7 @@ function harness(input: QueueInput = {}) {
   return { actor, clock, emitted, enqueue, waiting, outcome };
 }
 
-t.test('FIFO: jobs wait in arrival order and get their position', async (t) => {
+t.test('FIFO: jobs wait in arrival order and get their position and ticket', async (t) => {
   const q = harness();
   t.equal(q.actor.getSnapshot().value, 'idle');
   const ids = [q.enqueue(), q.enqueue({ kind: 'image', profileId: 'img' }), q.enqueue({ kind: 'stt', profileId: null, revision: null })];
@@ -36,7 +36,14 @@ t.test('FIFO: jobs wait in arrival order and get their position', async (t) => {
   t.same(q.waiting(), ids.slice(1));
   t.same(q.outcome(ids[0]!), [{ type: 'job.dispatched', jobId: ids[0] }]);
   q.actor.send({ type: 'job.dispatch', jobId: ids[1]! });
+  const later = q.enqueue();
+  t.same(
+    q.emitted.flatMap((e) => (e.type === 'job.queued' ? [[e.jobId, e.position, e.ticket]] : [])),
+    [[ids[0], 1, 1], [ids[1], 2, 2], [ids[2], 3, 3], [later, 2, 4]],
+    'the ticket is the place in the FIFO order for good (the supervisor plans by it); the position is among those waiting now',
+  );
   q.actor.send({ type: 'job.dispatch', jobId: ids[2]! });
+  q.actor.send({ type: 'job.dispatch', jobId: later });
   t.equal(q.actor.getSnapshot().value, 'idle', 'an emptied queue is idle again');
 });
 

@@ -20,7 +20,7 @@
 //   its image process starts only once it is gone (as the job waits for that), and none is left
 //   loaded at the end.
 import t from 'tap';
-import type { JobSpec, SupervisorEmitted, SupervisorEvent, WorkerKind } from '../../machines/supervisor/index.js';
+import { waitingOrder, type JobSpec, type SupervisorEmitted, type SupervisorEvent, type WorkerKind } from '../../machines/supervisor/index.js';
 import { GIB, gpu, model, supervisorHarness } from '../helpers/supervisor.js';
 
 const SEQUENCES = Number(process.env.SUPERVISOR_SEQUENCES ?? 2000);
@@ -250,6 +250,10 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
       if (lateWorkers) deliver(Math.floor(random() * 3));
       startImages();
       await h.settle(3);
+      // The queue keeps the one waiting order: the order the supervisor plans by is the queue's.
+      const planned = waitingOrder(h.context().jobs);
+      const queued = h.queueJobs();
+      if (planned.join() !== queued.join()) fail(`the supervisor plans by ${planned.join()} while the queue holds ${queued.join()}`);
     }
 
     // The load goes away: release everything held, round after round, until nothing waits.
@@ -267,7 +271,7 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
       const ends = job.granted + job.denied;
       if (ends !== (job.cancelledWhileWaiting ? 0 : 1)) fail(`${job.spec.id} ended ${ends} times${job.cancelledWhileWaiting ? ' after its client left' : ''}`);
     }
-    if (h.context().waiting.length !== 0 || h.queueJobs().length !== 0) fail('jobs left in the queue');
+    if (waitingOrder(h.context().jobs).length !== 0 || h.queueJobs().length !== 0) fail('jobs left in the queue');
     for (const id of [...held.keys()]) h.actor.send({ type: 'gpu.release', jobId: id });
     held.clear();
     for (let round = 0; round < 5; round++) {

@@ -4,6 +4,7 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
+import { waitingOrder } from '../../machines/supervisor/index.js';
 import { encodeGguf } from '../../src/adapters/gguf.js';
 import { toApiError } from '../../src/routes/errors.js';
 import { ReservationAbandoned, ReservationDenied, ReservationRevoked, type JobRequest } from '../../src/system/scheduler.js';
@@ -49,12 +50,12 @@ t.test('a client that leaves while its job waits: the job leaves the queue at on
   let position = 0;
   const second = b.service.scheduler.reserve(stt(), { signal: client.signal, onQueued: (p) => (position = p) });
   const third = b.service.scheduler.reserve(stt());
-  await until('both jobs to wait', async () => (b.service.supervisor.getSnapshot().context.waiting.length === 2 && position > 0 ? true : undefined));
+  await until('both jobs to wait', async () => (waitingOrder(b.service.supervisor.getSnapshot().context.jobs).length === 2 && position > 0 ? true : undefined));
   t.equal(position, 1);
-  t.equal(b.service.supervisor.getSnapshot().context.waiting.length, 2);
+  t.equal(waitingOrder(b.service.supervisor.getSnapshot().context.jobs).length, 2);
   client.abort();
   await t.rejects(second, ReservationAbandoned);
-  t.equal(b.service.supervisor.getSnapshot().context.waiting.length, 1, 'it left at once');
+  t.equal(waitingOrder(b.service.supervisor.getSnapshot().context.jobs).length, 1, 'it left at once');
   first.release();
   const lease = await third;
   t.equal(lease.start, null, 'the next job takes the loaded worker');

@@ -2,7 +2,7 @@
 // each job's phase, wait time, reservations and GPU occupancy; each started worker's memory
 // forecast with the reserve per GPU, the RAM budget and the GPU layer limit. A projection of the
 // supervisor's context, nothing more; forecasts are labelled as predictions.
-import type { JobRecord, JobSource, StartPlan, SupervisorContext, WorkerKind, WorkerRecord } from '../../../machines/supervisor/index.js';
+import { waitingOrder, type JobRecord, type JobSource, type StartPlan, type SupervisorContext, type WorkerKind, type WorkerRecord } from '../../../machines/supervisor/index.js';
 import type { BuildStatus } from '../catalog/builds.js';
 import type { JobTimes } from '../scheduler.js';
 import type { WorkerStatus } from '../workers.js';
@@ -127,10 +127,7 @@ function jobStatus(id: string, job: JobRecord, workers: Record<WorkerKind, Worke
 }
 
 export function diagnostics(context: SupervisorContext, clocks: Clocks): { queue: QueueStatus; workers: SupervisedWorker[] } {
-  const waiting = context.waiting.flatMap((id, index) => {
-    const job = context.jobs[id];
-    return job ? [jobStatus(id, job, context.workers, clocks, index + 1)] : [];
-  });
+  const waiting = waitingOrder(context.jobs).map((id, index) => jobStatus(id, context.jobs[id]!, context.workers, clocks, index + 1));
   const running = Object.entries(context.jobs)
     .filter(([, job]) => job.phase === 'running')
     .map(([id, job]) => jobStatus(id, job, context.workers, clocks, null));
