@@ -168,7 +168,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     recipes: await loadRecipes(config.enhancerRecipes),
     hub: config.enhancerHub,
     // Through the service, so that a test can put another host reader in.
-    freeSpace: (dir) => service.host.freeBytes(dir),
+    room: { before: (dir) => service.host.freeBytes(dir), during: (dir) => service.host.freeBytesNow(dir) },
     log,
   });
   const catalog = catalogOf(config, profiles);

@@ -4,12 +4,34 @@
 // come from its `Location`. A download goes to `<dest>.part` (0600), resumes it with `Range`, hashes
 // the whole file and checks size and sha256 before it renames the partial to `dest`: a file at
 // `dest` is always complete and checked. Only node built-ins and the global fetch.
+//
+// A hub is trusted with nothing it could use against the disk or the network (issue 30):
+// - a file whose size the hub does not state is refused before a byte is written, and a body that
+//   runs past the stated size is cut there: the download fails, and never writes more;
+// - the caller's `checkRoom` is asked before the first byte and every ROOM_CHECK_BYTES after;
+// - every failure but a cut connection or a cancel removes the partial file (those two keep it
+//   for the resume: it holds at most the stated size, which the free space check allowed for);
+// - the partial is opened with O_NOFOLLOW (a symlink put there is never written through), and
+//   started anew with O_EXCL;
+// - redirects go to http(s) only, and never inward: a hub that is not on loopback may not send
+//   the download to a loopback address, nor to a private one unless the hub is itself private.
 import { createHash, type Hash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
-import { chmod, rename, rm, stat } from 'node:fs/promises';
+import { constants as fsConstants, createReadStream } from 'node:fs';
+import { lookup } from 'node:dns/promises';
+import { lstat, open, rename, rm } from 'node:fs/promises';
+import { BlockList, isIP } from 'node:net';
 import type { Writable } from 'node:stream';
 
-export type HubErrorCode = 'network' | 'http_status' | 'size_mismatch' | 'sha256_mismatch' | 'disk_full' | 'cancelled';
+export type HubErrorCode =
+  | 'network'
+  | 'http_status'
+  | 'size_mismatch'
+  | 'size_unknown'
+  | 'sha256_mismatch'
+  | 'disk_full'
+  | 'cancelled'
+  | 'redirect_refused'
+  | 'unsafe_path';
 
 /** Why a probe or a download failed; `code` is what the caller branches on, the message is for people. */
 export class HubError extends Error {
@@ -37,9 +59,21 @@ export interface DownloadOptions {
   signal: AbortSignal;
   /** Called at most every 250 ms and once at the end; `done` counts the bytes in the partial file. */
   onProgress: (done: number, total: number | null) => void;
-  /** Opens the partial file for writing (`'a'` appends, `'w'` truncates); tests inject failing writers. */
-  openWrite?: (path: string, flags: 'a' | 'w') => Writable;
+  /** Opens the partial file for writing (`'a'` appends, `'w'` starts it anew); tests inject failing writers. */
+  openWrite?: (path: string, flags: 'a' | 'w') => Writable | Promise<Writable>;
+  /**
+   * Asked before the first byte is written and every ROOM_CHECK_BYTES after, with the bytes still
+   * to come: rejects (a HubError `disk_full`) when the disk has too little room left.
+   */
+  checkRoom?: (bytesToCome: number) => Promise<void>;
+  /** Bytes written between two room checks (default ROOM_CHECK_BYTES; tests ask more often). */
+  roomCheckBytes?: number;
+  /** How a redirect's host name resolves (tests give a stand-in for DNS). */
+  resolveHost?: (host: string) => Promise<string[]>;
 }
+
+/** How often, in bytes written, the free space is checked again during a download. */
+export const ROOM_CHECK_BYTES = 64 * 1024 * 1024;
 
 const FILE_MODE = 0o600;
 const PROGRESS_MS = 250;
@@ -107,8 +141,72 @@ interface Answer {
   linked: HubFile;
 }
 
+/** Where an address is: this machine, a private network (or link-local, CGNAT, multicast), or anywhere. */
+export type Reach = 'loopback' | 'private' | 'public';
+
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addSubnet('0.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+LOOPBACK.addAddress('::', 'ipv6');
+const PRIVATE = new BlockList();
+for (const [net, bits] of [['10.0.0.0', 8], ['172.16.0.0', 12], ['192.168.0.0', 16], ['169.254.0.0', 16], ['100.64.0.0', 10], ['198.18.0.0', 15], ['224.0.0.0', 3]] as const) {
+  PRIVATE.addSubnet(net, bits, 'ipv4');
+}
+for (const [net, bits] of [['fc00::', 7], ['fe80::', 10], ['ff00::', 8]] as const) PRIVATE.addSubnet(net, bits, 'ipv6');
+
+/** The reach of one IP address (an IPv4-mapped IPv6 address as its IPv4). */
+export function reachOf(address: string): Reach {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)?.[1];
+  const ip = mapped ?? address;
+  const family = isIP(ip) === 6 ? 'ipv6' : 'ipv4';
+  if (LOOPBACK.check(ip, family)) return 'loopback';
+  if (PRIVATE.check(ip, family)) return 'private';
+  return 'public';
+}
+
+const RANK: Record<Reach, number> = { loopback: 0, private: 1, public: 2 };
+
+/** The reach of a URL's host: the innermost of the addresses it resolves to. */
+async function reachOfHost(url: URL, resolveHost: (host: string) => Promise<string[]>): Promise<Reach> {
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+  if (host === 'localhost' || host.endsWith('.localhost')) return 'loopback';
+  const addresses = isIP(host) ? [host] : await resolveHost(host);
+  let reach: Reach = 'public';
+  for (const address of addresses) if (RANK[reachOf(address)] < RANK[reach]) reach = reachOf(address);
+  return reach;
+}
+
+const systemResolve = async (host: string) => (await lookup(host, { all: true })).map((a) => a.address);
+
+/**
+ * Why the hub's redirect from `hub` to `to` is not followed, or null when it may be: only http(s);
+ * the same host always; else never further in than the hub itself (a hub on loopback may send
+ * anywhere, a private one to private or public addresses, a public one only to public ones).
+ */
+export async function redirectProblem(hub: URL, to: URL, resolveHost: (host: string) => Promise<string[]> = systemResolve): Promise<string | null> {
+  if (to.protocol !== 'http:' && to.protocol !== 'https:') return `a redirect to a ${to.protocol} URL is not followed (http and https only)`;
+  if (to.hostname === hub.hostname) return null;
+  const from = await reachOfHost(hub, resolveHost);
+  if (from === 'loopback') return null;
+  let target: Reach;
+  try {
+    target = await reachOfHost(to, resolveHost);
+  } catch (error) {
+    return `the redirect's host ${to.hostname} does not resolve: ${(error as Error).message}`;
+  }
+  if (RANK[target] < RANK[from]) return `a redirect from ${from === 'public' ? 'a public' : 'a private'} hub to a ${target} address (${to.host}) is not followed`;
+  return null;
+}
+
 /** One request, redirects followed by hand so that the resolve answer's linked headers are read. */
-async function ask(url: string, method: 'GET' | 'HEAD', headers: Record<string, string>, signal?: AbortSignal): Promise<Answer> {
+async function ask(
+  url: string,
+  method: 'GET' | 'HEAD',
+  headers: Record<string, string>,
+  signal?: AbortSignal,
+  resolveHost?: (host: string) => Promise<string[]>,
+): Promise<Answer> {
   const asked = new URL(url);
   const linked: HubFile = { size: null, sha256: null };
   let current = asked;
@@ -124,7 +222,10 @@ async function ask(url: string, method: 'GET' | 'HEAD', headers: Record<string, 
     const location = response.headers.get('location');
     if (!REDIRECTS.has(response.status) || location === null) return { response, url: current, linked };
     await discard(response);
-    current = new URL(location, current);
+    const next = new URL(location, current);
+    const problem = await redirectProblem(asked, next, resolveHost);
+    if (problem) throw new HubError('redirect_refused', `${shown(asked)}: ${problem}`);
+    current = next;
   }
   throw new HubError('http_status', `more than ${MAX_REDIRECTS} redirects resolving ${shown(asked)}`);
 }
@@ -134,16 +235,20 @@ async function ask(url: string, method: 'GET' | 'HEAD', headers: Record<string, 
  * resolve answer (a redirect on the real hub, whose `Location` is followed), else the final answer's
  * `Content-Length` and no sha256. A HEAD request: no bytes are transferred.
  */
-export async function probeHubFile(url: string, signal?: AbortSignal): Promise<HubFile> {
-  const { response, url: answered, linked } = await ask(url, 'HEAD', { 'accept-encoding': 'identity' }, signal);
+export async function probeHubFile(url: string, signal?: AbortSignal, resolveHost?: (host: string) => Promise<string[]>): Promise<HubFile> {
+  const { response, url: answered, linked } = await ask(url, 'HEAD', { 'accept-encoding': 'identity' }, signal, resolveHost);
   await discard(response);
   if (!response.ok) throw statusError(response, answered, new URL(url));
   return { size: linked.size ?? byteCount(response.headers.get('content-length')), sha256: linked.sha256 };
 }
 
+/** The bytes of a partial kept from before; anything there that is not a regular file (a symlink) is removed, not followed. */
 async function partialSize(file: string): Promise<number> {
   try {
-    return (await stat(file)).size;
+    const info = await lstat(file);
+    if (info.isFile()) return info.size;
+    await rm(file, { force: true });
+    return 0;
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 0;
     throw error;
@@ -156,9 +261,32 @@ async function hashPrefix(hash: Hash, file: string, bytes: number, signal: Abort
   for await (const chunk of createReadStream(file, { start: 0, end: bytes - 1, signal })) hash.update(chunk as Buffer);
 }
 
-/** The partial file, 0600; `flush` fsyncs it on close, so that a rename never publishes bytes still only in memory. */
-function openPrivate(file: string, flags: 'a' | 'w'): Writable {
-  return createWriteStream(file, { flags, mode: FILE_MODE, flush: true });
+/**
+ * The partial file, 0600, never through a symlink (O_NOFOLLOW): appended to, or made anew with
+ * O_EXCL after whatever was there is removed. `flush` fsyncs it on close, so that a rename never
+ * publishes bytes still only in memory.
+ */
+async function openPrivate(file: string, flags: 'a' | 'w'): Promise<Writable> {
+  const { O_WRONLY, O_APPEND, O_CREAT, O_EXCL, O_NOFOLLOW } = fsConstants;
+  if (flags === 'w') await rm(file, { force: true });
+  const handle = await open(file, flags === 'a' ? O_WRONLY | O_APPEND | O_NOFOLLOW : O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, FILE_MODE).catch((error: unknown) => {
+    if ((error as NodeJS.ErrnoException).code === 'ELOOP' || (error as NodeJS.ErrnoException).code === 'EEXIST') {
+      throw new HubError('unsafe_path', `${file} was replaced while the download ran (a symlink or another file): it is not written through`, { cause: error });
+    }
+    throw error;
+  });
+  await handle.chmod(FILE_MODE);
+  return handle.createWriteStream({ flush: true });
+}
+
+/** Makes the partial 0600 through a descriptor opened without following a symlink (a partial kept from before may be 0644). */
+async function tighten(file: string): Promise<void> {
+  const handle = await open(file, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
+  try {
+    await handle.chmod(FILE_MODE);
+  } finally {
+    await handle.close();
+  }
 }
 
 /** Resolves once `writer` drained; rejects when it fails or closes first. */
@@ -190,10 +318,22 @@ function writeFailure(error: unknown, file: string): unknown {
   return error;
 }
 
+/** What `stream` writes at most, and how it asks for room on the way. */
+interface Bounds {
+  /** Bytes the body may still bring: one more ends the download with `size_mismatch`. */
+  room: number;
+  /** The stated size, for the message. */
+  total: number;
+  checkRoom?: (bytesToCome: number) => Promise<void>;
+  /** Bytes written between two room checks. */
+  every: number;
+}
+
 /**
- * Streams `body` into `writer` with backpressure, hashing and counting as it goes. On a failure of
- * the connection or a cancel the writer is ended, not destroyed, so that the partial file keeps
- * every byte received (the next attempt resumes after them).
+ * Streams `body` into `writer` with backpressure, hashing and counting as it goes, never more than
+ * `bounds.room` bytes, asking for disk room every ROOM_CHECK_BYTES. On a failure of the connection
+ * or a cancel the writer is ended, not destroyed, so that the partial file keeps every byte
+ * received (the next attempt resumes after them).
  */
 async function stream(
   body: ReadableStream<Uint8Array>,
@@ -202,13 +342,16 @@ async function stream(
   count: (bytes: number) => void,
   fail: (error: unknown) => unknown,
   file: string,
+  bounds: Bounds,
 ): Promise<void> {
   let writeError: unknown;
+  let written = 0;
+  let checkedAt = 0;
   writer.on('error', (error) => (writeError ??= error));
+  // A reader loop, not `for await`: the same code type-checks against the DOM's ReadableStream
+  // (the console's type check reads the server's types too).
+  const reader = body.getReader();
   try {
-    // A reader loop, not `for await`: the same code type-checks against the DOM's ReadableStream
-    // (the console's type check reads the server's types too).
-    const reader = body.getReader();
     for (;;) {
       const { value: chunk, done } = await reader.read();
       if (done) break;
@@ -216,13 +359,23 @@ async function stream(
         await reader.cancel().catch(() => undefined);
         break;
       }
+      if (written + chunk.byteLength > bounds.room) {
+        await reader.cancel().catch(() => undefined);
+        throw new HubError('size_mismatch', `the hub sent more than the ${bounds.total} bytes it stated for ${file.replace(/\.part$/, '')}: the download was stopped there`);
+      }
+      if (bounds.checkRoom && written - checkedAt >= bounds.every) {
+        checkedAt = written;
+        await bounds.checkRoom(bounds.room - written);
+      }
       hash.update(chunk);
       if (!writer.write(chunk)) await drained(writer).catch((error: unknown) => (writeError ??= error));
+      written += chunk.byteLength;
       count(chunk.byteLength);
     }
   } catch (error) {
+    await reader.cancel().catch(() => undefined);
     await closed(writer).catch(() => undefined);
-    throw fail(error);
+    throw error instanceof HubError ? error : fail(error);
   }
   if (writeError !== undefined) throw writeFailure(writeError, file);
   await closed(writer).catch((error: unknown) => {
@@ -238,11 +391,11 @@ interface Plan {
   complete: boolean;
 }
 
-async function plan(url: string, partial: string, kept: number, signal: AbortSignal): Promise<Plan> {
+async function plan(url: string, partial: string, kept: number, signal: AbortSignal, resolveHost?: (host: string) => Promise<string[]>): Promise<Plan> {
   for (;;) {
     const headers: Record<string, string> = { 'accept-encoding': 'identity' };
     if (kept > 0) headers.range = `bytes=${kept}-`;
-    const answer = await ask(url, 'GET', headers, signal);
+    const answer = await ask(url, 'GET', headers, signal, resolveHost);
     const { response, linked } = answer;
     if (response.status === 416 && kept > 0) {
       await discard(response);
@@ -289,11 +442,12 @@ function progress(onProgress: DownloadOptions['onProgress'], total: number | nul
 
 /**
  * Downloads one hub file to `dest` through `${dest}.part`, resuming a partial left by a cut
- * connection, a restart or an earlier run. Size and sha256 are checked when the hub gave them; a
- * mismatch deletes the partial. Resolves with the size the hub stated (null when it stated none),
- * the file's length in `bytes`, and `sha256` as computed over the whole file: always set, equal to
- * the hub's when it gave one. Rejects with a HubError; `network`, `cancelled` and `disk_full` keep
- * the partial. Other file-system errors pass through as they are.
+ * connection, a restart or an earlier run. The hub must state the size (else `size_unknown`, before
+ * a byte is written); the body is cut at it. Size and sha256 are checked. Resolves with the size the
+ * hub stated, the file's length in `bytes`, and `sha256` as computed over the whole file, equal to
+ * the hub's when it gave one. Rejects with a HubError; only `network` and `cancelled` keep the
+ * partial (for the resume), every other failure removes it. Other file-system errors pass through
+ * as they are.
  */
 export async function downloadHubFile(options: DownloadOptions): Promise<HubFile & { bytes: number }> {
   const { url, dest, signal } = options;
@@ -303,16 +457,22 @@ export async function downloadHubFile(options: DownloadOptions): Promise<HubFile
     // Hashed before asking, so that a CDN never waits on an idle connection while a big partial is read.
     let hash = createHash('sha256');
     await hashPrefix(hash, partial, found, signal);
-    const { answer, kept, total, complete } = await plan(url, partial, found, signal);
+    const { answer, kept, total, complete } = await plan(url, partial, found, signal, options.resolveHost);
+    if (total === null) {
+      await discard(answer.response);
+      throw new HubError('size_unknown', `${shown(new URL(url))}: the hub states no size (neither X-Linked-Size nor Content-Length), so the download could not be bounded: refused`);
+    }
     if (kept !== found) hash = createHash('sha256');
     const report = progress(options.onProgress, total);
     let done = kept;
     if (!complete) {
-      const writer = (options.openWrite ?? openPrivate)(partial, kept > 0 ? 'a' : 'w');
+      await options.checkRoom?.(total - kept);
+      const writer = await (options.openWrite ?? openPrivate)(partial, kept > 0 ? 'a' : 'w');
       report.tick(done);
       const count = (bytes: number) => report.tick((done += bytes));
       const lost = (error: unknown) => asHubError(error, signal, () => networkError(error, answer.url));
-      await stream(answer.response.body as ReadableStream<Uint8Array>, writer, hash, count, lost, partial);
+      const bounds: Bounds = { room: total - kept, total, every: options.roomCheckBytes ?? ROOM_CHECK_BYTES, ...(options.checkRoom ? { checkRoom: options.checkRoom } : {}) };
+      await stream(answer.response.body as ReadableStream<Uint8Array>, writer, hash, count, lost, partial, bounds);
     }
     const sha256 = hash.digest('hex');
     const where = shown(new URL(url));
@@ -322,15 +482,15 @@ export async function downloadHubFile(options: DownloadOptions): Promise<HubFile
         : answer.linked.sha256 !== null && answer.linked.sha256 !== sha256
           ? new HubError('sha256_mismatch', `${where}: expected sha256 ${answer.linked.sha256}, got ${sha256}`)
           : undefined;
-    if (mismatch) {
-      await rm(partial, { force: true });
-      throw mismatch;
-    }
-    await chmod(partial, FILE_MODE);
+    if (mismatch) throw mismatch;
+    await tighten(partial);
     await rename(partial, dest);
     report.end(done);
     return { size: total, sha256, bytes: done };
   } catch (error) {
-    throw asHubError(error, signal, () => error);
+    const failure = asHubError(error, signal, () => error);
+    const resumable = failure instanceof HubError && (failure.code === 'network' || failure.code === 'cancelled');
+    if (!resumable) await rm(partial, { force: true }).catch(() => undefined);
+    throw failure;
   }
 }

@@ -11,11 +11,28 @@ import { readJsonFile } from './files.js';
 export const ENHANCER_TASKS = ['t2i', 'i2i'] as const;
 export type EnhancerTask = (typeof ENHANCER_TASKS)[number];
 
+/** Every segment of a slash-separated path names something: none empty, `.` or `..`. */
+const plainSegments = (value: string) => value.split('/').every((segment) => segment !== '' && segment !== '.' && segment !== '..');
+
+/** Names in a task folder that a downloaded file may not take: its records, and partial downloads. */
+const takenName = (repoPath: string) => ['installed.json', 'install.json'].includes(localName(repoPath)) || repoPath.endsWith('.part');
+
 export const recipeSchema = z.strictObject({
   repo: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]*\/[A-Za-z0-9][A-Za-z0-9._-]*$/, 'owner/name'),
-  revision: z.string().min(1).max(200).regex(/^[A-Za-z0-9._/-]+$/),
+  revision: z.string().min(1).max(200).regex(/^[A-Za-z0-9._/-]+$/).refine(plainSegments, 'a revision with no empty, . or .. segment'),
   files: z
-    .array(z.strictObject({ path: z.string().min(1).max(500).regex(/^[^\0]+$/).refine((p) => !p.split('/').includes('..'), 'no .. in a path'), role: z.enum(['model', 'mmproj']) }))
+    .array(
+      z.strictObject({
+        path: z
+          .string()
+          .min(1)
+          .max(500)
+          .regex(/^[^\0\\]+$/, 'no NUL or backslash in a path')
+          .refine(plainSegments, 'a path with no empty, . or .. segment (it would land outside the task folder)')
+          .refine((p) => !takenName(p), 'a path that is not installed.json, install.json or a .part file'),
+        role: z.enum(['model', 'mmproj']),
+      }),
+    )
     .min(1)
     .refine((files) => files.filter((f) => f.role === 'model').length === 1, 'exactly one file with role model'),
   context: z.number().int().min(256).max(1_048_576),

@@ -39,6 +39,12 @@ export interface InstallView {
 /** Free bytes on the filesystem holding `dir`, or null when it cannot be read. */
 export type FreeSpace = (dir: string) => Promise<number | null>;
 
+/** Where free space is read: once before an install (the host facts' view) and often during it (a cheap statfs). */
+export interface DiskRoom {
+  before: FreeSpace;
+  during: FreeSpace;
+}
+
 /** Room kept free beyond the download itself (the state directory still has to be written). */
 export const DISK_MARGIN_BYTES = 512 * 1024 * 1024;
 
@@ -60,6 +66,9 @@ function urlOf(hub: string, recipe: Recipe, file: string): string {
   return `${hub.replace(/\/+$/, '')}/${recipe.repo}/resolve/${encodeURIComponent(recipe.revision)}/${encoded}`;
 }
 
+/** The task folder's own records: no recipe file may land on them. */
+const RESERVED_NAMES = new Set(['installed.json', 'install.json']);
+
 const sizeOf = async (file: string) => (await stat(file).catch(() => null))?.size ?? 0;
 const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(1)} GiB`;
 
@@ -73,15 +82,15 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     readonly dir: string,
     readonly recipes: Recipes,
     readonly hub: string,
-    private readonly freeSpace: FreeSpace,
+    private readonly room: DiskRoom,
     private readonly log: Logger,
   ) {
     super();
   }
 
   /** Reads where each task stands; an install a restart cut off becomes `failed`, resumable. */
-  static async open(options: { dir: string; recipes: Recipes; hub: string; freeSpace: FreeSpace; log: Logger }): Promise<EnhancerInstalls> {
-    const installs = new EnhancerInstalls(options.dir, options.recipes, options.hub, options.freeSpace, options.log);
+  static async open(options: { dir: string; recipes: Recipes; hub: string; room: DiskRoom; log: Logger }): Promise<EnhancerInstalls> {
+    const installs = new EnhancerInstalls(options.dir, options.recipes, options.hub, options.room, options.log);
     await ensurePrivateDir(options.dir);
     for (const task of ENHANCER_TASKS) {
       const recipe = options.recipes[task];
@@ -195,25 +204,38 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
       // What the hub says of each file: the total, and the sizes the download is checked against.
       const probes: HubFile[] = [];
       for (const file of recipe.files) probes.push(await probeHubFile(urlOf(this.hub, recipe, file.path), signal));
-      const total = probes.every((p) => p.size !== null) ? probes.reduce((sum, p) => sum + (p.size ?? 0), 0) : null;
+      // Without a stated size a download cannot be bounded: nothing is fetched.
+      const unsized = recipe.files.filter((_, i) => probes[i]?.size === null).map((f) => f.path);
+      if (unsized.length > 0) throw new HubError('size_unknown', `the hub states no size for ${unsized.join(', ')} (neither X-Linked-Size nor Content-Length): the install is refused, since its download could not be bounded`);
+      const total = probes.reduce((sum, p) => sum + (p.size ?? 0), 0);
       const already = await this.#bytesOnDisk(task, recipe);
       this.#set(task, { bytes_total: total, bytes_done: already });
-      if (total !== null) {
-        const free = await this.freeSpace(folder);
-        const needed = total - already + DISK_MARGIN_BYTES;
-        if (free !== null && free < needed) {
-          throw new HubError('disk_full', `not enough free disk space in ${folder}: ${gib(needed)} needed (${gib(total - already)} to download and ${gib(DISK_MARGIN_BYTES)} to spare), ${gib(free)} free`);
-        }
+      const free = await this.room.before(folder);
+      const needed = total - already + DISK_MARGIN_BYTES;
+      if (free !== null && free < needed) {
+        throw new HubError('disk_full', `not enough free disk space in ${folder}: ${gib(needed)} needed (${gib(total - already)} to download and ${gib(DISK_MARGIN_BYTES)} to spare), ${gib(free)} free`);
       }
+      // During the download the disk may fill from elsewhere: it stops while DISK_MARGIN_BYTES are still free.
+      const checkRoom = async (toCome: number) => {
+        const now = await this.room.during(folder);
+        if (now !== null && now < toCome + DISK_MARGIN_BYTES) {
+          throw new HubError('disk_full', `the disk holding ${folder} is filling up during the install: ${gib(toCome)} still to download and ${gib(DISK_MARGIN_BYTES)} to spare, ${gib(now)} free; the partial download was removed`);
+        }
+      };
       const record: Array<{ path: string; role: 'model' | 'mmproj'; size: number; sha256: string }> = [];
       let before = 0;
       for (const file of recipe.files) {
         const dest = path.join(folder, localName(file.path));
+        // The recipe schema allows no such path; checked again where the bytes land.
+        if (path.dirname(dest) !== folder || !path.basename(dest) || RESERVED_NAMES.has(path.basename(dest))) {
+          throw new HubError('unsafe_path', `the recipe file ${JSON.stringify(file.path)} would not land inside ${folder}: refused`);
+        }
         this.#set(task, { file: file.path }, false);
         const got = await downloadHubFile({
           url: urlOf(this.hub, recipe, file.path),
           dest,
           signal,
+          checkRoom,
           onProgress: (done) => this.#set(task, { bytes_done: before + done }, false),
         });
         before += got.bytes;

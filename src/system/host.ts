@@ -3,7 +3,7 @@
 // systeminformation and kept for a minute. A part that cannot be read is null (graphics: empty)
 // and named in `unavailable`; the others are still shown. The GPUs the scheduler uses are probed
 // elsewhere (src/adapters/gpus.ts, nvidia-smi): these are host facts only.
-import { realpath } from 'node:fs/promises';
+import { realpath, statfs } from 'node:fs/promises';
 import path from 'node:path';
 import si from 'systeminformation';
 import type { HostView } from './observe/console.types.js';
@@ -12,6 +12,9 @@ import type { HostView } from './observe/console.types.js';
 export type HostReader = Pick<typeof si, 'osInfo' | 'cpu' | 'mem' | 'graphics' | 'fsSize'>;
 
 export const HOST_CACHE_MS = 60_000;
+
+/** Free bytes for an unprivileged writer on the filesystem holding `dir`, as statfs gives them. */
+export type StatfsReader = (dir: string) => Promise<{ bavail: number; bsize: number }>;
 
 /** The mount that holds `dir`: the longest mount point that is `dir` or one of its parents. */
 export function mountOf<M extends { mount: string }>(mounts: readonly M[], dir: string): M | undefined {
@@ -35,6 +38,7 @@ export class HostFacts {
     readonly stateDir: string,
     readonly reader: HostReader = si,
     readonly now: () => number = Date.now,
+    readonly statfsReader: StatfsReader = statfs,
   ) {}
 
   /** Free bytes on the filesystem holding `dir`, read now (before a large download); null when unknown. */
@@ -42,6 +46,19 @@ export class HostFacts {
     const mounts = await attempt(() => this.reader.fsSize());
     const mount = mounts ? mountOf(mounts, dir) : undefined;
     return mount && Number.isFinite(mount.available) ? mount.available : null;
+  }
+
+  /**
+   * Free bytes on the filesystem holding `dir` by one statfs call: cheap enough to ask again and
+   * again while a download or an upload is written (systeminformation runs df). Null when unknown.
+   */
+  async freeBytesNow(dir: string): Promise<number | null> {
+    try {
+      const s = await this.statfsReader(dir);
+      return s.bavail * s.bsize;
+    } catch {
+      return null;
+    }
   }
 
   /** The host facts, read at most once a minute. */

@@ -2,11 +2,11 @@
 // linked size and sha256 of the resolve redirect are checked, a partial file resumes with Range,
 // every failure is a HubError with its code, and only a checked file ever reaches its final name.
 import { createHash, randomBytes } from 'node:crypto';
-import { readFile, stat, writeFile } from 'node:fs/promises';
+import { readFile, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
-import { downloadHubFile, etagSha256, HubError, probeHubFile, type DownloadOptions } from '../../src/adapters/hubDownload.js';
+import { downloadHubFile, etagSha256, HubError, probeHubFile, reachOf, redirectProblem, type DownloadOptions } from '../../src/adapters/hubDownload.js';
 import { freePort, tempDir } from '../helpers/build.js';
 import { startHub, type Hub, type HubFileEntry } from '../helpers/hub.js';
 
@@ -238,4 +238,100 @@ t.test('a full disk while writing is disk_full', async (t) => {
   t.equal(error.code, 'disk_full');
   t.match(error.message, /no space left/);
   t.notOk(await exists(dest));
+});
+
+// Issue 30: a hub is trusted with nothing it could use against the disk or the network.
+
+t.test('a hub that sends past the size it stated is cut there: size_mismatch, the partial removed', async (t) => {
+  const { hub, file, dest, part } = await setUp(t, 100_000);
+  hub.options.endless = true;
+  hub.options.chunkBytes = 16 * 1024;
+  const error = await hubError(download(file, dest).result);
+  t.equal(error.code, 'size_mismatch');
+  t.match(error.message, /sent more than the 100000 bytes it stated/);
+  t.notOk(await exists(part), 'no partial is left to fill the disk');
+  t.notOk(await exists(dest));
+  t.ok(hub.sent() < 100_000 + 8 * 1024 * 1024, `the hub could send only what the sockets buffer beyond the stated size (${hub.sent()} bytes)`);
+});
+
+t.test('a hub that states no size at all is refused before a byte is written', async (t) => {
+  const { hub, file, dest, part } = await setUp(t, 100_000);
+  hub.options.endless = true;
+  hub.options.linkedHeaders = false;
+  hub.options.redirect = false;
+  const error = await hubError(download(file, dest).result);
+  t.equal(error.code, 'size_unknown');
+  t.match(error.message, /states no size .* refused/);
+  t.notOk(await exists(part));
+  t.notOk(await exists(dest));
+  const probe = await probeHubFile(file.url);
+  t.equal(probe.size, null, 'the probe says so too');
+});
+
+t.test('the disk room is asked before the first byte and along the way; no room removes the partial', async (t) => {
+  const { hub, bytes, file, dest, part } = await setUp(t, 300_000);
+  hub.options.chunkBytes = 16 * 1024;
+  const asked: number[] = [];
+  const fine = await download(file, dest, { roomCheckBytes: 50_000, checkRoom: async (toCome) => void asked.push(toCome) }).result;
+  t.equal(fine.bytes, 300_000);
+  t.ok((await readFile(dest)).equals(bytes));
+  t.equal(asked[0], 300_000, 'first with the whole file to come');
+  t.ok(asked.length >= 3 && asked.every((n, i) => i === 0 || n < asked[i - 1]!), `then every 50000 bytes or so, with less to come (${asked.join(', ')})`);
+
+  const other = path.join(path.dirname(dest), 'other.gguf');
+  let calls = 0;
+  const full = async () => {
+    calls += 1;
+    if (calls > 1) throw new HubError('disk_full', 'the disk is filling up');
+  };
+  const error = await hubError(download(file, other, { roomCheckBytes: 100_000, checkRoom: full }).result);
+  t.equal(error.code, 'disk_full');
+  t.notOk(await exists(`${other}.part`), 'the partial was removed');
+  t.notOk(await exists(other));
+  t.ok(await exists(dest), 'other files stay');
+  t.notOk(await exists(part));
+});
+
+t.test('a symlink at the partial path is never written through', async (t) => {
+  const { bytes, file, dest, part } = await setUp(t, 10_000);
+  const target = path.join(path.dirname(dest), 'precious.txt');
+  await writeFile(target, 'keep me', { mode: 0o644 });
+  await symlink(target, part);
+  t.same(await download(file, dest).result, { size: 10_000, sha256: file.sha256, bytes: 10_000 });
+  t.ok((await readFile(dest)).equals(bytes), 'the file is whole');
+  t.equal(await readFile(target, 'utf8'), 'keep me', 'the target was not truncated, overwritten or appended to');
+  t.equal((await stat(target)).mode & 0o777, 0o644, 'nor chmodded');
+});
+
+t.test('redirects: http(s) only, and never further in than the hub', async (t) => {
+  const { hub, file, dest, part } = await setUp(t, 1000);
+  hub.options.location = 'data:application/octet-stream;base64,AAAA';
+  const data = await hubError(download(file, dest).result);
+  t.equal(data.code, 'redirect_refused');
+  t.match(data.message, /a redirect to a data: URL is not followed/);
+  hub.options.location = 'file:///etc/passwd';
+  t.equal((await hubError(probeHubFile(file.url))).code, 'redirect_refused', 'the probe follows the same rule');
+  t.notOk(await exists(part));
+
+  const dns: Record<string, string[]> = { 'hub.example': ['93.184.216.34'], 'cdn.example': ['151.101.1.1'], 'inside.example': ['192.168.1.20'], 'mirror.lan': ['10.0.0.2'] };
+  const resolve = async (host: string) => {
+    const found = dns[host];
+    if (!found) throw new Error(`ENOTFOUND ${host}`);
+    return found;
+  };
+  const problem = (from: string, to: string) => redirectProblem(new URL(from), new URL(to), resolve);
+  t.equal(await problem('https://hub.example/r', 'https://cdn.example/blob'), null, 'public to public');
+  t.equal(await problem('https://hub.example/r', 'http://hub.example:8080/blob'), null, 'the same host');
+  t.match(await problem('https://hub.example/r', 'http://127.0.0.1:9090/livez'), /public hub to a loopback address/);
+  t.match(await problem('https://hub.example/r', 'http://localhost/x'), /loopback/);
+  t.match(await problem('https://hub.example/r', 'http://[::1]/x'), /loopback/);
+  t.match(await problem('https://hub.example/r', 'http://[::ffff:127.0.0.1]/x'), /loopback/);
+  t.match(await problem('https://hub.example/r', 'http://10.1.2.3/x'), /public hub to a private address/);
+  t.match(await problem('https://hub.example/r', 'http://inside.example/x'), /private address/, 'a name that resolves inward counts as inward');
+  t.match(await problem('https://hub.example/r', 'http://169.254.169.254/latest/meta-data'), /private/);
+  t.match(await problem('https://hub.example/r', 'http://nowhere.example/x'), /does not resolve/);
+  t.equal(await problem('http://mirror.lan/r', 'http://10.0.0.9/blob'), null, 'a private mirror may send to its network');
+  t.match(await problem('http://mirror.lan/r', 'http://127.0.0.1/x'), /private hub to a loopback address/);
+  t.equal(await problem('http://127.0.0.1:8000/r', 'http://127.0.0.1:9000/blob'), null, 'a hub on loopback (a local mirror, the tests) may send anywhere');
+  t.same(['8.8.8.8', '10.0.0.1', '172.20.1.1', '100.64.0.1', 'fd00::1', 'fe80::1', '::1', '0.0.0.0'].map(reachOf), ['public', 'private', 'private', 'private', 'private', 'private', 'loopback', 'loopback']);
 });

@@ -29,6 +29,10 @@ export interface HubOptions {
   /** Bytes per written chunk, and the pause after each (slow serving, for cancel tests). */
   chunkBytes: number;
   chunkDelayMs: number;
+  /** The byte answer has no Content-Length and never ends: after the file, zeros follow until the client leaves (a hub that lies). */
+  endless: boolean;
+  /** Redirect resolve requests to this Location instead of the hub's CDN (a `data:` URL, another host). */
+  location: string | null;
 }
 
 export interface HubRequest {
@@ -55,6 +59,8 @@ export interface Hub {
   options: HubOptions;
   /** Every request received, in order. */
   requests: HubRequest[];
+  /** Body bytes written in byte answers so far. */
+  sent: () => number;
 }
 
 export const DEFAULT_HUB_OPTIONS: Readonly<HubOptions> = {
@@ -68,6 +74,8 @@ export const DEFAULT_HUB_OPTIONS: Readonly<HubOptions> = {
   ranges: true,
   chunkBytes: 64 * 1024,
   chunkDelayMs: 0,
+  endless: false,
+  location: null,
 };
 
 function waitDrain(res: ServerResponse): Promise<void> {
@@ -80,15 +88,18 @@ function waitDrain(res: ServerResponse): Promise<void> {
   });
 }
 
-/** Writes `bytes` in chunks with backpressure, cutting the connection after `options.cutAfter`. */
-async function sendBody(res: ServerResponse, bytes: Buffer, options: HubOptions): Promise<void> {
+/** Writes `bytes` in chunks with backpressure, cutting the connection after `options.cutAfter`; endless: zeros after them. */
+async function sendBody(res: ServerResponse, bytes: Buffer, options: HubOptions, counted: (n: number) => void): Promise<void> {
   const cut = options.cutAfter;
   options.cutAfter = null;
   let sent = 0;
-  while (sent < bytes.length && !res.destroyed) {
-    const end = Math.min(bytes.length, sent + options.chunkBytes, cut ?? Infinity);
-    const ok = res.write(bytes.subarray(sent, end));
-    sent = end;
+  const zeros = Buffer.alloc(options.chunkBytes);
+  while ((sent < bytes.length || options.endless) && !res.destroyed) {
+    const end = Math.min(sent + options.chunkBytes, cut ?? Infinity);
+    const chunk = sent < bytes.length ? bytes.subarray(sent, Math.min(bytes.length, end)) : zeros.subarray(0, end - sent);
+    const ok = res.write(chunk);
+    counted(chunk.length);
+    sent += chunk.length;
     if (cut !== null && sent >= cut) {
       res.write('', () => res.socket?.destroy());
       return;
@@ -100,7 +111,7 @@ async function sendBody(res: ServerResponse, bytes: Buffer, options: HubOptions)
 }
 
 /** The bytes answer: whole (200), a range (206) or 416 past the end; HEAD gets the headers only. */
-async function serveBytes(req: IncomingMessage, res: ServerResponse, bytes: Buffer, options: HubOptions): Promise<void> {
+async function serveBytes(req: IncomingMessage, res: ServerResponse, bytes: Buffer, options: HubOptions, counted: (n: number) => void): Promise<void> {
   const match = options.ranges ? req.headers.range?.match(/^bytes=(\d+)-(\d*)$/) : undefined;
   let start = 0;
   let end = bytes.length - 1;
@@ -111,12 +122,12 @@ async function serveBytes(req: IncomingMessage, res: ServerResponse, bytes: Buff
       res.writeHead(416, { 'content-range': `bytes */${bytes.length}` }).end();
       return;
     }
-    res.writeHead(206, { 'content-range': `bytes ${start}-${end}/${bytes.length}`, 'content-length': end - start + 1, 'accept-ranges': 'bytes' });
+    res.writeHead(206, { 'content-range': `bytes ${start}-${end}/${bytes.length}`, ...(options.endless ? {} : { 'content-length': end - start + 1 }), 'accept-ranges': 'bytes' });
   } else {
-    res.writeHead(200, { 'content-length': bytes.length, 'accept-ranges': 'bytes', 'content-type': 'application/octet-stream' });
+    res.writeHead(200, { ...(options.endless ? {} : { 'content-length': bytes.length }), 'accept-ranges': 'bytes', 'content-type': 'application/octet-stream' });
   }
   if (req.method === 'HEAD') res.end();
-  else await sendBody(res, bytes.subarray(start, end + 1), options);
+  else await sendBody(res, bytes.subarray(start, end + 1), options, counted);
 }
 
 /** Starts a hub on 127.0.0.1 with a free port; it is closed at the end of the test. */
@@ -126,6 +137,8 @@ export async function startHub(t: Test): Promise<Hub> {
   const options: HubOptions = { ...DEFAULT_HUB_OPTIONS };
   const requests: HubRequest[] = [];
   let root = '';
+  let sent = 0;
+  const counted = (n: number) => void (sent += n);
 
   const server = createServer((req, res) => {
     requests.push({ method: req.method ?? '', url: req.url ?? '', range: req.headers.range });
@@ -134,7 +147,7 @@ export async function startHub(t: Test): Promise<Hub> {
     if (blob) {
       const bytes = blobs.get(blob[1] ?? '');
       if (!bytes) return void res.writeHead(404).end('no such blob');
-      return void serveBytes(req, res, bytes, options);
+      return void serveBytes(req, res, bytes, options, counted);
     }
     const file = files.get(pathname);
     if (!file || options.status !== null) {
@@ -148,9 +161,9 @@ export async function startHub(t: Test): Promise<Hub> {
     }
     if (!options.redirect) {
       for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
-      return void serveBytes(req, res, file.bytes, options);
+      return void serveBytes(req, res, file.bytes, options, counted);
     }
-    headers.location = `${options.absoluteLocation ? root : ''}/cdn/${file.sha256}`;
+    headers.location = options.location ?? `${options.absoluteLocation ? root : ''}/cdn/${file.sha256}`;
     res.writeHead(302, headers).end();
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -168,6 +181,7 @@ export async function startHub(t: Test): Promise<Hub> {
     url: root,
     options,
     requests,
+    sent: () => sent,
     put(repo, revision, path, bytes) {
       const buffer = Buffer.from(bytes);
       const sha256 = createHash('sha256').update(buffer).digest('hex');

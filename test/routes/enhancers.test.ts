@@ -130,6 +130,48 @@ t.test('too little disk space fails before any byte, with the numbers', async (t
   t.notOk(hub.requests.some((r) => r.method === 'GET'), 'no byte was fetched (only HEAD probes)');
 });
 
+t.test('a hub that sends past the stated size fails the install there, and leaves no partial file', async (t) => {
+  const { b, hub } = await setUp(t);
+  hub.options.endless = true;
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 't2i' });
+  const failed = await settledIn(b, 't2i', ['failed', 'installed']);
+  t.equal(failed.state, 'failed');
+  t.match(failed.error, /sent more than the 3145728 bytes it stated/);
+  t.same(await readdir(path.join(b.stateDir, 'enhancers', 't2i')), ['install.json'], 'no partial file left');
+  t.ok(hub.sent() < MODEL.length + 8 * 1024 * 1024, `the download stopped at the stated size (the hub wrote ${hub.sent()} bytes)`);
+});
+
+t.test('a hub that states no size is refused before any byte', async (t) => {
+  const { b, hub } = await setUp(t);
+  hub.options.linkedHeaders = false;
+  hub.options.redirect = false;
+  hub.options.endless = true;
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 't2i' });
+  const failed = await settledIn(b, 't2i', ['failed', 'installed']);
+  t.match(failed.error, /states no size for tiny-Q4\.gguf .* refused/);
+  t.notOk(hub.requests.some((r) => r.method === 'GET'), 'no byte was fetched (only HEAD probes)');
+});
+
+t.test('a disk that fills up from elsewhere stops the install with room to spare; state writes go on', async (t) => {
+  const { b } = await setUp(t);
+  const roomy = { fsSize: async () => [{ mount: '/', available: 100 * 2 ** 30, size: 200 * 2 ** 30 }] } as unknown as HostReader;
+  // The host facts (df) saw room before the install; statfs during it says the disk has filled.
+  const asked: string[] = [];
+  const filling = async (dir: string) => {
+    asked.push(dir);
+    return { bavail: 256, bsize: 1024 * 1024 };
+  };
+  b.service.host = new HostFacts(b.stateDir, roomy, Date.now, filling);
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 't2i' });
+  const failed = await settledIn(b, 't2i', ['failed', 'installed']);
+  t.equal(failed.state, 'failed');
+  t.match(failed.error, /filling up during the install: .* to spare, \d+\.\d GiB free/);
+  t.ok(asked.length > 0 && asked.every((dir) => dir.startsWith(path.join(b.stateDir, 'enhancers'))), 'statfs was asked about the enhancer folder');
+  t.same(await readdir(path.join(b.stateDir, 'enhancers', 't2i')), ['install.json'], 'no partial file left');
+  const saved = await b.admin('POST', '/api/v1/profiles', { name: 'after-the-install', category: 'stt', params: { defaultLanguage: 'en' } });
+  t.equal(saved.status, 201, 'a profile save still works');
+});
+
 t.test('a restart mid-install says so; installing again resumes with Range', async (t) => {
   const stateDir = await tempDir(t);
   const first = await setUp(t, stateDir);
