@@ -1,5 +1,6 @@
 // The two listeners as Fastify instances. Both share one construction: the same limits (1 MiB
-// bodies, no chunked bodies, JSON only, a time limit to receive a request, a connection cap), the
+// bodies, no chunked bodies, JSON only, a time limit to receive a request, a connection cap that
+// answers 503, a budget of half-open connections), the
 // Host check, one error handler rendering the OpenAI error body, and one access line per request. Routes live in src/routes/; they validate, send one event, await the
 // reply and map it to HTTP.
 import { randomFillSync } from 'node:crypto';
@@ -25,6 +26,7 @@ import { clientErrorHandler, installErrorHandling } from './routes/errors.js';
 import { hostGuard } from './routes/host.js';
 import { checkJsonBody } from './routes/jsonBody.js';
 import { refuseChunked } from './routes/chunked.js';
+import { guardConnections } from './routes/connections.js';
 import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
 import { adminImageTestRoutes } from './routes/admin/imageTests.js';
 import { adminSpeechTestRoutes } from './routes/admin/speechTests.js';
@@ -100,8 +102,13 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, { on
     requestIdHeader: false,
     genReqId: requestIds(),
   }).withTypeProvider<ZodTypeProvider>() as App;
-  // Connections beyond the cap are closed by Node as they arrive.
-  app.server.maxConnections = http.maxConnections;
+  // The connection cap answers 503, half-open connections have a budget of their own, silent ones go early.
+  const guard = guardConnections(app.server, http);
+  // A closing listener waits for requests under way, not for connections still sending their headers.
+  app.addHook('preClose', (done) => {
+    guard.closePending();
+    done();
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.removeContentTypeParser('text/plain');

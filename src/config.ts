@@ -1,6 +1,6 @@
 // Configuration from the command line and the environment (CONTRACT section 1). Everything the
 // service reads from `process.env` is read here, once, so the rest takes a plain object.
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,8 +24,12 @@ export interface HttpConfig {
   headersTimeoutMs: number;
   /** How long an idle keep-alive connection stays open between requests. */
   keepAliveTimeoutMs: number;
-  /** Open connections per listener; a further one is closed at once. */
+  /** Open connections per listener; a further one is answered 503 with Retry-After and closed (src/routes/connections.ts). */
   maxConnections: number;
+  /** Connections that have not yet sent a whole request head, per listener; past it the oldest goes. */
+  maxPendingConnections: number;
+  /** A connection that sends no byte within this is closed (the headers limit applies once a request has begun). */
+  firstByteTimeoutMs: number;
   /** Host names served beside the loopback names and the address a connection arrived at (lower case, no port). */
   allowedHosts: string[];
   /** Trust `X-Forwarded-Proto: https` from a TLS proxy in front (the session cookies become Secure). */
@@ -36,7 +40,9 @@ export const DEFAULT_HTTP: HttpConfig = {
   requestTimeoutMs: 30_000,
   headersTimeoutMs: 10_000,
   keepAliveTimeoutMs: 5_000,
-  maxConnections: 256,
+  maxConnections: 2048,
+  maxPendingConnections: 128,
+  firstByteTimeoutMs: 2_000,
   allowedHosts: [],
   trustProxy: false,
 };
@@ -149,6 +155,26 @@ function parseFlag(text: string | undefined, what: string): boolean {
   throw new ConfigError(`${what}: "${text}" is not one of 1, 0, true, false`);
 }
 
+/**
+ * The default connection cap: DEFAULT_HTTP's, or less where the process may open fewer files
+ * (`Max open files` in /proc/self/limits, its soft limit): both listeners' connections, the
+ * workers' connections and the state files must fit under it, so each listener takes at most a
+ * third of it. A connection refused for want of a descriptor would be reset, not answered.
+ */
+export function defaultMaxConnections(limits = readProcLimits()): number {
+  const soft = /^Max open files\s+(\d+|unlimited)/m.exec(limits)?.[1];
+  if (!soft || soft === 'unlimited') return DEFAULT_HTTP.maxConnections;
+  return Math.max(64, Math.min(DEFAULT_HTTP.maxConnections, Math.floor(Number(soft) / 3)));
+}
+
+function readProcLimits(): string {
+  try {
+    return readFileSync('/proc/self/limits', 'utf8');
+  } catch {
+    return '';
+  }
+}
+
 function httpConfig(env: NodeJS.ProcessEnv): HttpConfig {
   const ms = (name: string, fallback: number) => {
     const text = env[name];
@@ -156,12 +182,17 @@ function httpConfig(env: NodeJS.ProcessEnv): HttpConfig {
   };
   const requestTimeoutMs = ms('SERVICE_DECK_REQUEST_TIMEOUT_MS', DEFAULT_HTTP.requestTimeoutMs);
   const maxText = env.SERVICE_DECK_MAX_CONNECTIONS;
+  const pendingText = env.SERVICE_DECK_MAX_PENDING_CONNECTIONS;
+  const requestHeadMs = Math.min(requestTimeoutMs, ms('SERVICE_DECK_HEADERS_TIMEOUT_MS', DEFAULT_HTTP.headersTimeoutMs));
   return {
     requestTimeoutMs,
     // Node refuses a headers limit above the whole request's.
-    headersTimeoutMs: Math.min(requestTimeoutMs, ms('SERVICE_DECK_HEADERS_TIMEOUT_MS', DEFAULT_HTTP.headersTimeoutMs)),
+    headersTimeoutMs: requestHeadMs,
     keepAliveTimeoutMs: ms('SERVICE_DECK_KEEP_ALIVE_TIMEOUT_MS', DEFAULT_HTTP.keepAliveTimeoutMs),
-    maxConnections: maxText ? Math.max(1, parseWhole(maxText, 'SERVICE_DECK_MAX_CONNECTIONS', 'connections')) : DEFAULT_HTTP.maxConnections,
+    maxConnections: maxText ? Math.max(1, parseWhole(maxText, 'SERVICE_DECK_MAX_CONNECTIONS', 'connections')) : defaultMaxConnections(),
+    maxPendingConnections: pendingText ? Math.max(1, parseWhole(pendingText, 'SERVICE_DECK_MAX_PENDING_CONNECTIONS', 'connections')) : DEFAULT_HTTP.maxPendingConnections,
+    // Never longer than the headers limit, which Node applies to a connection that has begun a request.
+    firstByteTimeoutMs: Math.min(requestHeadMs, ms('SERVICE_DECK_FIRST_BYTE_TIMEOUT_MS', DEFAULT_HTTP.firstByteTimeoutMs)),
     allowedHosts: parseAllowedHosts(env.SERVICE_DECK_ALLOWED_HOSTS ?? ''),
     trustProxy: parseFlag(env.SERVICE_DECK_TRUST_PROXY, 'SERVICE_DECK_TRUST_PROXY'),
   };

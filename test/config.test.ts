@@ -1,0 +1,24 @@
+// The listeners' connection limits from the environment (src/config.ts, issue 30): the cap's
+// default follows the process's open-file limit, and the first-byte limit never exceeds the
+// headers limit.
+import t from 'tap';
+import { DEFAULT_HTTP, defaultMaxConnections, loadConfig } from '../src/config.js';
+
+const limits = (soft: string) => `Limit                     Soft Limit           Hard Limit           Units\nMax open files            ${soft}                ${soft}                files\n`;
+
+t.test('the connection cap: 2048, or a third of a lower open-file limit', async (t) => {
+  t.equal(defaultMaxConnections(limits('20000')), DEFAULT_HTTP.maxConnections);
+  t.equal(defaultMaxConnections(limits('1024')), 341, 'both listeners, the workers and the state files share 1024 descriptors');
+  t.equal(defaultMaxConnections(limits('unlimited')), DEFAULT_HTTP.maxConnections);
+  t.equal(defaultMaxConnections(limits('100')), 64, 'never below 64');
+  t.equal(defaultMaxConnections(''), DEFAULT_HTTP.maxConnections, 'no /proc: the default');
+});
+
+t.test('the pending budget and the first-byte limit from the environment', async (t) => {
+  const http = (env: NodeJS.ProcessEnv) => loadConfig({ stateDir: '/tmp/unused' }, env).http;
+  t.match(http({}), { maxPendingConnections: 128, firstByteTimeoutMs: 2000, headersTimeoutMs: 10_000 });
+  t.match(http({ SERVICE_DECK_MAX_PENDING_CONNECTIONS: '16', SERVICE_DECK_FIRST_BYTE_TIMEOUT_MS: '700' }), { maxPendingConnections: 16, firstByteTimeoutMs: 700 });
+  t.match(http({ SERVICE_DECK_HEADERS_TIMEOUT_MS: '1000', SERVICE_DECK_FIRST_BYTE_TIMEOUT_MS: '5000' }), { firstByteTimeoutMs: 1000 }, 'at most the headers limit');
+  t.match(http({ SERVICE_DECK_MAX_CONNECTIONS: '300' }), { maxConnections: 300 });
+  t.throws(() => http({ SERVICE_DECK_MAX_PENDING_CONNECTIONS: 'many' }), /SERVICE_DECK_MAX_PENDING_CONNECTIONS/);
+});
