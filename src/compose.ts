@@ -191,7 +191,7 @@ export async function startService(config: Config, options: StartOptions): Promi
     ttsWorkerMachine,
     audioPolicyMachine,
   ]);
-  const metrics = new Metrics({ config });
+  const metrics = new Metrics({ config, profiles });
   const inspect = inspectBoth((event) => {
     charts.observe(event);
     metrics.observe(event);

@@ -7,6 +7,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { ApiError, errors } from '../errors.js';
 import { jobFailure } from '../workers/lease.js';
+import { clientLeft } from './client.js';
 
 interface ZodIssueLike {
   code?: string;
@@ -149,6 +150,11 @@ export function clientErrorHandler(limits: { requestTimeoutMs: number }) {
 /** The one error handler and not-found handler of a listener. */
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: unknown, request: FastifyRequest, reply: FastifyReply) => {
+    // A client that gave up (in the queue, or while its answer was made) is normal: no error, no stack.
+    if (clientLeft(error)) {
+      request.log.info({ reason: (error as Error).name }, 'the client went away before its answer');
+      return reply.code(499).send();
+    }
     const apiError = toApiError(error);
     // Our own errors are logged by code only: a worker's message may quote what it was working on.
     if (apiError.statusCode >= 500) {

@@ -119,7 +119,9 @@ function recordUsage(series: ChatSeries, usage: AnswerUsage | undefined): void {
 /**
  * A chat stream's own output stream (the route writes the relayed events into it, Fastify sends
  * it): passes every chunk unchanged, notes the first one's time and reads the usage from the end.
- * Being the stream itself, it costs no stream of its own in between, on every token.
+ * Being the stream itself, it costs no stream of its own in between, on every token. Its series
+ * are looked up when they are recorded: a profile deleted or renamed while it streams has had its
+ * series removed, and a child bound before would bring them back.
  */
 export class ChatStreamTap extends Transform {
   #first = true;
@@ -128,7 +130,7 @@ export class ChatStreamTap extends Transform {
 
   constructor(
     readonly reply: FastifyReply,
-    readonly series: ChatSeries,
+    readonly series: () => ChatSeries,
   ) {
     super();
   }
@@ -136,7 +138,7 @@ export class ChatStreamTap extends Transform {
   override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
     if (this.#first && chunk.length > 0) {
       this.#first = false;
-      this.series.firstToken.observe(this.reply.elapsedTime / 1000);
+      this.series().firstToken.observe(this.reply.elapsedTime / 1000);
     }
     this.#previous = this.#last;
     this.#last = chunk;
@@ -145,14 +147,15 @@ export class ChatStreamTap extends Transform {
 
   override _flush(done: TransformCallback): void {
     const parts = [this.#previous, this.#last].filter((part): part is Buffer => part !== undefined);
-    recordUsage(this.series, answerUsage(Buffer.concat(parts).subarray(-TAIL_BYTES)));
+    recordUsage(this.series(), answerUsage(Buffer.concat(parts).subarray(-TAIL_BYTES)));
     done();
   }
 }
 
 /** The output stream of one chat stream, measuring it as it passes (see ChatStreamTap). */
 export function chatStreamTap(metrics: Metrics, profiles: ProfileStore, request: FastifyRequest, reply: FastifyReply): ChatStreamTap {
-  return new ChatStreamTap(reply, metrics.chat(CHAT_ROUTE, modelLabel(request, profiles)));
+  const model = modelLabel(request, profiles);
+  return new ChatStreamTap(reply, () => metrics.chat(CHAT_ROUTE, model));
 }
 
 /**

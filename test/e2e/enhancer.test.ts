@@ -242,6 +242,11 @@ t.test('an answer that cannot be had (context too small for the request): 502 en
   const failed = await apiError(client.images.generate({ model: 'painter', prompt: PROMPT }));
   t.equal(failed.status, 502);
   t.equal((failed.error as { code?: string }).code, 'enhancer_failed');
+  t.match(failed.message, /The prompt enhancer failed: the enhancer answered HTTP 400$/, "the client reads the status, not the worker's words");
+  // The operator reads llama-server's own words in the log, without the prompt.
+  const said = b.logLines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.msg === 'the prompt enhancer answered with an error');
+  t.match(said, [{ level: 40, component: 'enhancer', worker_status: 400, worker_error: /exceeds the available context size/ }], "llama-server's message is logged at warn");
+  t.notOk(b.logLines.join('\n').includes(PROMPT), 'the prompt is in no log line');
   t.same(await runs(model), []);
   t.same(await readdir(path.join(b.stateDir, 'jobs')), []);
   await until('enhancer unloaded', async () => (b.service.enhancer.describe() === undefined ? true : undefined), 15_000);

@@ -1,6 +1,8 @@
 // The one pino logger, writing to stdout and to the console's log tail (src/system/observe/logTail.ts).
 // Access lines carry method, route, status, duration and request id; nothing logs a header, a
-// body, a query string, a token, a cookie, a password, a prompt or an answer.
+// body, a query string, a token, a cookie, a password, a prompt, an answer or any other content a
+// client sent (a JSON schema, tool definitions): a worker's error text is logged without what it
+// quotes of the request (workerErrorDetail, src/workers/chat/chatRequest.ts).
 // The redaction below is a second line of defence for anything that is logged by mistake.
 import pino, { type DestinationStream, type Logger } from 'pino';
 
@@ -35,6 +37,13 @@ export const SENSITIVE_KEYS = new Set([
   'original',
   'body',
   'payload',
+  // What else a chat request carries that the client wrote: its schema, its tools, their calls.
+  'response_format',
+  'json_schema',
+  'tools',
+  'tool_calls',
+  'functions',
+  'grammar',
 ]);
 
 const REDACT_PATHS = [...SENSITIVE_KEYS].flatMap((key) =>

@@ -16,7 +16,9 @@
 //
 // Label values come only from known sets: listener and route names, profile names (the `model`
 // clients send, checked against the stored profiles), worker kinds, denial, exit and unload codes,
-// GPU UUIDs. No prompt, answer, file path or free text is ever a label.
+// GPU UUIDs. No prompt, answer, file path or free text is ever a label. A profile's series live as
+// long as its name: when it is deleted, or renamed, every series labelled with the name it no
+// longer has is removed (`#forgetGone`), and what comes later of its jobs counts under `model=""`.
 import type { InspectionEvent } from 'xstate';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { JobKind, JobPhase, JobSpec, SupervisorEvent, WorkerKind } from '../../../machines/supervisor/index.js';
@@ -24,6 +26,8 @@ import { WORKER_KINDS } from '../../../machines/supervisor/index.js';
 import { probeGpus } from '../../adapters/gpus.js';
 import { ramBudget, readRamFacts } from '../../adapters/memory.js';
 import type { Config } from '../../config.js';
+import { IMAGE_ALIAS } from '../../store/profile.schema.js';
+import type { ProfileStore } from '../../store/profiles.js';
 import type { SupervisorActor } from '../scheduler.js';
 import { ownPids } from './status.js';
 
@@ -68,6 +72,23 @@ export class Bound<T> {
     if (!child) inner.set(b, (child = this.make(a, b)));
     return child;
   }
+
+  /** Every second value bound so far (the model, where that is the second label). */
+  seconds(): Set<string> {
+    const values = new Set<string>();
+    for (const inner of this.#top.values()) for (const b of inner.keys()) values.add(b);
+    return values;
+  }
+
+  /** Unbinds every child whose second value is `b`, each handed to `removed` first (to remove its series). */
+  drop(b: string, removed: (a: string, child: T) => void): void {
+    for (const [a, inner] of this.#top) {
+      const child = inner.get(b);
+      if (child === undefined) continue;
+      removed(a, child);
+      inner.delete(b);
+    }
+  }
 }
 
 /** The series of one route and model of one listener. */
@@ -94,12 +115,15 @@ interface JobLabels {
 
 export interface MetricsDeps {
   config: Pick<Config, 'env' | 'ramReserveMiB'>;
+  /** The stored profiles: a model label lives as long as a profile has that name. */
+  profiles?: Pick<ProfileStore, 'byName' | 'on'>;
   now?: () => number;
 }
 
 export class Metrics {
   readonly registry = new Registry();
   readonly #now: () => number;
+  readonly #profiles: MetricsDeps['profiles'];
   #supervisor: SupervisorActor | undefined;
   /** Jobs between their reservation request and its end, for the labels of what follows. */
   readonly #jobs = new Map<string, JobLabels>();
@@ -136,6 +160,9 @@ export class Metrics {
 
   constructor(deps: MetricsDeps) {
     this.#now = deps.now ?? Date.now;
+    this.#profiles = deps.profiles;
+    // A profile deleted or renamed: the series of the name it no longer has go.
+    deps.profiles?.on('profile.changed', () => this.#forgetGone());
     const { config } = deps;
     /** The supervisor once attached (the gauges below are read at scrape time only). */
     const supervised = () => this.#supervisor;
@@ -210,7 +237,7 @@ export class Metrics {
       const job = this.#jobs.get(event.jobId);
       if (!job) return;
       const now = this.#now();
-      this.#queueWaits.get(job.kind, job.model).observe((now - job.at) / 1000);
+      this.#queueWaits.get(job.kind, this.#label(job.model)).observe((now - job.at) / 1000);
       if (event.start) this.#starting.set(event.worker, { generation: event.generation, model: job.model, at: now });
       if (event.enhancer) this.#starting.set('enhancer', { generation: event.enhancer.generation, model: job.model, at: now });
     });
@@ -247,7 +274,7 @@ export class Metrics {
         const start = this.#starting.get(event.kind);
         if (start?.generation !== event.generation) break;
         this.#starting.delete(event.kind);
-        const series = this.#loaded.get(event.kind, start.model);
+        const series = this.#loaded.get(event.kind, this.#label(start.model));
         series.count.inc();
         series.time.observe((this.#now() - start.at) / 1000);
         break;
@@ -280,7 +307,36 @@ export class Metrics {
   }
 
   chat(route: string, model: string): ChatSeries {
-    return this.#chatSeries.get(route, model);
+    return this.#chatSeries.get(route, this.#label(model));
+  }
+
+  /** A job's model label when it is recorded: the name it was reserved under, or "" once no profile has that name. */
+  #label(model: string): string {
+    return model === NO_MODEL || model === IMAGE_ALIAS || !this.#profiles || this.#profiles.byName(model) ? model : NO_MODEL;
+  }
+
+  /** Removes every series labelled with a model that no profile is named any more (deleted, or renamed), with its bound children. */
+  #forgetGone(): void {
+    const models = new Set([...this.#chatSeries.seconds(), ...this.#queueWaits.seconds(), ...this.#loaded.seconds()]);
+    for (const bound of this.#requestSeries.values()) for (const model of bound.seconds()) models.add(model);
+    for (const model of models) if (this.#label(model) !== model) this.#forget(model);
+  }
+
+  #forget(model: string): void {
+    for (const [listener, bound] of this.#requestSeries) {
+      bound.drop(model, (route, series) => {
+        for (const code of series.codes.keys()) this.#requests.remove(listener, route, model, String(code));
+        this.#duration.remove(listener, route, model);
+      });
+    }
+    this.#chatSeries.drop(model, (route) => {
+      for (const metric of [this.#firstToken, this.#promptTokens, this.#completionTokens, this.#tokensPerSecond]) metric.remove(route, model);
+    });
+    this.#queueWaits.drop(model, (kind) => this.#queueWait.remove(kind, model));
+    this.#loaded.drop(model, (kind) => {
+      this.#loads.remove(kind, model);
+      this.#loadTime.remove(kind, model);
+    });
   }
 
   get contentType(): string {

@@ -156,6 +156,8 @@ export function completeAnswer(body: Buffer): Buffer {
   return Buffer.from(JSON.stringify(parsed));
 }
 
+const CHAT_WORKER = { component: 'chat', name: 'chat worker' } as const;
+
 /** Where the worker's error text comes from llama.cpp's C++ internals rather than from words written for users. */
 const INTERNALS = /\[json\.exception\.|std::|unordered_map::|vector::|basic_string|what\(\)/;
 
@@ -165,13 +167,51 @@ const CONTENT_UNREADABLE: ReadonlyArray<[RegExp, string]> = [
   [/\[json\.exception\.out_of_range\.406\]/, 'it holds a number beyond the range the chat worker can read'],
 ];
 
+/** A quoted span: a quote mark after a space, an opening bracket, `=`, `:` or `,` (an apostrophe inside a word is none), to its closing mark or the end. */
+const QUOTED = /(^|[\s([=:,])(['"`])(?:(?!\2)[\s\S])*(?:\2|$)/g;
+
 /**
- * The worker's text for the log: the JSON parser's quote of the request (`last read: '…'`,
- * `parsing '…'`) is left out, as a prompt would be, and the rest is bounded.
+ * A worker's error text as the log keeps it: llama-server's own words, never the request's. What
+ * may quote the request (a prompt, a message, a JSON schema, a tool definition) is left out: the
+ * JSON parser's quote (`last read: '…'`, `parsing '…'`), a schema place with what follows it
+ * (`JSON schema error at #/properties/<name>: unrecognized type <type>`), every line after the
+ * first (a schema or grammar dump), quoted text ('…', "…", `…`) and JSON text ({…}). The rest is
+ * bounded. The client's own answer is another matter (workerStatusError).
  */
 export function workerErrorDetail(message: string): string {
-  const unquoted = message.replace(/; last read: [\s\S]*$/, '; last read: (left out)').replace(/ parsing '[\s\S]*$/, ' parsing (value left out)');
+  const lines = message.split(/\r?\n/);
+  const first = lines.length > 1 ? `${lines[0] ?? ''} (…)` : message;
+  const unquoted = first
+    .replace(/; last read: [\s\S]*$/, '; last read: (left out)')
+    .replace(/ parsing '[\s\S]*$/, ' parsing (value left out)')
+    .replace(/ at #[\s\S]*$/, ' at (the place in the schema and its detail left out)')
+    .replace(QUOTED, '$1$2…$2')
+    .replace(/\{[\s\S]*$/, '{…}');
   return unquoted.length > 500 ? `${unquoted.slice(0, 500)}…` : unquoted;
+}
+
+/** Where a worker's error detail is logged (never shown to the client). */
+export type StatusLog = { warn: (fields: object, message: string) => void };
+/** What a worker's error message is completed with (the context size a request ran past). */
+export type StatusProfile = { name: string; params: Pick<ChatParams, 'context' | 'slots'> };
+
+/**
+ * llama-server's error answer (`{ error: { message, type } }`, OpenAI's shape) read, and its
+ * message logged for the operator at warn without the request's text (workerErrorDetail): the
+ * chat worker's and the prompt enhancer's alike. Empty when the body is no such answer.
+ */
+export function readWorkerError(status: number, body: Buffer | string, log: StatusLog, worker: { component: 'chat' | 'enhancer'; name: string }): { message?: string; type?: string } {
+  let parsed: { error?: { message?: unknown; type?: unknown } } | null;
+  try {
+    parsed = JSON.parse(body.toString()) as typeof parsed;
+  } catch {
+    // Not JSON: the status alone says what happened.
+    return {};
+  }
+  const message = typeof parsed?.error?.message === 'string' ? parsed.error.message : undefined;
+  const type = typeof parsed?.error?.type === 'string' ? parsed.error.type : undefined;
+  if (message !== undefined) log.warn({ component: worker.component, worker_status: status, worker_error: workerErrorDetail(message) }, `the ${worker.name} answered with an error`);
+  return { ...(message === undefined ? {} : { message }), ...(type === undefined ? {} : { type }) };
 }
 
 /**
@@ -192,22 +232,8 @@ function contextNote(profile: StatusProfile | undefined): string {
  * for users; the text of its C++ internals (`unordered_map::at`, the JSON parser's exception,
  * which quotes the request back) is replaced by a summary, and the detail goes to `log`.
  */
-/** Where a worker's error detail is logged (never shown to the client). */
-export type StatusLog = { warn: (fields: object, message: string) => void };
-/** What a worker's error message is completed with (the context size a request ran past). */
-export type StatusProfile = { name: string; params: Pick<ChatParams, 'context' | 'slots'> };
-
 export function workerStatusError(status: number, body: Buffer, log: StatusLog, profile?: StatusProfile): ApiError {
-  let message: string | undefined;
-  let code: string | null = null;
-  try {
-    const parsed = JSON.parse(body.toString('utf8')) as { error?: { message?: unknown; code?: unknown; type?: unknown } };
-    if (typeof parsed.error?.message === 'string') message = parsed.error.message;
-    if (typeof parsed.error?.type === 'string') code = parsed.error.type;
-  } catch {
-    // Not JSON: the status alone says what happened.
-  }
-  if (message !== undefined) log.warn({ component: 'chat', worker_status: status, worker_error: workerErrorDetail(message) }, 'the chat worker answered with an error');
+  const { message, type: code } = readWorkerError(status, body, log, CHAT_WORKER);
   const internal = message !== undefined && INTERNALS.test(message);
   // What came before the internals is llama-server's own words ("Failed to parse tool call arguments as JSON").
   const lead = message?.split(INTERNALS)[0]?.replace(/[\s:]+$/, '');

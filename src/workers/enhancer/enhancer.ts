@@ -8,6 +8,7 @@
 //
 // The prompt and its rewrite live only in this request and its answer: never in a machine's
 // context, a log line or a file (the reference images are read from the job's private folder).
+// An error answer's message is logged as the chat worker's is, without the request's text.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Actor } from 'xstate';
@@ -18,6 +19,7 @@ import type { EnhancerStep, StartPlan } from '../../../machines/supervisor/index
 import { imageKind } from '../../adapters/png.js';
 import { connectionOf, LifecycleWorker } from '../lifecycle.js';
 import type { ChatWorkerDeps } from '../chat/chat.js';
+import { readWorkerError, type StatusLog } from '../chat/chatRequest.js';
 import { llamaServerActor, type ServerRole } from '../chat/llamaServer.js';
 
 type EnhancerActor = Actor<typeof enhancerWorkerMachine>;
@@ -123,15 +125,18 @@ export function readEnhancerAnswer(body: unknown): Enhancement {
 }
 
 const ENHANCER_SERVER: ServerRole<EnhancerLaunch> = { kind: 'enhancer', name: 'prompt enhancer', args: enhancerArgs };
+const ENHANCER_WORKER = { component: 'enhancer', name: 'prompt enhancer' } as const;
 
 export class EnhancerWorker extends LifecycleWorker<ReturnType<EnhancerActor['getSnapshot']>, EnhancerLaunch, EnhancerRun> {
   readonly #keys: Map<number, string>;
+  readonly #log: StatusLog;
 
   constructor(deps: ChatWorkerDeps) {
     const keys = new Map<number, string>();
     const engine = llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys }, ENHANCER_SERVER);
     super(enhancerWorkerMachine.provide({ actors: { engine } }), 'enhancer', connectionOf(deps, 'prompt enhancer', WORKER_IDS.enhancer), (reason) => new EnhancerFailure(reason));
     this.#keys = keys;
+    this.#log = deps.log;
   }
 
   protected launchOf(lease: { generation: number; start: unknown }, run: EnhancerRun): EnhancerLaunch {
@@ -185,7 +190,11 @@ export class EnhancerWorker extends LifecycleWorker<ReturnType<EnhancerActor['ge
       throw new EnhancerFailure(`the enhancer did not answer (${(error as Error).name === 'TimeoutError' ? `no answer within ${ANSWER_LIMIT_MS / 1000} s` : 'the connection failed'})`);
     }
     const text = await response.text().catch(() => '');
-    if (!response.ok) throw new EnhancerFailure(`the enhancer answered HTTP ${response.status}`);
+    if (!response.ok) {
+      // llama-server's own words go to the log (without the prompt it may quote); the job's answer keeps to the status.
+      readWorkerError(response.status, text, this.#log, ENHANCER_WORKER);
+      throw new EnhancerFailure(`the enhancer answered HTTP ${response.status}`);
+    }
     let json: unknown;
     try {
       json = JSON.parse(text);

@@ -115,3 +115,21 @@ t.test('the detail for the log is bounded', async (t) => {
   t.equal(workerErrorDetail('x'.repeat(2000)).length, 501, '500 characters and an ellipsis');
   t.equal(workerErrorDetail('plain words'), 'plain words', 'a text without quotes stays as it is');
 });
+
+t.test("the detail for the log keeps llama-server's words and leaves out the request's", async (t) => {
+  const cases: Array<[string, string, string]> = [
+    [
+      'a schema place and what follows it (llama-server today)',
+      'Unable to generate parser for this template. Automatic parser generation failed: JSON schema error at #/properties/MARK_name: unrecognized type MARK-type',
+      'Unable to generate parser for this template. Automatic parser generation failed: JSON schema error at (the place in the schema and its detail left out)',
+    ],
+    ['a dump after the first line (older llama-server)', 'JSON schema conversion failed:\nUnrecognized schema: {"type":"MARK"}', 'JSON schema conversion failed: (…)'],
+    ['JSON text', 'Missing content part type: {"MARK":1}', 'Missing content part type: {…}'],
+    ['quoted text', 'Unsupported content part type: "MARK"', 'Unsupported content part type: "…"'],
+    ['a quote cut off', "Invalid tool call: 'MARK and the rest", "Invalid tool call: '…'"],
+    ['several quotes', "Assistant message must contain either 'content' or 'tool_calls'!", "Assistant message must contain either '…' or '…'!"],
+    ['an apostrophe inside a word is no quote', "the model's template failed", "the model's template failed"],
+    ['words of its own', 'Failed to initialize samplers: failed to parse grammar', 'Failed to initialize samplers: failed to parse grammar'],
+  ];
+  for (const [what, message, logged] of cases) t.equal(workerErrorDetail(message), logged, what);
+});
