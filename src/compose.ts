@@ -35,6 +35,7 @@ import { catalogOf } from './system/catalog/catalog.js';
 import { Counters } from './system/observe/counters.js';
 import { ChartFeed } from './system/observe/charts.js';
 import { HostFacts } from './system/host.js';
+import { UploadRoom } from './workers/uploadRoom.js';
 import { createInspection, inspectBoth } from './system/observe/inspect.js';
 import { boundAddress, InferenceListener, listenerOf, watchListener, type ListenerActor } from './system/listener.js';
 import type { Logger } from './system/observe/log.js';
@@ -279,6 +280,8 @@ export async function startService(config: Config, options: StartOptions): Promi
     inspection,
     charts,
     host,
+    // Through the service's host facts, so that a test can put another statfs in.
+    uploads: new UploadRoom(path.join(config.stateDir, 'jobs'), (dir) => service.host.freeBytesNow(dir)),
     enhancers,
     accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => boundAddress(admin),

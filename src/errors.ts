@@ -68,6 +68,8 @@ export const errors = {
   tooManyRequests: (code: string, message: string, retryAfterSeconds: number) =>
     new ApiError(429, 'rate_limit_error', code, message, null, { 'retry-after': String(retryAfterSeconds) }),
   unavailable: (code: string, message: string) => new ApiError(503, 'server_error', code, message),
+  /** The disk has no room for an upload (src/workers/uploadRoom.ts). */
+  insufficientStorage: (message: string) => new ApiError(507, 'server_error', 'insufficient_storage', message, null, { 'retry-after': '30' }),
   workerFailed: (message: string) => new ApiError(502, 'server_error', 'worker_failed', message),
   enhancerFailed: (message: string) => new ApiError(502, 'server_error', 'enhancer_failed', message),
   internal: () => new ApiError(500, 'server_error', 'internal_error', 'The server failed to answer; see its log.'),

@@ -10,6 +10,7 @@ import type { ChartFeed } from './system/observe/charts.js';
 import type { Catalog } from './system/catalog/catalog.js';
 import type { Counters } from './system/observe/counters.js';
 import type { EnhancerInstalls } from './system/enhancerInstalls.js';
+import type { UploadRoom } from './workers/uploadRoom.js';
 import type { HostFacts } from './system/host.js';
 import type { Inspection } from './system/observe/inspect.js';
 import type { ListenerActor } from './system/listener.js';
@@ -81,6 +82,8 @@ export interface Service {
   charts: ChartFeed;
   /** OS, CPU, RAM, graphics and the state directory's disk, for the console (read at most once a minute). */
   host: HostFacts;
+  /** Disk room for uploads: each accepted upload reserves its most until its job folder goes. */
+  uploads: UploadRoom;
   /** The prompt enhancers' installs (CONTRACT section 8). */
   enhancers: EnhancerInstalls;
   /** Whether the inference listener takes new requests (the listener machine's `accepting` tag). */

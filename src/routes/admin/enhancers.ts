@@ -59,7 +59,7 @@ export const adminEnhancerRoutes: FastifyPluginAsync<{ service: Service }> = asy
     let body: unknown = request.body;
     let images: JobFolder | undefined;
     if (request.isMultipart()) {
-      const form = await readImageForm(request, ['profile_id', 'prompt'], service.config.stateDir);
+      const form = await readImageForm(request, ['profile_id', 'prompt'], service);
       body = form.fields;
       images = form.images;
     }

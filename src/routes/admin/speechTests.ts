@@ -10,7 +10,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { TRANSCRIPTION_WAV } from '../../adapters/wav.js';
 import type { Service } from '../../service.js';
-import { recordingOf, speak, transcribe, transcriptionLanguage } from '../../workers/speech/speechJobs.js';
+import { speak, transcribe, transcriptionLanguage } from '../../workers/speech/speechJobs.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
 import { errors } from '../../errors.js';
@@ -34,13 +34,18 @@ export const adminSpeechTestRoutes: FastifyPluginAsync<{ service: Service }> = a
   });
 
   app.post('/api/v1/transcription-tests', async (request, reply) => {
-    const { fields, file } = await readRecordingForm(request, ['profile_id', 'language']);
-    if (!fields.profile_id) throw errors.invalidValue('profile_id', "The field 'profile_id' is required: an STT profile.");
-    const requested = requestedLanguage(fields.language);
-    if (!file) throw noFile();
-    const profile = await testProfile(service, fields.profile_id, 'stt');
-    const language = transcriptionLanguage(profile, requested);
-    const text = await transcribe(service, profile, recordingOf(file), language, 'test', clientGone(reply));
-    return { text, language };
+    const { fields, file } = await readRecordingForm(request, service, ['profile_id', 'language']);
+    try {
+      if (!fields.profile_id) throw errors.invalidValue('profile_id', "The field 'profile_id' is required: an STT profile.");
+      const requested = requestedLanguage(fields.language);
+      if (!file) throw noFile();
+      const profile = await testProfile(service, fields.profile_id, 'stt');
+      const language = transcriptionLanguage(profile, requested);
+      await file.pcm();
+      const text = await transcribe(service, profile, file, language, 'test', clientGone(reply));
+      return { text, language };
+    } finally {
+      await file?.remove();
+    }
   });
 };

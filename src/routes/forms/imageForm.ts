@@ -6,6 +6,7 @@ import { errors } from '../../errors.js';
 import { notOffered } from '../../workers/fields.js';
 import { editSchema, IMAGE_LIMITS } from '../../workers/image/image.schema.js';
 import { JobFolder } from '../../workers/jobFolder.js';
+import type { UploadRoom } from '../../workers/uploadRoom.js';
 import { readForm } from '../multipart.js';
 
 /**
@@ -47,16 +48,17 @@ export const EDIT_FIELDS = Object.keys(editSchema.shape);
 /**
  * A multipart form with reference images (`image[]`, one to four, 10 MiB each, PNG, JPEG or WebP
  * by their bytes) and the text fields `allowed`: the edit route's and the enhancer preview's. The
- * images are streamed into a new private job folder under `stateDir`, never held in memory; the
- * caller removes the folder (on an error here it is removed already).
+ * images are streamed into a new private job folder under the state directory, never held in
+ * memory, once the folder has reserved disk room for four images (a 507 when the disk has none);
+ * the caller removes the folder (on an error here it is removed already).
  */
 export async function readImageForm(
   request: FastifyRequest,
   allowed: readonly string[],
-  stateDir: string,
+  uploads: { config: { stateDir: string }; uploads: UploadRoom },
   checks: FormChecks = {},
 ): Promise<{ fields: Record<string, string>; images: JobFolder }> {
-  const images = await JobFolder.create(stateDir);
+  const images = await JobFolder.create(uploads.config.stateDir, 'image', { room: uploads.uploads, maxBytes: IMAGE_LIMITS.maxReferences * IMAGE_LIMITS.maxReferenceBytes });
   try {
     const fields = await readForm(
       request,

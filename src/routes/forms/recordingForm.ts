@@ -1,7 +1,8 @@
 // The multipart form of a recording (the API's transcription and the operator's transcription
-// test): at most one file, in the field `file`, read into memory up to the recording's limit, and
-// text fields, each accepted, refused with its rule, or an unknown parameter; then the text
-// fields checked against their schema.
+// test): at most one file, in the field `file`, streamed into a private job folder up to the
+// recording's limit (never held in memory; the folder first reserves its disk room), and text
+// fields, each accepted, refused with its rule, or an unknown parameter; then the text fields
+// checked against their schema.
 import type { MultipartFile } from '@fastify/multipart';
 import type { FastifyRequest } from 'fastify';
 import type { z } from 'zod';
@@ -9,53 +10,74 @@ import { TRANSCRIPTION_WAV } from '../../adapters/wav.js';
 import { errors } from '../../errors.js';
 import { notOffered } from '../../workers/fields.js';
 import { sttLanguageField, type Refusal } from '../../workers/speech/transcription.schema.js';
+import { RecordingFile } from '../../workers/speech/speechJobs.js';
+import { JobFolder } from '../../workers/jobFolder.js';
+import type { UploadRoom } from '../../workers/uploadRoom.js';
 import type { SttLanguage } from '../../store/profile.schema.js';
 import { readForm } from '../multipart.js';
 
-/** The uploaded file's bytes; over 8 MiB is a 413 naming the limit. */
-const readFile = async (part: MultipartFile): Promise<Buffer> => {
-  const chunks: Buffer[] = [];
-  for await (const chunk of part.file) chunks.push(chunk as Buffer);
-  if (part.file.truncated) {
-    throw errors.tooLarge(`The file is larger than ${TRANSCRIPTION_WAV.maxBytes} bytes (8 MiB), the limit for a recording.`, 'file');
+/** Where a recording goes: the state directory's job folders, and the disk room they share. */
+export interface RecordingUploads {
+  config: { stateDir: string };
+  uploads: UploadRoom;
+}
+
+/** The uploaded file, written into a new job folder as it arrives; over 8 MiB is a 413 naming the limit. */
+async function writeRecording(part: MultipartFile, uploads: RecordingUploads): Promise<RecordingFile> {
+  const folder = await JobFolder.create(uploads.config.stateDir, 'transcription', { room: uploads.uploads, maxBytes: TRANSCRIPTION_WAV.maxBytes });
+  try {
+    const file = await folder.write('recording.wav', part.file as AsyncIterable<Buffer>);
+    if (part.file.truncated) {
+      throw errors.tooLarge(`The file is larger than ${TRANSCRIPTION_WAV.maxBytes} bytes (8 MiB), the limit for a recording.`, 'file');
+    }
+    return new RecordingFile(folder, file);
+  } catch (error) {
+    await folder.remove();
+    throw error;
   }
-  return Buffer.concat(chunks);
-};
+}
 
 export const noFile = () => errors.invalidValue('file', "The field 'file' is required: a PCM16 WAV recording, mono, 16 kHz.");
 
 /**
  * Reads a multipart recording form: at most one file, in the field `file`, and the `accepted`
- * text fields; a field of `refused` is a 400 with its rule, any other an unknown parameter.
+ * text fields; a field of `refused` is a 400 with its rule, any other an unknown parameter. The
+ * caller removes the recording (on an error here it is removed already).
  */
 export async function readRecordingForm(
   request: FastifyRequest,
+  uploads: RecordingUploads,
   accepted: readonly string[],
   refused: ReadonlyMap<string, Refusal> = new Map(),
   arrays: ReadonlySet<string> = new Set(),
-) {
+): Promise<{ fields: Record<string, string>; file: RecordingFile | undefined }> {
   if (!request.isMultipart()) throw errors.mediaType(`Send the recording as multipart/form-data (fields ${[...accepted, 'file'].join(', ')}).`);
-  return readForm(request, undefined, async (parts) => {
-    const fields: Record<string, string> = {};
-    let file: Buffer | undefined;
-    for await (const part of parts) {
-      if (part.type === 'file') {
-        if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
-        if (file) throw errors.invalidValue('file', 'Send exactly one file.');
-        file = await readFile(part);
-        continue;
+  let file: RecordingFile | undefined;
+  try {
+    return await readForm(request, undefined, async (parts) => {
+      const fields: Record<string, string> = {};
+      for await (const part of parts) {
+        if (part.type === 'file') {
+          if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
+          if (file) throw errors.invalidValue('file', 'Send exactly one file.');
+          file = await writeRecording(part, uploads);
+          continue;
+        }
+        // An array's items come as `name[]`: the field is `name`.
+        const bare = part.fieldname.replace(/\[\]$/, '');
+        const name = arrays.has(bare) ? bare : part.fieldname;
+        const value = String(part.value);
+        const refusal = refused.get(name);
+        if (refusal && value !== refusal.harmless) throw errors.invalidValue(name, `${notOffered(name, refusal.why)}.`);
+        if (!refusal && !accepted.includes(name)) throw errors.unknownParameter(part.fieldname);
+        fields[name] = value;
       }
-      // An array's items come as `name[]`: the field is `name`.
-      const bare = part.fieldname.replace(/\[\]$/, '');
-      const name = arrays.has(bare) ? bare : part.fieldname;
-      const value = String(part.value);
-      const refusal = refused.get(name);
-      if (refusal && value !== refusal.harmless) throw errors.invalidValue(name, `${notOffered(name, refusal.why)}.`);
-      if (!refusal && !accepted.includes(name)) throw errors.unknownParameter(part.fieldname);
-      fields[name] = value;
-    }
-    return { fields, file };
-  });
+      return { fields, file };
+    });
+  } catch (error) {
+    await file?.remove();
+    throw error;
+  }
 }
 
 /**

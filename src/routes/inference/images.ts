@@ -59,7 +59,7 @@ export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base
     // the whole form was read).
     let early: ImageProfile | undefined;
     let unknownModel: unknown;
-    const { fields, images } = await readImageForm(request, EDIT_FIELDS, service.config.stateDir, {
+    const { fields, images } = await readImageForm(request, EDIT_FIELDS, service, {
       field: async (name, value) => {
         if (name !== 'model' || value === '') return;
         early = await imageProfile(service, value).catch((error: unknown) => {

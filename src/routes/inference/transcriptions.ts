@@ -9,7 +9,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { TRANSCRIPTION_WAV } from '../../adapters/wav.js';
 import type { Service } from '../../service.js';
-import { recordingOf, transcribe, transcriptionLanguage } from '../../workers/speech/speechJobs.js';
+import { transcribe, transcriptionLanguage } from '../../workers/speech/speechJobs.js';
 import type { SttProfile } from '../../workers/speech/stt.js';
 import { ACCEPTED, ARRAYS, REFUSED, transcriptionFields } from '../../workers/speech/transcription.schema.js';
 import { clientGone } from '../client.js';
@@ -19,14 +19,19 @@ export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = asy
   // A chunked upload is read up to a recording and its fields before its refusal (src/routes/chunked.ts).
   app.post('/v1/audio/transcriptions', { config: { uploadLimit: TRANSCRIPTION_WAV.maxBytes + 64 * 1024 } }, async (request, reply) => {
     const signal = clientGone(reply);
-    const form = await readRecordingForm(request, ACCEPTED, REFUSED, ARRAYS);
-    const { model, language: requested } = formFields(transcriptionFields, form.fields);
-    if (!form.file) throw noFile();
-
-    const profile = (await service.catalog.require('stt', model)) as SttProfile;
-    request.metricsModel = model;
-    const language = transcriptionLanguage(profile, requested);
-    const text = await transcribe(service, profile, recordingOf(form.file), language, 'api', signal);
-    return { text };
+    const form = await readRecordingForm(request, service, ACCEPTED, REFUSED, ARRAYS);
+    try {
+      const { model, language: requested } = formFields(transcriptionFields, form.fields);
+      if (!form.file) throw noFile();
+      const profile = (await service.catalog.require('stt', model)) as SttProfile;
+      request.metricsModel = model;
+      const language = transcriptionLanguage(profile, requested);
+      // Checked now, read again when its job runs: a waiting job holds no recording in memory.
+      await form.file.pcm();
+      const text = await transcribe(service, profile, form.file, language, 'api', signal);
+      return { text };
+    } finally {
+      await form.file?.remove();
+    }
   });
 };

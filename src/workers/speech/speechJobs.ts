@@ -2,10 +2,12 @@
 // or join the worker, run, give the reservation back. The inference routes run them for API
 // clients (source `api`, published profiles); the admin routes run them as the operator's tests
 // (source `test`, no publication needed), through the same scheduler and workers.
+import { readFile } from 'node:fs/promises';
 import type { JobSource } from '../../../machines/supervisor/index.js';
 import { checkTranscriptionWav, WavError } from '../../adapters/wav.js';
 import { ApiError, errors } from '../../errors.js';
 import { STT_LANGUAGES, type SttLanguage } from '../../store/profile.schema.js';
+import type { JobFolder } from '../jobFolder.js';
 import { onLease } from '../lease.js';
 import type { Service } from '../../service.js';
 import type { SttProfile } from './stt.js';
@@ -51,7 +53,28 @@ export function recordingOf(file: Buffer): Buffer {
   }
 }
 
-export async function transcribe(service: Service, profile: SttProfile, pcm: Buffer, language: SttLanguage, source: JobSource, signal: AbortSignal): Promise<string> {
+/**
+ * An uploaded recording in its job folder (written there as it arrived): checked from its bytes
+ * before its job waits, and read again only when the job runs, so a waiting job holds none of it in
+ * memory. Whoever read the form removes it.
+ */
+export class RecordingFile {
+  constructor(
+    readonly folder: JobFolder,
+    readonly file: string,
+  ) {}
+
+  /** Its PCM samples, or the 400 naming the rule it breaks. */
+  async pcm(): Promise<Buffer> {
+    return recordingOf(await readFile(this.file));
+  }
+
+  remove(): Promise<void> {
+    return this.folder.remove();
+  }
+}
+
+export async function transcribe(service: Service, profile: SttProfile, recording: RecordingFile, language: SttLanguage, source: JobSource, signal: AbortSignal): Promise<string> {
   const lease = await service.scheduler.reserve(
     { kind: 'stt', source, profileId: profile.id, revision: profile.revision, slots: 1, device: 'cpu', whenBusy: 'wait', profile },
     { signal },
@@ -62,6 +85,6 @@ export async function transcribe(service: Service, profile: SttProfile, pcm: Buf
     // A recording is not dropped halfway: a client that leaves now still lets the engine finish
     // (a few seconds at most), so the next job never meets a busy engine. Only a revoked
     // reservation (endpoint stop, a dead worker) ends it early.
-    return service.stt.transcribe(lease.generation, pcm, language, lease.signal);
+    return service.stt.transcribe(lease.generation, await recording.pcm(), language, lease.signal);
   });
 }
