@@ -46,7 +46,17 @@ export const imageParamsSchema = z.strictObject({
   referenceImages: z.number().int().min(0).max(4).default(0).describe('how many reference images an edit may send (0: no edits)'),
 });
 
-const gpuDevice = z.union([z.literal('cpu'), z.string().regex(/^GPU-[A-Za-z0-9-]+$/, 'a GPU UUID such as GPU-1234…')]);
+/** A GPU by its UUID, as nvidia-smi names it (`GPU-` and hex groups; a simulated inventory's `GPU-a` too). */
+const GPU_UUID = /^GPU-[A-Za-z0-9-]+$/;
+const gpuDevice = z.union([z.literal('cpu'), z.string().regex(GPU_UUID, 'a GPU UUID such as GPU-1234…')]);
+
+/**
+ * The voices the espeak-ng backend has: OpenAI's preset names, each of which the TTS worker maps to
+ * an espeak-ng variant (src/workers/speech/tts.ts); `alloy` is the default. An openai-server
+ * backend has voices of its own, which the service cannot list.
+ */
+export const ESPEAK_VOICE_NAMES = ['alloy', 'ash', 'ballad', 'coral', 'echo', 'fable', 'nova', 'onyx', 'sage', 'shimmer', 'verse'] as const;
+export type EspeakVoice = (typeof ESPEAK_VOICE_NAMES)[number];
 
 export const ttsParamsSchema = z
   .strictObject({
@@ -102,6 +112,15 @@ export const sttParamsSchema = z
     }
   });
 
+/**
+ * Where a prompt enhancer runs (CONTRACT section 8): `auto` (every GPU, the rest in RAM), `cpu`, or
+ * one GPU by its UUID. What a save accepts; a stored file is read with any short string.
+ */
+export const enhancerDeviceSchema = z
+  .string()
+  .max(100)
+  .refine((device) => device === 'auto' || device === 'cpu' || GPU_UUID.test(device), 'one of "auto", "cpu", or a GPU UUID such as GPU-1a2b3c4d-… (nvidia-smi -L)');
+
 export const promptEnhancerSchema = z.strictObject({
   t2i: z.string().min(1).max(200).nullable().default(null),
   i2i: z.string().min(1).max(200).nullable().default(null),
@@ -131,14 +150,39 @@ const common = {
   prompt_enhancer: promptEnhancerSchema.optional(),
 };
 
-/** What the operator writes; `params` is checked against its category's schema. */
-export const profileInputSchema = z.discriminatedUnion('category', [
+/** A profile's shape: `params` is checked against its category's schema. */
+const profileShape = z.discriminatedUnion('category', [
   z.strictObject({ ...common, category: z.literal('chat'), params: chatParamsSchema }),
   z.strictObject({ ...common, category: z.literal('image'), params: imageParamsSchema }),
   z.strictObject({ ...common, category: z.literal('tts'), params: ttsParamsSchema }),
   z.strictObject({ ...common, category: z.literal('stt'), params: sttParamsSchema }),
 ]);
-export type ProfileInput = z.output<typeof profileInputSchema>;
+export type ProfileInput = z.output<typeof profileShape>;
+
+/**
+ * What a save refuses beyond the shape: a profile that could never run, because every request of
+ * it would fail (a TTS voice the espeak-ng backend does not have, looked up in a list, never as a
+ * key of an object, so `constructor` is refused too), or a choice that is none (an enhancer device).
+ * Files saved before these checks are still read (storedProfileSchema has only the shape), so a
+ * start never fails on them; their next save must fix them.
+ */
+function runnable(profile: ProfileInput, ctx: z.RefinementCtx): void {
+  if (profile.category === 'tts') {
+    const { backend, voice } = profile.params;
+    if (backend === 'espeak-ng' && voice !== undefined && !(ESPEAK_VOICE_NAMES as readonly string[]).includes(voice)) {
+      ctx.addIssue({ code: 'custom', path: ['params', 'voice'], message: `${JSON.stringify(voice)} is not a voice of the espeak-ng backend; it has ${ESPEAK_VOICE_NAMES.join(', ')}` });
+    }
+  }
+  const device = profile.prompt_enhancer?.device;
+  if (device !== undefined) {
+    for (const issue of enhancerDeviceSchema.safeParse(device).error?.issues ?? []) {
+      ctx.addIssue({ code: 'custom', path: ['prompt_enhancer', 'device'], message: issue.message });
+    }
+  }
+}
+
+/** What the operator writes: a profile that can run. */
+export const profileInputSchema = profileShape.superRefine(runnable);
 
 /** Read-only fields a client may send back unchanged in a PUT; they are ignored. */
 const readOnly = {
@@ -152,16 +196,18 @@ const readOnly = {
 };
 const revision = z.number().int().min(1);
 
-export const profileUpdateSchema = z.discriminatedUnion('category', [
-  z.strictObject({ ...common, ...readOnly, revision, category: z.literal('chat'), params: chatParamsSchema }),
-  z.strictObject({ ...common, ...readOnly, revision, category: z.literal('image'), params: imageParamsSchema }),
-  z.strictObject({ ...common, ...readOnly, revision, category: z.literal('tts'), params: ttsParamsSchema }),
-  z.strictObject({ ...common, ...readOnly, revision, category: z.literal('stt'), params: sttParamsSchema }),
-]);
+export const profileUpdateSchema = z
+  .discriminatedUnion('category', [
+    z.strictObject({ ...common, ...readOnly, revision, category: z.literal('chat'), params: chatParamsSchema }),
+    z.strictObject({ ...common, ...readOnly, revision, category: z.literal('image'), params: imageParamsSchema }),
+    z.strictObject({ ...common, ...readOnly, revision, category: z.literal('tts'), params: ttsParamsSchema }),
+    z.strictObject({ ...common, ...readOnly, revision, category: z.literal('stt'), params: sttParamsSchema }),
+  ])
+  .superRefine(runnable);
 
 export const profileIdSchema = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/);
 
-/** The record in `profiles/<id>.json`. */
+/** The record in `profiles/<id>.json`: the shape only (see runnable). */
 export const storedProfileSchema = z.intersection(
   z.object({
     id: profileIdSchema,
@@ -169,7 +215,7 @@ export const storedProfileSchema = z.intersection(
     created_at: z.string(),
     updated_at: z.string(),
   }),
-  profileInputSchema,
+  profileShape,
 );
 export type StoredProfile = z.output<typeof storedProfileSchema>;
 

@@ -28,7 +28,7 @@ const TOKEN_PREFIX = 'sd-';
 /** A scrape token reads as one: it opens only GET /metrics on the admin listener. */
 const METRICS_TOKEN_PREFIX = 'sdm-';
 
-/** A password or token given at first start that is too weak to store: the message says what to do. */
+/** A password or token given at first start that is too weak to store, or unusable: the message says what to do. */
 export class WeakSecretError extends Error {
   override name = 'WeakSecretError';
 }
@@ -185,6 +185,12 @@ export class SecretStore {
       let token = first.token;
       if ((token === undefined || token === '') && first.generateToken) token = generatedToken = newApiToken();
       if (token !== undefined && token !== '') {
+        const space = /\s/.exec(token);
+        if (space) {
+          throw new WeakSecretError(
+            `SERVICE_DECK_API_TOKEN contains whitespace (${JSON.stringify(space[0])} at character ${space.index + 1} of ${token.length}): a bearer token is one word, so no client could ever send this one; remove it (a trailing newline or space copied from a file is the usual cause), or leave the variable unset and a token is generated and shown once`,
+          );
+        }
         if (token.length < MIN_TOKEN_LENGTH) {
           throw new WeakSecretError(
             `SERVICE_DECK_API_TOKEN must have at least ${MIN_TOKEN_LENGTH} characters, it has ${token.length}: use a long random value (e.g. \`openssl rand -base64 33\`), or leave it unset and a token is generated and shown once`,
@@ -241,7 +247,7 @@ export class SecretStore {
 
   /**
    * Changes whenever the password changes (here or through `service-deck set-password`): a
-   * session made under another password is no longer valid.
+   * session or a device cookie made under another password is no longer valid.
    */
   get passwordStamp(): string | null {
     return this.#secrets.passwordHash;

@@ -223,6 +223,8 @@ t.test('the choice route refuses what it cannot save', async (t) => {
     ['a chat profile', { id: chat.id, revision: 1, prompt_enhancer: choice }, 400, 'invalid_value'],
     ['a bad repository id', { id: profile.id, revision: 1, prompt_enhancer: { ...choice, t2i: 'not a repo' } }, 400, 'invalid_value'],
     ['true is not a choice', { id: profile.id, revision: 1, prompt_enhancer: { ...choice, t2i: true } }, 400, 'invalid_value'],
+    ['a device that is no choice', { id: profile.id, revision: 1, prompt_enhancer: { ...choice, device: 'gpu0' } }, 400, 'invalid_value'],
+    ['a device that is no GPU UUID', { id: profile.id, revision: 1, prompt_enhancer: { ...choice, device: 'GPU' } }, 400, 'invalid_value'],
     ['an unknown field', { id: profile.id, revision: 1, prompt_enhancer: choice, extra: 1 }, 400, 'unknown_parameter'],
   ];
   for (const [what, body, status, code] of cases) {
@@ -230,6 +232,8 @@ t.test('the choice route refuses what it cannot save', async (t) => {
     t.equal(response.status, status, what);
     t.equal(((await response.json()) as { error: { code: string } }).error.code, code, what);
   }
+  const device = await b.admin('POST', '/api/v1/profiles/prompt-enhancer', { id: profile.id, revision: 1, prompt_enhancer: { ...choice, device: 'gpu0' } });
+  t.match(((await device.json()) as { error: object }).error, { param: 'prompt_enhancer.device', message: /one of "auto", "cpu", or a GPU UUID/ }, 'a device that is no choice: the error names the field and the choices');
   const install = await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 'x2y' });
   t.equal(install.status, 400, 'an unknown task');
   const own = await b.admin('POST', '/api/v1/profiles/prompt-enhancer', { id: profile.id, revision: 1, prompt_enhancer: { t2i: 'other-org/other-model', i2i: false, device: 'auto' } });

@@ -1,7 +1,9 @@
 // POST /api/v1/password: the operator changes the password from the console. The current password
 // is checked like a login (a wrong one counts against the address), the new one has 8 to 1024
-// characters, every older session ends and the caller gets a fresh one.
+// characters, every older session ends and every device cookie is revoked; the caller gets a fresh
+// session and a fresh device cookie.
 import t from 'tap';
+import { SecretStore } from '../../src/store/secrets.js';
 import { build, PASSWORD, type Built } from '../helpers/build.js';
 
 const NEW_PASSWORD = 'a much better passphrase';
@@ -17,11 +19,13 @@ function call(b: Built, method: string, url: string, headers: Record<string, str
   });
 }
 
-async function login(b: Built, password: string): Promise<{ status: number; cookie: string; csrf: string }> {
-  const response = await call(b, 'POST', '/api/v1/session', {}, { password });
-  if (response.status !== 200) return { status: response.status, cookie: '', csrf: '' };
-  const cookie = (response.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
-  return { status: 200, cookie, csrf: ((await response.json()) as { csrfToken: string }).csrfToken };
+/** The `name=value` of the reply's Set-Cookie for `name`, '' when none. */
+const cookieOf = (response: Response, name: string) => response.headers.getSetCookie().find((c) => c.startsWith(`${name}=`))?.split(';')[0] ?? '';
+
+async function login(b: Built, password: string, device = ''): Promise<{ status: number; cookie: string; csrf: string; device: string }> {
+  const response = await call(b, 'POST', '/api/v1/session', device ? { cookie: device } : {}, { password });
+  if (response.status !== 200) return { status: response.status, cookie: '', csrf: '', device: '' };
+  return { status: 200, cookie: cookieOf(response, 'sd_session'), csrf: ((await response.json()) as { csrfToken: string }).csrfToken, device: cookieOf(response, 'sd_device') };
 }
 
 t.test('a password change ends older sessions and keeps the caller logged in', async (t) => {
@@ -48,8 +52,9 @@ t.test('a password change ends older sessions and keeps the caller logged in', a
 
   response = await call(b, 'POST', '/api/v1/password', headers, { current: PASSWORD, password: NEW_PASSWORD });
   t.equal(response.status, 200);
-  const setCookie = response.headers.get('set-cookie') ?? '';
+  const [setCookie = '', deviceCookie = ''] = response.headers.getSetCookie();
   t.match(setCookie, /^sd_session=.+; Max-Age=43200; Path=\/; HttpOnly; SameSite=Strict$/, 'a fresh session cookie');
+  t.match(deviceCookie, /^sd_device=.+; Max-Age=7776000; Path=\/api\/v1\/session; HttpOnly; SameSite=Strict$/, 'and a fresh device cookie');
   const fresh = { cookie: setCookie.split(';')[0] ?? '', csrf: ((await response.json()) as { csrfToken: string }).csrfToken };
   t.not(fresh.cookie, first.cookie);
   t.not(fresh.csrf, first.csrf);
@@ -81,4 +86,28 @@ t.test('a wrong current password counts as a failed login of that address', asyn
   response = await call(b, 'POST', '/api/v1/password', { cookie, 'x-csrf-token': csrf }, { current: PASSWORD, password: NEW_PASSWORD });
   t.equal(response.status, 429, 'and so does the password change, even with the right password');
   t.equal((await login(b, NEW_PASSWORD)).status, 429);
+});
+
+t.test('a password change revokes every device cookie; the caller gets a new one', async (t) => {
+  const b = await build(t, { login: false });
+  const caller = await login(b, PASSWORD);
+  const other = await login(b, PASSWORD);
+  t.ok(caller.device && other.device && caller.device !== other.device, 'two browsers, two device cookies');
+  const response = await call(b, 'POST', '/api/v1/password', { cookie: caller.cookie, 'x-csrf-token': caller.csrf }, { current: PASSWORD, password: NEW_PASSWORD });
+  t.equal(response.status, 200);
+  const renewed = cookieOf(response, 'sd_device');
+  t.ok(renewed && renewed !== caller.device, 'the caller has a new device cookie');
+
+  for (let i = 0; i < 10; i += 1) t.equal((await login(b, `guess-${i}`)).status, 401, `another local process guesses (${i + 1})`);
+  t.equal((await login(b, NEW_PASSWORD)).status, 429, 'the loopback source is blocked');
+  for (const [name, device] of [["the caller's old", caller.device], ["the other browser's", other.device]]) {
+    t.equal((await login(b, NEW_PASSWORD, device)).status, 429, `${name} device cookie was revoked: it waits like no cookie`);
+  }
+  const again = await login(b, NEW_PASSWORD, renewed);
+  t.equal(again.status, 200, 'the new device cookie gets through the block');
+  t.equal(again.device, renewed, 'and is kept');
+
+  // `service-deck set-password` in another process: the service reads secrets.json again.
+  await (await SecretStore.open(b.stateDir)).store.setPassword('a third long password');
+  t.equal((await login(b, 'a third long password', renewed)).status, 429, 'a password set from the command line revokes it too');
 });

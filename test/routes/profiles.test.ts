@@ -170,11 +170,52 @@ t.test('bad values are 400 invalid_value naming the field; nothing is saved', as
     ['a tts speed over 4', { name: 't', category: 'tts', params: { speed: 5 } }, 'params.speed'],
     ['zero image steps', { name: 'i', category: 'image', params: { model: f.imageModel, steps: 0 } }, 'params.steps'],
     ['a non-integer image width', { name: 'i', category: 'image', params: { model: f.imageModel, width: 512.5 } }, 'params.width'],
+    // Profiles that could never run (issue 30): every request of them would fail.
+    ...['constructor', '__proto__', 'toString', 'Alloy', 'm3'].map((voice): [string, object, string] => [`an espeak-ng voice ${voice}`, { name: 't', category: 'tts', params: { voice } }, 'params.voice']),
+    ...['gpu0', 'GPU', 'cuda:0', 'AUTO', '', 'GPU-1 ; rm'].map((device): [string, object, string] => [
+      `an enhancer device ${JSON.stringify(device)}`,
+      { ...image('i', f.imageModel), prompt_enhancer: { t2i: null, i2i: null, device } },
+      'prompt_enhancer.device',
+    ]),
   ];
   for (const [what, body, param] of cases) {
     await expectError(t, await b.admin('POST', '/api/v1/profiles', body), 400, 'invalid_request_error', 'invalid_value', param, what);
   }
   t.same(b.service.profiles.list(), [], 'nothing was saved');
+});
+
+t.test('a profile that could never run is refused at save with what is allowed; files saved before still load', async (t) => {
+  const f = await fixture(t);
+  const stateDir = await tempDir(t, 'sd-state-');
+  await mkdir(path.join(stateDir, 'profiles'), { mode: 0o700 });
+  const created = '2024-01-01T00:00:00.000Z';
+  const old = { id: 'p-old', revision: 1, created_at: created, updated_at: created, name: 'old-voice', category: 'tts', params: { backend: 'espeak-ng', voice: 'constructor', speed: 1, device: 'cpu', memoryMiB: 0 } };
+  await writeFile(path.join(stateDir, 'profiles', 'p-old.json'), JSON.stringify(old), { mode: 0o600 });
+  const b = await build(t, { env: f.env, stateDir });
+  t.match(await get(b, 'p-old'), { params: { voice: 'constructor' } }, 'a file saved before the check loads: the start does not fail on it');
+
+  let response = await b.admin('POST', '/api/v1/profiles', { name: 't', category: 'tts', params: { voice: 'constructor' } });
+  t.equal(response.status, 400);
+  let { error } = (await response.json()) as ErrorBody;
+  t.match(error, { type: 'invalid_request_error', code: 'invalid_value', param: 'params.voice' });
+  t.match(error.message, /"constructor" is not a voice of the espeak-ng backend; it has alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, shimmer, verse/, 'the message lists the voices');
+
+  response = await b.admin('PUT', '/api/v1/profiles/p-old', { ...old, name: 'old-voice' });
+  t.equal(response.status, 400, 'a PUT that keeps the old voice is refused too');
+  t.match(((await response.json()) as ErrorBody).error, { code: 'invalid_value', param: 'params.voice' });
+  const fixed = await b.admin('PUT', '/api/v1/profiles/p-old', { ...old, params: { ...old.params, voice: 'nova' } });
+  t.equal(fixed.status, 200, 'and one that fixes it is saved');
+
+  const server = { backend: 'openai-server', command: ['/bin/speech-server', '--port', '{port}'], voice: 'af_heart' };
+  t.equal((await b.admin('POST', '/api/v1/profiles', { name: 'own-voices', category: 'tts', params: server })).status, 201, 'an openai-server backend has voices of its own: any name is kept');
+
+  for (const device of ['auto', 'cpu', 'GPU-1a2b3c4d-5e6f-7a8b-9c0d-112233445566']) {
+    const saved = await b.admin('POST', '/api/v1/profiles', { ...image(`img-${device.slice(0, 8)}`, f.imageModel), prompt_enhancer: { t2i: null, i2i: null, device } });
+    t.equal(saved.status, 201, `the enhancer device ${device} is a choice`);
+  }
+  response = await b.admin('POST', '/api/v1/profiles', { ...image('img-bad', f.imageModel), prompt_enhancer: { t2i: null, i2i: null, device: 'gpu0' } });
+  ({ error } = (await response.json()) as ErrorBody);
+  t.match(error, { code: 'invalid_value', param: 'prompt_enhancer.device', message: /one of "auto", "cpu", or a GPU UUID/ }, 'the message names the choices');
 });
 
 t.test('update and delete: revisions, stale revisions, category, names, unknown ids', async (t) => {

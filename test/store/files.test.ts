@@ -116,7 +116,7 @@ t.test('secrets: scrypt password, SHA-256 token, constant-time checks', async (t
   await t.rejects(SecretStore.open(await tempDir(t), { password: 'short' }), /at least 8/);
 });
 
-t.test('a first-start API token has at least 32 characters; a shorter one is refused and nothing is stored', async (t) => {
+t.test('a first-start API token has at least 32 characters and no whitespace; another is refused and nothing is stored', async (t) => {
   t.equal(MIN_TOKEN_LENGTH, 32);
   for (const weak of ['x', 'a'.repeat(31)]) {
     const dir = await tempDir(t);
@@ -128,6 +128,17 @@ t.test('a first-start API token has at least 32 characters; a shorter one is ref
   const { store } = await SecretStore.open(await tempDir(t), { token: 'b'.repeat(32) });
   t.ok(store.tokenMatches('b'.repeat(32)), '32 characters are taken');
   t.ok(newApiToken().length >= MIN_TOKEN_LENGTH, 'a generated token is long enough itself');
+  for (const [what, spaced] of [
+    ['a trailing newline', `${'d'.repeat(40)}\n`],
+    ['a space inside', `${'d'.repeat(20)} ${'d'.repeat(20)}`],
+    ['a leading tab', `\t${'d'.repeat(40)}`],
+  ] as const) {
+    const dir = await tempDir(t);
+    const error = await SecretStore.open(dir, { token: spaced }).then(() => undefined, (e: unknown) => e);
+    t.ok(error instanceof WeakSecretError, `${what}: refused`);
+    t.match(error, { message: /^SERVICE_DECK_API_TOKEN contains whitespace .*: a bearer token is one word, so no client could ever send this one/ }, `${what}: the message says why`);
+    t.notOk(existsSync(path.join(dir, 'secrets.json')), `${what}: nothing was stored`);
+  }
   const stored = await tempDir(t);
   await SecretStore.open(stored, { token: 'c'.repeat(40) });
   t.ok((await SecretStore.open(stored, { token: 'x' })).store.tokenMatches('c'.repeat(40)), 'once a token is stored, the variable is not read, so it is not checked either');

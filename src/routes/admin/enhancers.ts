@@ -9,7 +9,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ENHANCER_TASKS } from '../../store/enhancers.js';
-import type { profileInputSchema } from '../../store/profile.schema.js';
+import { enhancerDeviceSchema, type profileInputSchema } from '../../store/profile.schema.js';
 import { ProfileError } from '../../store/profiles.js';
 import type { Service } from '../../service.js';
 import { enhancersView } from '../../workers/consoleFeed.js';
@@ -29,7 +29,7 @@ const previewBody = z.strictObject({ profile_id: z.string().min(1).max(100), pro
 const choiceBody = z.strictObject({
   id: z.string().min(1).max(100),
   revision: z.number().int().min(1),
-  prompt_enhancer: z.strictObject({ t2i: taskChoice, i2i: taskChoice, device: z.string().min(1).max(100).default('auto') }),
+  prompt_enhancer: z.strictObject({ t2i: taskChoice, i2i: taskChoice, device: enhancerDeviceSchema.default('auto') }),
 });
 
 export const adminEnhancerRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {

@@ -3,7 +3,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Service } from '../../service.js';
-import { DEVICE_COOKIE, DEVICE_TTL_MS, loginSource, SESSION_COOKIE, SESSION_TTL_MS, SessionStore } from '../../system/sessions.js';
+import { DEVICE_COOKIE, DEVICE_TTL_MS, DEVICE_VALUE, loginSource, SESSION_COOKIE, SESSION_TTL_MS, SessionStore } from '../../system/sessions.js';
 import { MIN_PASSWORD_LENGTH } from '../../store/secrets.js';
 import { adminAuth, currentSession, requireAdminHeader, sessionFromCookie } from '../auth.js';
 import { overTls } from '../host.js';
@@ -12,14 +12,14 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
   const app = base.withTypeProvider<ZodTypeProvider>();
   const { sessions, secrets } = service;
 
-  /** The throttled password check (src/system/sessions.ts); `device` is the browser's device id, read only by the login itself. */
+  /** The throttled password check (src/system/sessions.ts); `device` is the browser's device cookie, read only by the login itself. */
   const checkPassword = (request: FastifyRequest, password: string, device?: string) => sessions.checkPassword(secrets, { source: loginSource(request.ip), device }, password);
 
-  /** The device id in the browser's signed device cookie, if it carries a valid one. */
+  /** The browser's device, if it carries a validly signed device cookie (whether the server still knows it is the throttle's question). */
   const deviceOf = (request: FastifyRequest): string | undefined => {
     const raw = request.cookies[DEVICE_COOKIE];
     const unsigned = raw ? request.unsignCookie(raw) : undefined;
-    return unsigned?.valid && unsigned.value && /^[A-Za-z0-9_-]{22}$/.test(unsigned.value) ? unsigned.value : undefined;
+    return unsigned?.valid && unsigned.value && DEVICE_VALUE.test(unsigned.value) ? unsigned.value : undefined;
   };
 
   /** A new session under the current password in place of the request's own: its cookie and CSRF token. */
@@ -38,6 +38,24 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
     return { csrfToken: session.csrfToken };
   };
 
+  /**
+   * The device cookie of a browser that has just proved the password: its own device while the
+   * server knows it, else a new one under the password in force (a revoked one is not revived).
+   */
+  const keepDevice = (request: FastifyRequest, reply: FastifyReply, device?: string) => {
+    const stamp = secrets.passwordStamp;
+    if (stamp === null) return;
+    const kept = device !== undefined && SessionStore.knowsDevice(device, stamp) ? device : SessionStore.newDevice(stamp);
+    reply.setCookie(DEVICE_COOKIE, kept, {
+      httpOnly: true,
+      sameSite: 'strict',
+      path: '/api/v1/session',
+      signed: true,
+      maxAge: DEVICE_TTL_MS / 1000,
+      secure: overTls(request, service.config.http.trustProxy),
+    });
+  };
+
   app.post(
     '/api/v1/session',
     { schema: { body: z.strictObject({ password: z.string().max(1024) }) }, onRequest: async (request) => requireAdminHeader(request) },
@@ -46,14 +64,7 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
       await checkPassword(request, request.body.password, device);
       const answer = openSession(request, reply);
       // After the session cookie, which clients that keep one cookie read first.
-      reply.setCookie(DEVICE_COOKIE, device ?? SessionStore.newDevice(), {
-        httpOnly: true,
-        sameSite: 'strict',
-        path: '/api/v1/session',
-        signed: true,
-        maxAge: DEVICE_TTL_MS / 1000,
-        secure: overTls(request, service.config.http.trustProxy),
-      });
+      keepDevice(request, reply, device);
       return answer;
     },
   );
@@ -83,8 +94,9 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
     return { token };
   });
 
-  // Every session opened under the old password ends (its stamp no longer matches); the caller
-  // gets a new one so that the page stays logged in.
+  // Every session opened under the old password ends (its stamp no longer matches), and every
+  // device cookie is revoked (its mark no longer matches); the caller gets a new session and a new
+  // device, so that the page stays logged in and its browser stays known.
   app.post(
     '/api/v1/password',
     {
@@ -99,8 +111,10 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
     async (request, reply) => {
       await checkPassword(request, request.body.current);
       await secrets.setPassword(request.body.password);
-      service.log.info('operator password changed: older sessions ended');
-      return openSession(request, reply);
+      service.log.info('operator password changed: older sessions ended, device cookies revoked');
+      const answer = openSession(request, reply);
+      keepDevice(request, reply);
+      return answer;
     },
   );
 };

@@ -15,7 +15,7 @@ import { fixStreamedWav } from '../../adapters/wav.js';
 import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
 import type { Lease } from '../../system/scheduler.js';
-import type { StoredProfile } from '../../store/profile.schema.js';
+import type { EspeakVoice, StoredProfile } from '../../store/profile.schema.js';
 import { errors } from '../../errors.js';
 import type { SpeechBody } from './speech.schema.js';
 import { connectionOf, LifecycleWorker, type WorkerDeps } from '../lifecycle.js';
@@ -44,21 +44,23 @@ export const ESPEAK_LANGUAGES: ReadonlyMap<string, string> = new Map([
   ['Chinese', 'cmn'],
 ]);
 
-/** OpenAI's preset voice names → espeak-ng voice variants; `alloy` is the default preset. */
-export const ESPEAK_VOICES: ReadonlyMap<string, string> = new Map([
-  ['alloy', 'm3'],
-  ['ash', 'm1'],
-  ['ballad', 'm5'],
-  ['coral', 'f2'],
-  ['echo', 'm2'],
-  ['fable', 'm7'],
-  ['nova', 'f3'],
-  ['onyx', 'm6'],
-  ['sage', 'f4'],
-  ['shimmer', 'f1'],
-  ['verse', 'm4'],
-]);
-export const DEFAULT_VOICE = 'alloy';
+/** OpenAI's preset voice names (the voices a profile may save) → espeak-ng voice variants. */
+const ESPEAK_VARIANTS: Record<EspeakVoice, string> = {
+  alloy: 'm3',
+  ash: 'm1',
+  ballad: 'm5',
+  coral: 'f2',
+  echo: 'm2',
+  fable: 'm7',
+  nova: 'f3',
+  onyx: 'm6',
+  sage: 'f4',
+  shimmer: 'f1',
+  verse: 'm4',
+};
+export const ESPEAK_VOICES: ReadonlyMap<string, string> = new Map(Object.entries(ESPEAK_VARIANTS));
+/** The default preset. */
+export const DEFAULT_VOICE: EspeakVoice = 'alloy';
 
 /** espeak-ng's words per minute at speed 1, and the range it can speak. */
 const ESPEAK_WPM = { base: 175, min: 80, max: 450 } as const;
