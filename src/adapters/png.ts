@@ -16,6 +16,61 @@ export function imageKind(bytes: Buffer): ImageKind | undefined {
   return undefined;
 }
 
+export interface ImageSize {
+  width: number;
+  height: number;
+}
+
+/** SOF markers of JPEG: baseline, progressive and the rest (not DHT C4, JPG C8, DAC CC). */
+const JPEG_SOF = new Set([0xc0, 0xc1, 0xc2, 0xc3, 0xc5, 0xc6, 0xc7, 0xc9, 0xca, 0xcb, 0xcd, 0xce, 0xcf]);
+
+/**
+ * The size an image file declares in its header, without decoding it (issue 30: a 20 KB PNG may
+ * declare 100000x100000 pixels): PNG's IHDR, WebP's VP8, VP8L or VP8X header, JPEG's first frame
+ * header (SOF), walking its segments. Undefined when the header is cut or malformed.
+ */
+export function declaredSize(bytes: Buffer): ImageSize | undefined {
+  const kind = imageKind(bytes);
+  if (kind === 'png') {
+    if (bytes.length < 24 || bytes.toString('latin1', 12, 16) !== 'IHDR') return undefined;
+    return { width: bytes.readUInt32BE(16), height: bytes.readUInt32BE(20) };
+  }
+  if (kind === 'webp') {
+    const chunk = bytes.length >= 16 ? bytes.toString('latin1', 12, 16) : '';
+    if (chunk === 'VP8 ' && bytes.length >= 30 && bytes[23] === 0x9d && bytes[24] === 0x01 && bytes[25] === 0x2a) {
+      return { width: bytes.readUInt16LE(26) & 0x3fff, height: bytes.readUInt16LE(28) & 0x3fff };
+    }
+    if (chunk === 'VP8L' && bytes.length >= 25 && bytes[20] === 0x2f) {
+      const bits = bytes.readUInt32LE(21);
+      return { width: (bits & 0x3fff) + 1, height: ((bits >>> 14) & 0x3fff) + 1 };
+    }
+    if (chunk === 'VP8X' && bytes.length >= 30) return { width: bytes.readUIntLE(24, 3) + 1, height: bytes.readUIntLE(27, 3) + 1 };
+    return undefined;
+  }
+  if (kind === 'jpeg') {
+    let at = 2;
+    while (at + 4 <= bytes.length) {
+      if (bytes[at] !== 0xff) return undefined;
+      const marker = bytes[at + 1]!;
+      // Fill bytes, and markers without a length (TEM, RSTn).
+      if (marker === 0xff) {
+        at += 1;
+        continue;
+      }
+      if (marker === 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {
+        at += 2;
+        continue;
+      }
+      if (marker === 0xd9 || marker === 0xda) return undefined;
+      const length = bytes.readUInt16BE(at + 2);
+      if (JPEG_SOF.has(marker)) return at + 9 <= bytes.length ? { width: bytes.readUInt16BE(at + 7), height: bytes.readUInt16BE(at + 5) } : undefined;
+      if (length < 2) return undefined;
+      at += 2 + length;
+    }
+  }
+  return undefined;
+}
+
 export class PngError extends Error {
   override name = 'PngError';
 }

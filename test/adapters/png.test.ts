@@ -2,7 +2,7 @@
 // eXIf is removed and nothing else; damaged PNGs are refused, never passed on half-checked.
 import { deflateSync } from 'node:zlib';
 import t from 'tap';
-import { imageKind, METADATA_CHUNKS, pngChunk, pngChunks, PngError, pngSize, stripPngMetadata } from '../../src/adapters/png.js';
+import { declaredSize, imageKind, METADATA_CHUNKS, pngChunk, pngChunks, PngError, pngSize, stripPngMetadata } from '../../src/adapters/png.js';
 
 const SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
@@ -82,4 +82,29 @@ t.test('a damaged PNG is refused with the reason', async (t) => {
   }
   t.equal(refused + unchanged, 300, `300 random damages: ${refused} refused with a PngError, ${unchanged} that changed nothing came back clean`);
   t.ok(refused > 250, 'most damages change a byte');
+});
+
+t.test('the size an image declares, read from its header without decoding it', async (t) => {
+  const png = (width: number, height: number) =>
+    Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), pngChunk('IHDR', Buffer.from([...u32(width), ...u32(height), 8, 2, 0, 0, 0]))]);
+  function u32(n: number) {
+    const b = Buffer.alloc(4);
+    b.writeUInt32BE(n);
+    return [...b];
+  }
+  t.same(declaredSize(png(100_000, 100_000)), { width: 100_000, height: 100_000 }, 'PNG: IHDR');
+  // JPEG: APP0, a 300-byte APP1 (EXIF), fill bytes, then a progressive frame header (SOF2) 480 high, 640 wide.
+  const app1 = Buffer.concat([Buffer.from([0xff, 0xe1, 0x01, 0x2e]), Buffer.alloc(300)]);
+  const jpeg = Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 4, 0, 0]), app1, Buffer.from([0xff, 0xff, 0xc2, 0, 11, 8, 0x01, 0xe0, 0x02, 0x80, 1, 1, 0x11, 0])]);
+  t.same(declaredSize(jpeg), { width: 640, height: 480 }, 'JPEG: the first frame header after other segments');
+  t.equal(declaredSize(jpeg.subarray(0, 100)), undefined, 'JPEG cut before its frame header');
+  t.equal(declaredSize(Buffer.from([0xff, 0xd8, 0xff, 0xda, 0, 2])), undefined, 'JPEG whose scan comes before any frame header');
+  const riff = (chunk: string, body: number[]) => Buffer.concat([Buffer.from('RIFF', 'latin1'), Buffer.alloc(4), Buffer.from(`WEBP${chunk}`, 'latin1'), Buffer.alloc(4), Buffer.from(body), Buffer.alloc(8)]);
+  t.same(declaredSize(riff('VP8 ', [0, 0, 0, 0x9d, 0x01, 0x2a, 0x00, 0x04, 0x00, 0x03])), { width: 1024, height: 768 }, 'WebP lossy: VP8 frame header');
+  // VP8L: 0x2f, then width-1 and height-1 in 14 bits each: 2000x1000.
+  const bits = (2000 - 1) | ((1000 - 1) << 14);
+  t.same(declaredSize(riff('VP8L', [0x2f, bits & 0xff, (bits >>> 8) & 0xff, (bits >>> 16) & 0xff, (bits >>> 24) & 0xff])), { width: 2000, height: 1000 }, 'WebP lossless: VP8L');
+  t.same(declaredSize(riff('VP8X', [0, 0, 0, 0, 0x3f, 0x1f, 0x00, 0x0f, 0x27, 0x00])), { width: 8000, height: 10000 }, 'WebP extended: VP8X canvas');
+  t.equal(declaredSize(riff('VP8 ', [0, 0, 0, 0, 0, 0])), undefined, 'a VP8 frame without its start code');
+  t.equal(declaredSize(Buffer.from('GIF89a')), undefined, 'not one of the three');
 });

@@ -14,7 +14,12 @@ import { until } from '../helpers/until.js';
 const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
 const BOUNDARY = 'deck-upload-boundary';
 const MiB = 1024 * 1024;
-const PNG_HEAD = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+/** A PNG's signature and IHDR (64x64): the size a reference declares is read from it. */
+const PNG_HEAD = Buffer.concat([
+  Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13]),
+  Buffer.from('IHDR', 'latin1'),
+  Buffer.from([0, 0, 0, 64, 0, 0, 0, 64, 8, 2, 0, 0, 0, 0, 0, 0, 0]),
+]);
 
 const field = (name: string, value: string) => Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`);
 const fileHeader = (n: number) => Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="image[]"; filename="r${n}.png"\r\nContent-Type: image/png\r\n\r\n`);

@@ -161,9 +161,17 @@ t.test('every refusal of spec 4.3, 4.4 and 7', async (t) => {
   const json = await b.api('POST', '/v1/images/edits', { model: 'service-image', prompt: 'x' });
   t.equal(json.status, 415, 'a JSON edit is refused: multipart only');
 
-  const jpeg = Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0]), Buffer.alloc(32)]);
-  const webp = Buffer.concat([Buffer.from('RIFF', 'latin1'), Buffer.alloc(4), Buffer.from('WEBPVP8 ', 'latin1'), Buffer.alloc(16)]);
+  // Headers only, each declaring 64x64: a JPEG's APP0 segment and frame header, a lossy WebP's VP8 frame header.
+  const jpeg = Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 4, 0, 0, 0xff, 0xc0, 0, 11, 8, 0, 64, 0, 64, 1, 1, 0x11, 0]), Buffer.alloc(16)]);
+  const webp = Buffer.concat([Buffer.from('RIFF', 'latin1'), Buffer.alloc(4), Buffer.from('WEBPVP8 ', 'latin1'), Buffer.alloc(7), Buffer.from([0x9d, 0x01, 0x2a, 64, 0, 64, 0]), Buffer.alloc(8)]);
   t.equal((await edit([{ bytes: jpeg, name: 'a.jpg' }, { bytes: webp, name: 'b.webp' }])).status, 200, 'JPEG and WebP are taken by their magic bytes');
+  // A 20 KB PNG may declare 100000x100000 pixels: refused by its header, before sd-cli would try to allocate them.
+  const huge = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13]), Buffer.from('IHDR', 'latin1'), Buffer.from([0, 1, 0x86, 0xa0, 0, 1, 0x86, 0xa0, 8, 2, 0, 0, 0]), Buffer.alloc(20_000)]);
+  error = await expectError(t, await edit([{ bytes: huge, name: 'huge.png' }]), 400, 'invalid_value', 'image');
+  t.match(error.message, /Image 1 declares 100000x100000 pixels: at most 4096 on the long side/);
+  const headless = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.alloc(40)]);
+  error = await expectError(t, await edit([{ bytes: headless, name: 'cut.png' }]), 400, 'invalid_value', 'image');
+  t.match(error.message, /no readable width and height/);
   t.same(await jobFolders(b), [], 'no refused or finished job left a folder');
 });
 

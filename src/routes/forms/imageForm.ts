@@ -1,6 +1,8 @@
 // The multipart form of an image edit and of the enhancer preview: reference images streamed
 // into a private job folder (never held in memory), checked by their bytes, and the text fields.
+import { open } from 'node:fs/promises';
 import type { Multipart, MultipartFile } from '@fastify/multipart';
+import { declaredSize } from '../../adapters/png.js';
 import type { FastifyRequest } from 'fastify';
 import { errors } from '../../errors.js';
 import { notOffered } from '../../workers/fields.js';
@@ -19,6 +21,32 @@ export interface FormChecks {
   image?: (count: number, fields: Readonly<Record<string, string>>) => void;
 }
 
+/** The first `bytes` of a file (a JPEG's frame header may follow large metadata: then the whole file). */
+async function head(file: string, bytes: number): Promise<Buffer> {
+  const handle = await open(file, 'r');
+  try {
+    const buffer = Buffer.alloc(bytes);
+    const { bytesRead } = await handle.read(buffer, 0, bytes, 0);
+    return buffer.subarray(0, bytesRead);
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * A reference image's declared size, read from its header without decoding it: one that declares
+ * more than IMAGE_LIMITS.maxReferenceSide on a side, or no readable size, is refused (a 20 KB PNG
+ * may declare 100000x100000 pixels, which sd-cli would try to allocate).
+ */
+async function checkDeclaredSize(file: string, index: number): Promise<void> {
+  const size = declaredSize(await head(file, 256 * 1024)) ?? declaredSize(await head(file, IMAGE_LIMITS.maxReferenceBytes));
+  const limit = IMAGE_LIMITS.maxReferenceSide;
+  if (!size || size.width === 0 || size.height === 0) throw errors.invalidValue('image', `Image ${index} has no readable width and height in its header: it is damaged or cut off.`);
+  if (Math.max(size.width, size.height) > limit) {
+    throw errors.invalidValue('image', `Image ${index} declares ${size.width}x${size.height} pixels: at most ${limit} on the long side are accepted; scale it down.`);
+  }
+}
+
 /** The multipart fields of an edit, as text, and the reference images written into `folder` in order. */
 async function readParts(parts: AsyncIterable<Multipart>, allowed: readonly string[], folder: JobFolder, checks: FormChecks) {
   const fields: Record<string, string> = {};
@@ -33,6 +61,7 @@ async function readParts(parts: AsyncIterable<Multipart>, allowed: readonly stri
         errors.invalidValue('image', `Image ${index} (${JSON.stringify(file.filename)}) is not a PNG, JPEG or WebP file by its bytes, whatever its name says.`),
       );
       if (file.file.truncated) throw errors.tooLarge(`Image ${index} is larger than 10 MiB, the limit per reference image.`, 'image');
+      await checkDeclaredSize(folder.references.at(-1)!, index);
       continue;
     }
     if (!allowed.includes(part.fieldname)) throw errors.unknownParameter(part.fieldname);

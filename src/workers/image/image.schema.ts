@@ -6,7 +6,8 @@ import { errors } from '../../errors.js';
 import { notOffered, type FieldFates } from '../fields.js';
 import type { ImageProfile } from './image.js';
 
-export const IMAGE_LIMITS = { maxReferences: 4, maxReferenceBytes: 10 * 1024 * 1024, maxPromptChars: 32_000 } as const;
+/** `maxReferenceSide`: the longest side a reference image may declare (the largest models work at 2048; twice that is generous). */
+export const IMAGE_LIMITS = { maxReferences: 4, maxReferenceBytes: 10 * 1024 * 1024, maxReferenceSide: 4096, maxPromptChars: 32_000 } as const;
 
 const SIZE = /^(auto|[1-9]\d{0,4}x[1-9]\d{0,4})$/;
 const URL_REFUSED = 'Only response_format b64_json is supported: this endpoint gives no public image URLs.';
