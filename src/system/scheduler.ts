@@ -71,10 +71,15 @@ export class Scheduler {
   readonly #supervisor: SupervisorActor;
   readonly #now: () => number;
   readonly #times = new Map<string, JobTimes>();
+  /** What each live job hears of the supervisor: one listener for all of them, one lookup per event. */
+  readonly #jobs = new Map<string, (event: SupervisorEmitted) => void>();
 
   constructor(supervisor: SupervisorActor, now: () => number = Date.now) {
     this.#supervisor = supervisor;
     this.#now = now;
+    supervisor.on('*', (event: SupervisorEmitted) => {
+      if ('jobId' in event) this.#jobs.get(event.jobId)?.(event);
+    });
   }
 
   /** When each live job was submitted and granted (for `waited_ms` and `running_ms`). */
@@ -87,7 +92,12 @@ export class Scheduler {
     const job: JobSpec = { ...request, id: randomUUID(), at: this.#now() };
     const times: JobTimes = { submittedAt: job.at, grantedAt: null };
     this.#times.set(job.id, times);
-    const forget = () => this.#times.delete(job.id);
+    const jobs = this.#jobs;
+    /** The job has ended here: it hears nothing more, and its times go. */
+    const forget = () => {
+      jobs.delete(job.id);
+      this.#times.delete(job.id);
+    };
 
     return new Promise<Lease>((resolve, reject) => {
       let settled = false;
@@ -96,25 +106,21 @@ export class Scheduler {
       const giveBack = (type: 'gpu.release' | 'job.cancel') => {
         if (released) return;
         released = true;
-        subscription.unsubscribe();
         forget();
         supervisor.send({ type, jobId: job.id });
       };
       const onAbort = () => {
         if (settled) return;
         settled = true;
-        subscription.unsubscribe();
         forget();
         supervisor.send({ type: 'job.cancel', jobId: job.id });
         reject(new ReservationAbandoned('the client went away while its job waited'));
       };
-      const subscription = supervisor.on('*', (event: SupervisorEmitted) => {
-        if (!('jobId' in event) || event.jobId !== job.id) return;
+      jobs.set(job.id, (event) => {
         if (event.type === 'job.queued') options.onQueued?.(event.position);
         else if (event.type === 'gpu.denied' && !settled) {
           settled = true;
-          subscription.unsubscribe();
-          options.signal?.removeEventListener('abort', onAbort);
+            options.signal?.removeEventListener('abort', onAbort);
           forget();
           reject(new ReservationDenied(event.code, event.message, event.retryAfterSeconds));
         } else if (event.type === 'gpu.granted' && !settled) {
@@ -134,13 +140,11 @@ export class Scheduler {
           });
         } else if (event.type === 'gpu.revoked') {
           released = true;
-          subscription.unsubscribe();
-          forget();
+            forget();
           revoked.abort(new ReservationRevoked(event.code, event.message));
         }
       });
       if (options.signal?.aborted) {
-        subscription.unsubscribe();
         forget();
         reject(new ReservationAbandoned('the client went away before its job was queued'));
         return;
