@@ -90,10 +90,27 @@ export function enhancerHeld(jobs: Record<string, JobRecord>, generation: number
 /** What a waiting request may need that a preload of this kind steps aside for: a GPU TTS worker competes with chat and images for memory. */
 const PRELOAD_YIELDS: Record<'tts' | 'stt', readonly string[]> = { tts: ['tts', 'llm', 'image'], stt: ['stt'] };
 
-/** Idle workers of ours that a chat start may unload when it does not fit beside them (3.4). */
+/** The GPU worker a chat or TTS start shares the GPUs with in the LLM GPU mode (3.4). */
+const GPU_NEIGHBOUR: Partial<Record<JobSpec['kind'], WorkerKind>> = { chat: 'tts', tts: 'chat' };
+
+/**
+ * Idle workers of ours that a start may unload when it does not fit beside them: the incompatible
+ * GPU profile change of spec 3.2 and 3.4, both ways. An idle TTS worker gives way to a chat start,
+ * and an idle chat worker to a TTS start. A preload unloads nothing of ours.
+ */
 export function unloadableFor(view: PlanView, job: JobSpec): WorkerKind[] {
-  const tts = view.workers.tts;
-  return job.kind === 'chat' && loadedOrLoading(tts) && runningOn(view.jobs, 'tts') === 0 ? ['tts'] : [];
+  const neighbour = GPU_NEIGHBOUR[job.kind];
+  if (!neighbour || job.source === 'preload') return [];
+  return loadedOrLoading(view.workers[neighbour]) && runningOn(view.jobs, neighbour) === 0 ? [neighbour] : [];
+}
+
+/**
+ * The exclusive image mode (spec 3.3, 3.4): an image job runs, or its image or enhancer process is
+ * not yet gone. Chat and TTS starts wait it out; otherwise the GPUs are in the LLM GPU mode, where
+ * a chat profile and the TTS worker may share them. The supervisor's `gpuMode` region shows it.
+ */
+export function exclusiveImageMode(view: Pick<PlanView, 'jobs' | 'workers'>): boolean {
+  return runningOn(view.jobs, 'image') > 0 || view.workers.image.state !== 'unloaded' || view.workers.enhancer.state !== 'unloaded';
 }
 
 const matches = (w: WorkerRecord, job: JobSpec) => w.profileId === job.profileId && w.revision === job.revision && !w.stale;
@@ -111,7 +128,7 @@ export function admit(view: PlanView, job: JobSpec): Admission {
     if (unload.length > 0) return { type: 'wait', busy: false, unload };
     return anyUnloading ? FREEING : { type: 'start' };
   }
-  if ((job.kind === 'chat' || job.kind === 'tts') && (runningOn(jobs, 'image') > 0 || workers.image.state !== 'unloaded' || workers.enhancer.state !== 'unloaded')) return BUSY;
+  if ((job.kind === 'chat' || job.kind === 'tts') && exclusiveImageMode(view)) return BUSY;
   if (worker.state === 'unloading' || worker.state === 'lost') return FREEING;
   // Memory is in flux while our own workers unload: the check waits until they are gone.
   if (worker.state === 'unloaded') return anyUnloading ? FREEING : { type: 'start' };

@@ -28,7 +28,7 @@ import { SYSTEM_IDS, WORKER_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
 import type { QueueEvent, QueuedJob } from '../queue/index.js';
 import { decideStart, type CheckInput, type StartFacts } from './fit.js';
-import { admit, plan, preloadsOn, releaseLeavesNothingToPlan, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
+import { admit, exclusiveImageMode, plan, preloadsOn, releaseLeavesNothingToPlan, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
 import { supervisorActors } from './supervisor.actors.js';
 import type {
   DenialCode,
@@ -214,6 +214,9 @@ export const supervisorMachine = setup({
     nothingToWatch: ({ context }) => !gpuWatchNeeded(context),
     /** A chat worker holds a GPU (foreign processes there are noticed), or a lost worker does (its end is noticed). */
     gpuWatchNeeded: ({ context }) => gpuWatchNeeded(context),
+    /** An image job runs, or its image or enhancer process is not yet gone. */
+    exclusiveImageMode: ({ context }) => exclusiveImageMode(context),
+    llmModeAgain: ({ context }) => !exclusiveImageMode(context),
   },
   actions: {
     submit: enqueueActions(({ context, event, enqueue }) => {
@@ -651,6 +654,25 @@ export const supervisorMachine = setup({
                 },
                 onError: { target: 'idle', actions: ['checkFailed', 'schedule'], description: 'the facts could not be gathered: the job is refused' },
               },
+            },
+          },
+        },
+        gpuMode: {
+          initial: 'llm',
+          description: 'the GPU mode the spec names (3.3, 3.4, 3.6): what the GPUs serve now',
+          states: {
+            llm: {
+              description:
+                'LLM GPU mode: "a loaded chat profile may coexist with a loaded TTS worker while the 7 GiB condition holds"; an idle one of the two gives way to the other\'s start when it does not fit beside it (incompatible GPU profile change); TTS preloads only here',
+              always: {
+                guard: 'exclusiveImageMode',
+                target: 'exclusiveImage',
+                description: 'an image job holds every GPU: "the chat model is unloaded before generation", and "the speech model is unloaded before image generation"',
+              },
+            },
+            exclusiveImage: {
+              description: 'exclusive image mode: an image job (its enhancer, then its image) holds every GPU; chat and TTS starts wait until its processes are gone',
+              always: { guard: 'llmModeAgain', target: 'llm', description: 'the image job ended and its image process is terminated completely' },
             },
           },
         },

@@ -3,7 +3,7 @@
 // siblings apart, an edge for every transition between siblings, and labels for the rest; then a
 // tiny hand-written machine whose edges and labels are known line by line.
 import t from 'tap';
-import type { AnyStateMachine, AnyStateNode } from 'xstate';
+import { setup, type AnyStateMachine, type AnyStateNode } from 'xstate';
 import { audioPolicyMachine } from '../../machines/audioPolicy/index.js';
 import { chatWorkerMachine } from '../../machines/chatWorker/index.js';
 import { imageWorkerMachine } from '../../machines/imageWorker/index.js';
@@ -139,15 +139,24 @@ t.test('the listener: cross-level transitions are labels in their source box', a
   t.equal(box('listener.stopping.draining.bounded').depth, 3);
 });
 
-t.test('the supervisor: parallel regions side by side, an invoke result to a sibling of the parallel node', async (t) => {
+t.test('parallel regions side by side while the row fits, tops aligned, in definition order', async (t) => {
+  const machine = setup({}).createMachine({ id: 'pair', type: 'parallel', states: { left: { initial: 'a', states: { a: {} } }, right: { initial: 'b', states: { b: {} } } } });
+  const chart = layoutMachine(describeMachine(machine));
+  const box = (id: string) => chart.boxes.find((b) => b.id === id)!;
+  const [left, right] = [box('pair.left'), box('pair.right')];
+  t.equal(left.y, right.y, 'regions share a top');
+  t.ok(left.x + left.width <= right.x, 'side by side, in definition order');
+  t.notOk(left.initial || right.initial, 'regions are not initial states');
+});
+
+t.test('the supervisor: its three regions stacked (too wide for a row), an invoke result to a sibling of the parallel node', async (t) => {
   const chart = layoutMachine(describeMachine(supervisorMachine));
   const box = (id: string) => chart.boxes.find((b) => b.id === id)!;
-  const checks = box('supervisor.active.checks');
-  const gpuWatch = box('supervisor.active.gpuWatch');
+  const regions = ['checks', 'gpuMode', 'gpuWatch'].map((key) => box(`supervisor.active.${key}`));
   t.equal(box('supervisor.active').type, 'parallel');
-  t.equal(checks.y, gpuWatch.y, 'regions share a top');
-  t.ok(checks.x + checks.width <= gpuWatch.x, 'regions side by side, in definition order');
-  t.notOk(checks.initial || gpuWatch.initial, 'regions are not initial states');
+  t.ok(regions.every((r, i) => i === 0 || regions[i - 1]!.y + regions[i - 1]!.height <= r.y), 'one below the other, in definition order');
+  t.notOk(regions.some((r) => r.initial), 'regions are not initial states');
+  t.ok(box('supervisor.active.gpuMode.llm').initial, 'the GPU mode starts in the LLM GPU mode');
   t.same(chart.edges.find((e) => e.from === 'supervisor.active' && e.to === 'supervisor.closing')?.lines, ['done'], 'the listener ending moves to closing');
   t.ok(box('supervisor.active').labels.some((l) => l.text === 'gpu.reserve' && l.kind === 'internal'), 'the root actor’s own events are listed');
 });

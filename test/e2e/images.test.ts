@@ -273,12 +273,24 @@ t.test('a chat profile loaded before the image is unloaded during it (the real l
   const before = await chatPid();
   t.ok(before && alive(before), `the chat worker is loaded (llama-server ${before})`);
 
-  const image = await client.images.generate({ model: 'service-image', prompt: PROMPT });
+  const gpuMode = async () => ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { gpu_mode: string }).gpu_mode;
+  t.equal(await gpuMode(), 'llm', 'the LLM GPU mode while the chat profile is loaded');
+  const generating = client.images.generate({ model: 'service-image', prompt: PROMPT });
+  const modes = new Set<string>();
+  let done = false;
+  void generating.finally(() => (done = true));
+  while (!done) {
+    modes.add(await gpuMode());
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const image = await generating;
   t.ok(image.data?.[0]?.b64_json);
+  t.ok(modes.has('exclusive_image'), `the exclusive image mode while the image was made (seen: ${[...modes].join(', ')})`);
   const [run] = await runs(model);
   t.notOk(alive(before!), 'llama-server was ended for the image');
   t.ok(run!.pid !== before, 'the image process ran on its own');
   t.equal(await chatPid(), null, 'no chat worker while nothing asks for one');
+  await until('the LLM GPU mode again', async () => ((await gpuMode()) === 'llm' ? true : undefined), 10_000);
 
   await client.chat.completions.create({ model: 'words', messages: [{ role: 'user', content: 'again' }], max_tokens: 4 });
   const after = await chatPid();

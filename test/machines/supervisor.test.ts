@@ -373,6 +373,24 @@ const reportRows: Row[] = [
 
 const imageRows: Row[] = [
   {
+    row: '3.3, 3.4 the GPU mode is a state: LLM mode until an image job holds every GPU, exclusive image until its image process is gone',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')] } });
+      const mode = () => (h.actor.getSnapshot().matches({ active: { gpuMode: 'exclusiveImage' } }) ? 'exclusiveImage' : h.actor.getSnapshot().matches({ active: { gpuMode: 'llm' } }) ? 'llm' : '?');
+      await loadedChat(h);
+      t.equal(mode(), 'llm', 'a loaded chat profile: LLM GPU mode');
+      const image = await h.submit({ kind: 'image', profileId: 'img' });
+      t.ok(h.granted(image));
+      t.equal(mode(), 'exclusiveImage', 'the image job holds every GPU');
+      const chat = await h.submit();
+      t.notOk(h.granted(chat), 'a text request waits out the exclusive image mode');
+      await h.release(image);
+      t.equal(h.worker('image').state, 'unloaded', 'the image process is gone');
+      t.equal(mode(), 'llm', 'LLM GPU mode again');
+      t.ok(h.granted(chat), 'and the waiting text request reloads its profile');
+    },
+  },
+  {
     row: '3.3 API image requests wait for a busy reservation',
     async run(t) {
       const h = supervisorHarness();
@@ -568,6 +586,46 @@ const ttsRows: Row[] = [
       );
       t.same(h.outcome(chat), ['job.queued', 'granted +start']);
       t.equal(h.grant(chat)?.start?.gpuLayers, 41, 'all layers on the GPU once the TTS worker is gone');
+    },
+  },
+  {
+    row: '3.2 loaded | incompatible GPU profile change | unloaded: a TTS start that does not fit beside the idle chat worker unloads it first',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      h.world.chat.big = { model: model(40, 500), context: 4096, gpuSplit: [1], gpuLayers: null };
+      await h.release(await h.submit({ profileId: 'big' }));
+      t.ok((h.worker('chat').plan?.forecast.gpuMiB['GPU-a'] ?? 0) > 17 * GIB, 'the idle chat worker leaves less than 7 GiB on GPU-a');
+      const speech = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
+      t.same(
+        h.unloads().map((u) => [u.kind, u.code, /fits once the idle chat worker is unloaded/.test(u.reason)]),
+        [['chat', 'make_room', true]],
+        'the idle chat worker gives way, as an idle TTS worker does for a chat start',
+      );
+      t.same(h.outcome(speech), ['job.queued', 'granted +start'], 'then the TTS worker starts');
+    },
+  },
+  {
+    row: '3.2 a busy chat worker never gives way to a TTS start: the start is refused while it answers',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      h.world.chat.big = { model: model(40, 500), context: 4096, gpuSplit: [1], gpuLayers: null };
+      const answering = await h.submit({ profileId: 'big' });
+      const speech = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a' });
+      t.same(h.unloads(), [], 'nothing of ours is unloaded under a running answer');
+      t.same(h.outcome(speech), ['job.queued', 'denied insufficient_memory']);
+      await h.release(answering);
+    },
+  },
+  {
+    row: '3.6 a TTS preload unloads nothing of ours: beside a large idle chat worker it is refused, the chat worker stays',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a', 24 * GIB)], tts: { device: 'GPU-a', memoryMiB: 7 * GIB } } });
+      h.world.chat.big = { model: model(40, 500), context: 4096, gpuSplit: [1], gpuLayers: null };
+      await h.release(await h.submit({ profileId: 'big' }));
+      const preload = await h.submit({ kind: 'tts', profileId: 't', device: 'GPU-a', source: 'preload' });
+      t.same(h.unloads(), []);
+      t.same(h.outcome(preload), ['job.queued', 'denied insufficient_memory']);
+      t.equal(h.worker('chat').state, 'loaded');
     },
   },
   {

@@ -29,6 +29,8 @@ export interface EndpointStatus {
   /** Set while secrets.json on disk is damaged and the last good secrets stay in force. */
   secrets_problem: string | null;
   counters: ReturnType<Counters['snapshot']>;
+  /** The GPU mode (spec 3.3, 3.4): `llm` (chat and TTS may share the GPUs), or `exclusive_image` while an image job holds them. */
+  gpu_mode: 'llm' | 'exclusive_image';
   workers: ReturnType<WorkerHooks['statuses']>;
   queue: QueueStatus;
   profiles: Awaited<ReturnType<Catalog['views']>>;
@@ -97,6 +99,7 @@ export async function endpointStatus(s: StatusSources): Promise<EndpointStatus> 
     error: context.error,
     stop: stopSince === null ? null : { since: stopSince, open_requests: s.counters.open, running_jobs: runningJobs(supervised.jobs) },
     secrets_problem: s.secrets.problem ?? null,
+    gpu_mode: supervisor.getSnapshot().matches({ active: { gpuMode: 'exclusiveImage' } }) ? 'exclusive_image' : 'llm',
     counters: s.counters.snapshot(),
     workers: [...report.workers, ...s.workers.statuses().filter((w) => !report.workers.some((r) => r.kind === w.kind))],
     queue: report.queue,
