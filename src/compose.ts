@@ -45,6 +45,7 @@ import { Scheduler } from './system/scheduler.js';
 import { SessionStore } from './system/sessions.js';
 import { endpointStatus, statusWord } from './system/observe/status.js';
 import { createSupervisor, type SupervisorDeps } from './system/supervisor.js';
+import { restartOnNewRevision } from './system/reload.js';
 import { WorkerHooks } from './system/workers.js';
 import { ChatWorker } from './workers/chat/chat.js';
 import { CHAT_LIMITS, type ChatLimits } from './workers/chat/chatRequest.js';
@@ -226,6 +227,16 @@ export async function startService(config: Config, options: StartOptions): Promi
     log,
     ...(options.audioRetryMs === undefined ? {} : { retryMs: options.audioRetryMs }),
     inspect,
+  });
+
+  // A loaded worker whose profile gets a new revision is started anew at once (spec 3.2), after the supervisor heard of the save.
+  restartOnNewRevision({
+    supervisor,
+    scheduler,
+    profiles,
+    workers: { chat, tts, stt },
+    accepting: () => listenerOf(supervisor)?.getSnapshot().hasTag(TAGS.accepting) ?? false,
+    log,
   });
 
   /** Since when a stop is in progress (the listener's watch tells, once the supervisor has started). */

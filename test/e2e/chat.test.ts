@@ -193,15 +193,22 @@ t.test('two profiles swap, a new revision restarts the worker with the stored pa
   t.ok(Date.parse(second?.since ?? '') > firstSince, 'since is the start of the new process');
   t.notOk(alive(first!.pid!), "alpha's process was ended before beta started");
 
-  // A new revision of beta: the next request restarts the worker with the stored parameters.
+  // A new revision of beta: the worker is unloaded, then loaded with the new revision at once,
+  // without waiting for a request (spec 3.2), with the stored parameters.
   const profile = (await (await b.admin('GET', `/api/v1/profiles/${ids.beta}`)).json()) as { revision: number; params: Record<string, unknown> };
+  const savedAt = Date.now();
   const saved = await b.admin('PUT', `/api/v1/profiles/${ids.beta}`, { ...profile, params: { ...profile.params, context: 1024 } });
   t.equal(saved.status, 200);
-  await ask('beta');
-  const third = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
-  t.equal(third?.revision, profile.revision + 1, 'the worker runs the new revision');
-  t.not(third?.pid, second?.pid, 'in a new process');
-  const cmdline = await import('node:fs/promises').then((fs) => fs.readFile(`/proc/${third!.pid}/cmdline`, 'utf8'));
+  const third = await until('the new revision loaded without a request', async () => {
+    const chat = (await endpointStatus(b)).workers.find((w) => w.kind === 'chat');
+    return chat?.revision === profile.revision + 1 && chat.state === 'loaded' ? chat : undefined;
+  });
+  t.comment(`from the save to the new revision loaded: ${Date.now() - savedAt} ms`);
+  t.not(third.pid, second?.pid, 'in a new process');
+  t.notOk(alive(second!.pid!), 'the old revision\'s process was ended');
+  t.equal((await ask('beta')).model, 'beta');
+  t.equal((await endpointStatus(b)).workers.find((w) => w.kind === 'chat')?.pid, third.pid, 'the next request is answered by the restarted worker, not another start');
+  const cmdline = await import('node:fs/promises').then((fs) => fs.readFile(`/proc/${third.pid}/cmdline`, 'utf8'));
   const args = cmdline.split('\0');
   t.equal(args[args.indexOf('-c') + 1], '1024', 'the stored context is the -c of the new start');
   t.ok(args.includes('--kv-unified') && args.includes('q4_0') && args.includes('--no-webui'), 'the fixed backend defaults');
@@ -212,7 +219,7 @@ t.test('two profiles swap, a new revision restarts the worker with the stored pa
   // Unpublish everything and stop: the worker ends and its key file goes with it.
   t.equal((await b.admin('POST', '/api/v1/endpoint/stop', {})).status, 200);
   await until('the worker to be unloaded', async () => ((await endpointStatus(b)).workers.some((w) => w.kind === 'chat') ? undefined : true));
-  t.notOk(alive(third!.pid!), 'the endpoint stop ended the worker');
+  t.notOk(alive(third.pid!), 'the endpoint stop ended the worker');
   const gone = await import('node:fs/promises').then((fs) => fs.stat(keyFile).then(() => false, () => true));
   t.ok(gone, 'the key file was removed');
 });
