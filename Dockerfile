@@ -142,7 +142,6 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY . .
 RUN chmod 0755 bin/service-deck.js \
  && npm run build \
- && npm run build:console \
  && mkdir /prod \
  && cp package.json package-lock.json /prod/ \
  && cd /prod \

@@ -32,8 +32,9 @@ if ! sh scripts/build-whisper.sh; then
   say "warning: whisper.cpp could not be built (see above); whisper.cpp STT profiles stay blocked until it is"
 fi
 
-# The service itself: TypeScript to dist/, and the operator console (Vite) to dist/console.
-say "building (tsc)"
-npx --no-install tsc -p tsconfig.build.json
+# What `serve` needs, as `npm run build` makes it: the service (tsc, `build:service`) to dist/,
+# and the operator console (Vite, `build:console`) to dist/console.
+say "building the service (tsc)"
+npm run -s build:service
 say "building the operator console (vite)"
-npx --no-install vite build --config console/vite.config.ts --logLevel warn
+npm run -s build:console -- --logLevel warn

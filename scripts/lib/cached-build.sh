@@ -75,30 +75,10 @@ cached_workdir() {
   trap 'rm -rf "$work"; exit 130' INT TERM
 }
 
-# Progress of `cmake --build` on stdin: its percentage, one line per step that moves it. Make
-# prints `[ 42%] ...`, Ninja `[12/345] ...`. Read by the shell line by line (awk would hold its
-# input back, and the lines would all come at the end).
+# Progress of `cmake --build` on stdin, to stderr: one updating line on a terminal, else a line
+# per tenth or per 30 s (scripts/lib/progress.sh).
 cmake_progress() {
-  last=
-  while IFS= read -r line; do
-    pct=
-    case $line in
-      '['*'%]'*)
-        pct=${line%%%]*}
-        pct=${pct#?}
-        pct=${pct##* }%
-        ;;
-      '['[0-9]*/[0-9]*']'*)
-        step=${line%%]*}
-        step=${step#?}
-        done_steps=${step%/*}
-        all_steps=${step#*/}
-        [ "$all_steps" -gt 0 ] 2>/dev/null && pct=$((done_steps * 100 / all_steps))%
-        ;;
-    esac
-    [ -z "$pct" ] || [ "$pct" = "$last" ] || say "$pct"
-    [ -z "$pct" ] || last=$pct
-  done
+  sh scripts/lib/progress.sh "$area-build: " >&2
 }
 
 # Checks that `$1/<program>` was built for each program, then moves them into place whole (copied

@@ -45,9 +45,9 @@ export async function securityHeaders(request: FastifyRequest, reply: FastifyRep
 export const consoleRoutes: FastifyPluginAsync<{ service: Service }> = async (app, { service }) => {
   const root = service.config.consoleDir;
   if (!existsSync(path.join(root, 'index.html'))) {
-    service.log.warn({ dir: root }, 'the operator console is not built: run `npm run build:console` (the set-up does)');
+    service.log.warn({ dir: root }, 'the operator console is not built: run `npm run build` (the set-up does)');
     app.get('/', async () => {
-      throw errors.unavailable('console_not_built', `The operator console is not built (${root} has no index.html): run \`npm run build:console\`, or \`npm run demo\`, which builds it.`);
+      throw errors.unavailable('console_not_built', `The operator console is not built (${root} has no index.html): run \`npm run build\` (the service and the console), or \`npm run demo\`, which builds both.`);
     });
     return;
   }
