@@ -16,7 +16,7 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { performance } from 'node:perf_hooks';
 import type { Test } from 'tap';
-import { EnhancerInstalls } from '../src/system/enhancerInstalls.js';
+import { EnhancerInstalls } from '../src/system/enhancers/enhancerInstalls.js';
 import { HostFacts } from '../src/system/host.js';
 import { createLogger } from '../src/system/observe/log.js';
 import { startHub } from '../test/helpers/hub.js';

@@ -27,7 +27,7 @@ import { EndpointStore } from './store/endpoint.js';
 import { ensurePrivateDir } from './store/files.js';
 import { ProfileStore } from './store/profiles.js';
 import { loadRecipes } from './store/enhancers.js';
-import { EnhancerInstalls } from './system/enhancerInstalls.js';
+import { EnhancerInstalls } from './system/enhancers/enhancerInstalls.js';
 import { SecretStore } from './store/secrets.js';
 import { AudioPolicies } from './system/audioPolicy.js';
 import { BuildWatcher } from './system/catalog/builds.js';

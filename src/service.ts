@@ -9,7 +9,7 @@ import type { BuildWatcher } from './system/catalog/builds.js';
 import type { ChartFeed } from './system/observe/charts.js';
 import type { Catalog } from './system/catalog/catalog.js';
 import type { Counters } from './system/observe/counters.js';
-import type { EnhancerInstalls } from './system/enhancerInstalls.js';
+import type { EnhancerInstalls } from './system/enhancers/enhancerInstalls.js';
 import type { UploadRoom } from './workers/uploadRoom.js';
 import type { HostFacts } from './system/host.js';
 import type { Inspection } from './system/observe/inspect.js';

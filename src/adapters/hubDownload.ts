@@ -255,8 +255,8 @@ async function partialSize(file: string): Promise<number> {
   }
 }
 
-/** Feeds the first `bytes` of `file` (a partial kept from before) into `hash`. */
-async function hashPrefix(hash: Hash, file: string, bytes: number, signal: AbortSignal): Promise<void> {
+/** Feeds the first `bytes` of `file` (a partial kept from before, or a stored file checked again) into `hash`. */
+export async function hashPrefix(hash: Hash, file: string, bytes: number, signal: AbortSignal): Promise<void> {
   if (bytes === 0) return;
   for await (const chunk of createReadStream(file, { start: 0, end: bytes - 1, signal })) hash.update(chunk as Buffer);
 }

@@ -255,7 +255,8 @@ t.test('an answer that cannot be had (context too small for the request): 502 en
 t.test('files gone after the blocker check: 502 enhancer_failed before any process', async (t) => {
   const { b, model, profile } = await setUp(t);
   const snapshot = b.service.profiles.get(profile.id) as ImageProfile;
-  await rm(path.join(b.stateDir, 'enhancers', 't2i', 'tiny.gguf'));
+  // The model both tasks share, in the store.
+  await rm((await b.service.enhancers.installed('t2i'))!.model);
   const failed = (await runImageJob(b.service, snapshot, { prompt: PROMPT }, { source: 'api', whenBusy: 'wait', signal: new AbortController().signal }).then(
     () => ({ statusCode: 200, code: 'none', message: 'an image was made' }),
     (error: unknown) => error,

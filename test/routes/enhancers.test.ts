@@ -3,7 +3,11 @@
 // profile's blocker cleared without touching the profile; one install at a time; cancel removes
 // the partial files; a disk too small is a clear failure before any byte; a restart mid-install
 // says so and the next install resumes with Range; and every refusal of the choice route.
-import { mkdir, readdir, stat, writeFile } from 'node:fs/promises';
+// Both tasks share one copy of a file in the store (`<state>/enhancers/files/<repo>/<revision>/<path>`):
+// the second install fetches none of its bytes, a cancel keeps what the other task uses, and an
+// install in the layout before the store (one folder per task) is moved into it at start.
+import { createHash } from 'node:crypto';
+import { mkdir, readdir, readFile, stat, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
@@ -44,9 +48,27 @@ async function setUp(t: Test, stateDir?: string) {
   return { hub, b, env };
 }
 
-/** Whether the t2i folder has come to hold only its install record. */
+/** Every file under `dir`, as paths relative to it (none when it does not exist). */
+async function filesUnder(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []);
+  return entries
+    .filter((e) => e.isFile())
+    .map((e) => path.relative(dir, path.join(e.parentPath, e.name)))
+    .sort();
+}
+/** The store's folder of the test repository at `main`. */
+const storeOf = (b: Built) => path.join(b.stateDir, 'enhancers', 'files', REPO, 'main');
+/** Whether the t2i folder has come to hold only its install record, and the store no file. */
 const onlyRecordLeft = (b: Built) =>
-  until('only install.json in the task folder', async () => ((await readdir(path.join(b.stateDir, 'enhancers', 't2i'))).join() === 'install.json' ? true : undefined), 10_000).catch(() => false);
+  until(
+    'only install.json in the task folder, nothing in the store',
+    async () => ((await readdir(path.join(b.stateDir, 'enhancers', 't2i'))).join() === 'install.json' && (await filesUnder(storeOf(b))).length === 0 ? true : undefined),
+    10_000,
+  ).catch(() => false);
+const sha256 = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+/** GET requests the hub had for a file's bytes (its resolve URL, or its CDN blob). */
+const fetchesOf = (hub: { requests: Array<{ method: string; url: string }> }, bytes: Buffer) =>
+  hub.requests.filter((r) => r.method === 'GET' && r.url.endsWith(`/cdn/${sha256(bytes)}`)).length;
 const installs = async (b: Built) => (await (await b.admin('GET', '/api/v1/prompt-enhancers')).json()) as Installs;
 const settledIn = (b: Built, task: 't2i' | 'i2i', states: string[]) =>
   until(
@@ -94,9 +116,12 @@ t.test('install i2i with progress; the profile blocker goes without touching the
   t.ok(progress.every((n, i) => i === 0 || n >= progress[i - 1]!), 'progress only grows');
   await b.service.enhancers.settled();
   const folder = path.join(b.stateDir, 'enhancers', 'i2i');
-  t.same((await readdir(folder)).sort(), ['install.json', 'installed.json', 'mmproj__tiny-mmproj.gguf', 'tiny-Q4.gguf']);
-  t.equal((await stat(path.join(folder, 'tiny-Q4.gguf'))).mode & 0o777, 0o600);
-  t.equal((await stat(folder)).mode & 0o777, 0o700);
+  t.same((await readdir(folder)).sort(), ['install.json', 'installed.json'], 'the task folder holds its records');
+  const store = storeOf(b);
+  t.same(await filesUnder(store), ['mmproj/tiny-mmproj.gguf', 'tiny-Q4.gguf'], 'the files, by repository, revision and path');
+  t.equal((await stat(path.join(store, 'tiny-Q4.gguf'))).mode & 0o777, 0o600);
+  t.equal((await stat(path.join(store, 'mmproj/tiny-mmproj.gguf'))).mode & 0o777, 0o600);
+  for (const dir of [folder, path.join(b.stateDir, 'enhancers', 'files'), store, path.join(store, 'mmproj')]) t.equal((await stat(dir)).mode & 0o777, 0o700, dir);
   t.ok(hub.requests.some((r) => r.url.includes('/resolve/main/mmproj/tiny-mmproj.gguf')), 'the file came from <hub>/<repo>/resolve/<revision>/<path>');
 
   const after = (await (await b.admin('GET', `/api/v1/profiles/${profile.id}`)).json()) as { revision: number; blockers: string[]; executable: boolean };
@@ -117,9 +142,153 @@ t.test('one install at a time; cancel removes the partial files', async (t) => {
   const body = (await cancelled.json()) as Installs & { cancelled: boolean };
   t.equal(body.cancelled, true);
   t.equal(body.t2i.state, 'cancelled');
-  t.same(await readdir(path.join(b.stateDir, 'enhancers', 't2i')), ['install.json'], 'no partial file left');
+  t.same(await readdir(path.join(b.stateDir, 'enhancers', 't2i')), ['install.json'], 'no record left');
+  t.same(await filesUnder(path.join(b.stateDir, 'enhancers', 'files')), [], 'no partial file left');
   const again = (await (await b.admin('POST', '/api/v1/prompt-enhancers/cancel', {})).json()) as { cancelled: boolean };
   t.equal(again.cancelled, false, 'nothing to cancel');
+});
+
+/** A host whose disk has `free` bytes, as df and statfs both see it. */
+function diskWith(b: Built, free: number) {
+  const reader = { fsSize: async () => [{ mount: '/', available: free, size: 100 * 2 ** 30 }] } as unknown as HostReader;
+  b.service.host = new HostFacts(b.stateDir, reader, Date.now, async () => ({ bavail: free / 1024, bsize: 1024 }));
+}
+
+t.test("the second task shares the first one's copy: no byte of it moves, the rest does", async (t) => {
+  const { b, hub } = await setUp(t);
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 't2i' });
+  t.equal((await settledIn(b, 't2i', ['installed', 'failed'])).state, 'installed');
+  await b.service.enhancers.settled();
+  // Room for the projector and the margin, not for a second copy of the model.
+  diskWith(b, MMPROJ.length + 512 * 1024 * 1024 + 64 * 1024);
+  const sentBefore = hub.sent();
+  const requestsBefore = hub.requests.length;
+  const seen: Array<[number, number | null]> = [];
+  const working: Record<string, Set<string | null>> = { t2i: new Set(), i2i: new Set() };
+  b.service.enhancers.on('change', () => {
+    const view = b.service.enhancers.view();
+    seen.push([view.i2i.bytes_done, view.i2i.bytes_total]);
+    for (const task of ['t2i', 'i2i'] as const) working[task]!.add(view[task].file);
+  });
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 'i2i' });
+  const done = await settledIn(b, 'i2i', ['installed', 'failed']);
+  await b.service.enhancers.settled();
+  t.same([done.state, done.error, done.bytes_done, done.bytes_total], ['installed', null, MODEL.length + MMPROJ.length, MODEL.length + MMPROJ.length]);
+  const moved = hub.sent() - sentBefore;
+  t.comment(`second install: the hub sent ${moved} bytes (model ${MODEL.length}, projector ${MMPROJ.length})`);
+  t.equal(moved, MMPROJ.length, 'the hub sent the projector only');
+  const second = { requests: hub.requests.slice(requestsBefore) };
+  t.equal(fetchesOf(second, MODEL), 0, 'no GET of the shared model');
+  t.equal(fetchesOf(second, MMPROJ), 1, 'one GET of the projector');
+  t.same(seen.find(([, total]) => total !== null), [MODEL.length, MODEL.length + MMPROJ.length], 'the progress says the shared bytes are there from the start');
+  t.same([...working.i2i!], [null, 'mmproj/tiny-mmproj.gguf'], 'the shared model was taken on its record: neither read again nor fetched');
+  const [t2i, i2i] = [await b.service.enhancers.installed('t2i'), await b.service.enhancers.installed('i2i')];
+  t.ok(t2i && i2i && t2i.model === i2i.model, `one copy for both tasks: ${t2i?.model}`);
+  t.equal(i2i?.mmproj, path.join(storeOf(b), 'mmproj', 'tiny-mmproj.gguf'));
+  const enhancers = path.join(b.stateDir, 'enhancers');
+  t.same(await filesUnder(enhancers), [
+    'files.json',
+    'files/test-org/tiny-enhancer/main/mmproj/tiny-mmproj.gguf',
+    'files/test-org/tiny-enhancer/main/tiny-Q4.gguf',
+    'i2i/install.json',
+    'i2i/installed.json',
+    't2i/install.json',
+    't2i/installed.json',
+  ]);
+
+  // A file touched since (a copy, a restore: its mtime changed) is hashed again, not fetched.
+  diskWith(b, 100 * 2 ** 30);
+  const model = path.join(storeOf(b), 'tiny-Q4.gguf');
+  await utimes(model, new Date(), new Date(Date.now() - 60_000));
+  const touched = hub.requests.length;
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 't2i' });
+  t.equal((await settledIn(b, 't2i', ['installed', 'failed'])).state, 'installed');
+  await b.service.enhancers.settled();
+  t.equal(fetchesOf({ requests: hub.requests.slice(touched) }, MODEL), 0, 'a touched file with the right sha256 is kept');
+  t.ok(working.t2i!.has('tiny-Q4.gguf'), 'after it was read again');
+  // A file whose bytes changed is fetched again, and both tasks use the repaired copy.
+  await writeFile(model, Buffer.alloc(MODEL.length, 1));
+  const damaged = hub.requests.length;
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 'i2i' });
+  t.equal((await settledIn(b, 'i2i', ['installed', 'failed'])).state, 'installed');
+  await b.service.enhancers.settled();
+  t.equal(fetchesOf({ requests: hub.requests.slice(damaged) }, MODEL), 1, 'a damaged file is fetched again');
+  t.equal(sha256(await readFile(model)), sha256(MODEL));
+  t.ok(await b.service.enhancers.installed('t2i'), 't2i is installed still');
+});
+
+t.test('cancelling one task keeps the files the other uses; its own files go', async (t) => {
+  const { b, hub } = await setUp(t);
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 't2i' });
+  t.equal((await settledIn(b, 't2i', ['installed', 'failed'])).state, 'installed');
+  await b.service.enhancers.settled();
+  hub.options.chunkDelayMs = 40;
+  hub.options.chunkBytes = 16 * 1024;
+  const before = hub.requests.length;
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 'i2i' });
+  await until('the projector part-way', async () => {
+    const view = (await installs(b)).i2i;
+    return view.bytes_done > MODEL.length + 32 * 1024 ? true : undefined;
+  }, 20_000);
+  const cancelled = (await (await b.admin('POST', '/api/v1/prompt-enhancers/cancel', {})).json()) as Installs & { cancelled: boolean };
+  t.same([cancelled.cancelled, cancelled.i2i.state, cancelled.t2i.state], [true, 'cancelled', 'installed']);
+  t.equal(fetchesOf({ requests: hub.requests.slice(before) }, MODEL), 0, 'the cancelled install fetched none of the shared model');
+  t.same(await filesUnder(path.join(b.stateDir, 'enhancers', 'files')), ['test-org/tiny-enhancer/main/tiny-Q4.gguf'], "the projector's partial went, the shared model stayed");
+  const t2i = await b.service.enhancers.installed('t2i');
+  t.ok(t2i, 't2i is installed still');
+  t.equal(sha256(await readFile(t2i!.model)), sha256(MODEL), 'with its bytes');
+  const profile = await imageProfile(b, t);
+  const chosen = (await (await b.admin('POST', '/api/v1/profiles/prompt-enhancer', { id: profile.id, revision: 1, prompt_enhancer: { t2i: null, i2i: null, device: 'auto' } })).json()) as { blockers: string[] };
+  t.same(chosen.blockers, [`prompt enhancer not installed: ${REPO} (i2i)`], 't2i has no blocker, i2i has');
+
+  // i2i first, then t2i cancelled at once (it had nothing to fetch): the shared model stays for i2i.
+  const other = await setUp(t);
+  await other.b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 'i2i' });
+  t.equal((await settledIn(other.b, 'i2i', ['installed', 'failed'])).state, 'installed');
+  await other.b.service.enhancers.settled();
+  t.ok(other.b.service.enhancers.install('t2i').ok);
+  t.equal(await other.b.service.enhancers.cancel(), true);
+  t.equal((await installs(other.b)).t2i.state, 'cancelled');
+  t.same(await filesUnder(path.join(other.b.stateDir, 'enhancers', 'files')), ['test-org/tiny-enhancer/main/mmproj/tiny-mmproj.gguf', 'test-org/tiny-enhancer/main/tiny-Q4.gguf'], 'i2i keeps both files');
+  t.ok(await other.b.service.enhancers.installed('i2i'), 'i2i is installed still');
+});
+
+t.test('an install in the layout before the store counts as installed, and is moved into the store with one copy', async (t) => {
+  const stateDir = await tempDir(t);
+  const old = (task: string, files: Array<[string, string, Buffer]>) => ({
+    task,
+    record: { repo: REPO, revision: 'main', files: files.map(([p, role, bytes]) => ({ path: p, role, size: bytes.length, sha256: sha256(bytes) })), installed_at: '2025-01-01T00:00:00.000Z' },
+    files,
+  });
+  for (const { task, record, files } of [
+    old('t2i', [['tiny-Q4.gguf', 'model', MODEL]]),
+    old('i2i', [['tiny-Q4.gguf', 'model', MODEL], ['mmproj/tiny-mmproj.gguf', 'mmproj', MMPROJ]]),
+  ]) {
+    const folder = path.join(stateDir, 'enhancers', task);
+    await mkdir(folder, { recursive: true, mode: 0o700 });
+    await writeFile(path.join(folder, 'installed.json'), JSON.stringify(record), { mode: 0o600 });
+    await writeFile(path.join(folder, 'install.json'), JSON.stringify({ repo: REPO, state: 'installed', bytes_done: 1, bytes_total: 1, error: null, file: null }), { mode: 0o600 });
+    for (const [p, , bytes] of files) await writeFile(path.join(folder, p.replaceAll('/', '__')), bytes, { mode: 0o600 });
+  }
+  const { b, hub } = await setUp(t, stateDir);
+  const view = await installs(b);
+  t.same([view.t2i.state, view.i2i.state], ['installed', 'installed']);
+  t.same(await filesUnder(path.join(stateDir, 'enhancers')), [
+    'files.json',
+    'files/test-org/tiny-enhancer/main/mmproj/tiny-mmproj.gguf',
+    'files/test-org/tiny-enhancer/main/tiny-Q4.gguf',
+    'i2i/install.json',
+    'i2i/installed.json',
+    't2i/install.json',
+    't2i/installed.json',
+  ], 'moved into the store; the second copy of the model is gone');
+  const [t2i, i2i] = [await b.service.enhancers.installed('t2i'), await b.service.enhancers.installed('i2i')];
+  t.equal(t2i?.model, path.join(storeOf(b), 'tiny-Q4.gguf'));
+  t.equal(i2i?.model, t2i?.model);
+  t.equal(sha256(await readFile(i2i!.mmproj!)), sha256(MMPROJ));
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 'i2i' });
+  t.equal((await settledIn(b, 'i2i', ['installed', 'failed'])).state, 'installed');
+  t.equal(hub.sent(), 0, 'installing again moves no byte: the moved files keep their record');
 });
 
 t.test('too little disk space fails before any byte, with the numbers', async (t) => {

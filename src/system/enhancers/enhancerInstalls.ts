@@ -1,27 +1,32 @@
 // Installing the prompt enhancers (CONTRACT section 8): one install at a time, file by file from
-// the hub with progress (bytes done and total, for the status and the console), resumed from a
-// partial file, checked against the hub's size and sha256, after a check of the free disk space
-// (systeminformation's view of the filesystem holding the state directory). Cancel stops the
-// download and removes the partial files. Where an install stands is kept in `install.json`: a
-// restart in the middle leaves `failed` with "interrupted by a restart", and installing again
-// resumes from the partial file. Only `installed.json`, written last, makes a task installed.
+// the hub with progress (bytes done and total, for the status and the console), into the store
+// shared by both tasks (enhancerStore.ts beside it): a file already there and verified moves no byte
+// and counts as done from the start; the others are resumed from a partial file, checked against
+// the hub's size and sha256, after a check of the free disk space for the bytes still to fetch
+// (systeminformation's view of the filesystem holding the store). Cancel stops the download and
+// removes the partial files, and the complete files that the other task does not use. Where an
+// install stands is kept in `install.json`: a restart in the middle leaves `failed` with
+// "interrupted by a restart", and installing again resumes from the partial file. Only
+// `installed.json`, written last, makes a task installed.
 import { rm, stat } from 'node:fs/promises';
-import path from 'node:path';
 import { EventEmitter } from 'eventemitter3';
-import { downloadHubFile, HubError, probeHubFile, type HubFile } from '../adapters/hubDownload.js';
+import { downloadHubFile, HubError, probeHubFile, type HubFile } from '../../adapters/hubDownload.js';
 import {
   ENHANCER_TASKS,
   installFile,
   installedFile,
-  localName,
   readInstalled,
+  storeDir,
+  storedPath,
   taskDir,
   type EnhancerTask,
   type Recipe,
   type Recipes,
-} from '../store/enhancers.js';
-import { ensurePrivateDir, readJsonFile, writeJsonAtomic } from '../store/files.js';
-import type { Logger } from './observe/log.js';
+  type StoreKey,
+} from '../../store/enhancers.js';
+import { ensurePrivateDir, readJsonFile, writeJsonAtomic } from '../../store/files.js';
+import { EnhancerStore, type Verified } from './enhancerStore.js';
+import type { Logger } from '../observe/log.js';
 
 export type InstallState = 'not_installed' | 'installing' | 'installed' | 'failed' | 'cancelled';
 
@@ -66,9 +71,7 @@ function urlOf(hub: string, recipe: Recipe, file: string): string {
   return `${hub.replace(/\/+$/, '')}/${recipe.repo}/resolve/${encodeURIComponent(recipe.revision)}/${encoded}`;
 }
 
-/** The task folder's own records: no recipe file may land on them. */
-const RESERVED_NAMES = new Set(['installed.json', 'install.json']);
-
+const keysOf = (recipe: Recipe): StoreKey[] => recipe.files.map((f) => ({ repo: recipe.repo, revision: recipe.revision, path: f.path }));
 const sizeOf = async (file: string) => (await stat(file).catch(() => null))?.size ?? 0;
 const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(1)} GiB`;
 
@@ -84,14 +87,20 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     readonly hub: string,
     private readonly room: DiskRoom,
     private readonly log: Logger,
+    private readonly store: EnhancerStore,
   ) {
     super();
   }
 
-  /** Reads where each task stands; an install a restart cut off becomes `failed`, resumable. */
+  /**
+   * Moves an install of the layout before the store into it, then reads where each task stands; an
+   * install a restart cut off becomes `failed`, resumable.
+   */
   static async open(options: { dir: string; recipes: Recipes; hub: string; room: DiskRoom; log: Logger }): Promise<EnhancerInstalls> {
-    const installs = new EnhancerInstalls(options.dir, options.recipes, options.hub, options.room, options.log);
     await ensurePrivateDir(options.dir);
+    const store = await EnhancerStore.open(options.dir);
+    await store.migrate(options.recipes, options.log);
+    const installs = new EnhancerInstalls(options.dir, options.recipes, options.hub, options.room, options.log, store);
     for (const task of ENHANCER_TASKS) {
       const recipe = options.recipes[task];
       const view: InstallView = { repo: recipe.repo, state: 'not_installed', bytes_done: 0, bytes_total: null, error: null, file: null };
@@ -102,7 +111,7 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
       } else {
         const saved = (await readJsonFile(installFile(options.dir, task)).catch(() => undefined)) as Partial<InstallView> | undefined;
         if (saved?.repo === recipe.repo && (saved.state === 'installing' || saved.state === 'failed')) {
-          const done = await installs.#bytesOnDisk(task, recipe);
+          const done = await installs.#bytesOnDisk(recipe);
           const interrupted = saved.state === 'installing';
           Object.assign(view, {
             state: 'failed',
@@ -130,10 +139,7 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
   async installed(task: EnhancerTask): Promise<InstalledEnhancer | null> {
     const installed = await readInstalled(this.dir, task);
     if (!installed) return null;
-    const at = (role: 'model' | 'mmproj') => {
-      const file = installed.files.find((f) => f.role === role);
-      return file ? path.join(taskDir(this.dir, task), localName(file.path)) : null;
-    };
+    const at = (role: 'model' | 'mmproj') => installed.files.find((f) => f.role === role)?.at ?? null;
     const model = at('model');
     const recipe = this.recipes[task];
     const context = recipe.repo === installed.repo ? recipe.context : DEFAULT_CONTEXT;
@@ -183,23 +189,24 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
       .catch((error: unknown) => this.log.warn({ err: error, task }, 'enhancer install state not saved'));
   }
 
-  async #bytesOnDisk(task: EnhancerTask, recipe: Recipe): Promise<number> {
+  /** Bytes of the recipe's files in the store: complete files, and partial ones. */
+  async #bytesOnDisk(recipe: Recipe): Promise<number> {
     let done = 0;
-    for (const file of recipe.files) {
-      const local = path.join(taskDir(this.dir, task), localName(file.path));
-      done += (await sizeOf(local)) || (await sizeOf(`${local}.part`));
+    for (const key of keysOf(recipe)) {
+      const file = storedPath(this.dir, key);
+      if (file !== null) done += (await sizeOf(file)) || (await sizeOf(`${file}.part`));
     }
     return done;
   }
 
   async #run(task: EnhancerTask, signal: AbortSignal): Promise<void> {
     const recipe = this.recipes[task];
-    const folder = taskDir(this.dir, task);
+    const folder = storeDir(this.dir);
     this.#set(task, { repo: recipe.repo, state: 'installing', error: null, file: null, bytes_total: null });
     this.log.info({ task, repo: recipe.repo, revision: recipe.revision }, 'prompt enhancer install started');
     const started = Date.now();
     try {
-      await ensurePrivateDir(folder);
+      await ensurePrivateDir(taskDir(this.dir, task));
       await rm(installedFile(this.dir, task), { force: true });
       // What the hub says of each file: the total, and the sizes the download is checked against.
       const probes: HubFile[] = [];
@@ -208,8 +215,19 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
       const unsized = recipe.files.filter((_, i) => probes[i]?.size === null).map((f) => f.path);
       if (unsized.length > 0) throw new HubError('size_unknown', `the hub states no size for ${unsized.join(', ')} (neither X-Linked-Size nor Content-Length): the install is refused, since its download could not be bounded`);
       const total = probes.reduce((sum, p) => sum + (p.size ?? 0), 0);
-      const already = await this.#bytesOnDisk(task, recipe);
-      this.#set(task, { bytes_total: total, bytes_done: already });
+      // Each file is in the store and verified (nothing to fetch: the other task's install, or an
+      // earlier attempt, brought it), or to be fetched, resuming its partial file.
+      const plan: Array<{ file: Recipe['files'][number]; key: StoreKey; dest: string; kept: Verified | null }> = [];
+      let already = 0;
+      for (const [i, file] of recipe.files.entries()) {
+        const key = { repo: recipe.repo, revision: recipe.revision, path: file.path };
+        const dest = await this.store.place(key);
+        const kept = await this.store.verified(key, dest, probes[i]!, signal, () => this.#set(task, { file: file.path }, false));
+        if (kept) await rm(`${dest}.part`, { force: true });
+        already += kept ? kept.size : await sizeOf(`${dest}.part`);
+        plan.push({ file, key, dest, kept });
+      }
+      this.#set(task, { bytes_total: total, bytes_done: already, file: null });
       const free = await this.room.before(folder);
       const needed = total - already + DISK_MARGIN_BYTES;
       if (free !== null && free < needed) {
@@ -224,11 +242,12 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
       };
       const record: Array<{ path: string; role: 'model' | 'mmproj'; size: number; sha256: string }> = [];
       let before = 0;
-      for (const file of recipe.files) {
-        const dest = path.join(folder, localName(file.path));
-        // The recipe schema allows no such path; checked again where the bytes land.
-        if (path.dirname(dest) !== folder || !path.basename(dest) || RESERVED_NAMES.has(path.basename(dest))) {
-          throw new HubError('unsafe_path', `the recipe file ${JSON.stringify(file.path)} would not land inside ${folder}: refused`);
+      let fetched = 0;
+      for (const { file, key, dest, kept } of plan) {
+        if (kept) {
+          before += kept.size;
+          record.push({ path: file.path, role: file.role, ...kept });
+          continue;
         }
         this.#set(task, { file: file.path }, false);
         const got = await downloadHubFile({
@@ -238,27 +257,35 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
           checkRoom,
           onProgress: (done) => this.#set(task, { bytes_done: before + done }, false),
         });
+        const sha256 = got.sha256 ?? '';
+        await this.store.record(key, dest, { size: got.bytes, sha256 });
         before += got.bytes;
-        record.push({ path: file.path, role: file.role, size: got.bytes, sha256: got.sha256 ?? '' });
+        fetched += got.bytes;
+        record.push({ path: file.path, role: file.role, size: got.bytes, sha256 });
       }
       await writeJsonAtomic(installedFile(this.dir, task), { repo: recipe.repo, revision: recipe.revision, files: record, installed_at: new Date().toISOString() });
       this.#set(task, { state: 'installed', bytes_done: before, bytes_total: before, file: null, error: null });
       const seconds = (Date.now() - started) / 1000;
-      this.log.info({ task, repo: recipe.repo, bytes: before, seconds, mib_per_s: Math.round((before / 2 ** 20 / Math.max(seconds, 0.001)) * 10) / 10 }, 'prompt enhancer installed');
+      this.log.info(
+        { task, repo: recipe.repo, bytes: before, bytes_fetched: fetched, bytes_shared: before - fetched, seconds, mib_per_s: Math.round((fetched / 2 ** 20 / Math.max(seconds, 0.001)) * 10) / 10 },
+        'prompt enhancer installed',
+      );
     } catch (error) {
       // Only cancel() aborts with a HubError; a stop aborts with a plain Error and keeps the partial files.
       const cancelled = signal.aborted && signal.reason instanceof HubError && signal.reason.code === 'cancelled';
       if (cancelled) {
-        // Cancel: nothing of this install stays (partial files, records).
+        // Cancel: nothing of this install stays (partial files, complete files no other task uses, records).
         await this.#persisted;
-        await rm(folder, { recursive: true, force: true });
-        await ensurePrivateDir(folder);
+        await this.store.removeUnused(keysOf(recipe));
+        const records = taskDir(this.dir, task);
+        await rm(records, { recursive: true, force: true });
+        await ensurePrivateDir(records);
         this.#set(task, { state: 'cancelled', bytes_done: 0, file: null, error: null });
         this.log.info({ task }, 'prompt enhancer install cancelled');
         return;
       }
       const message = signal.aborted && !(signal.reason instanceof HubError) ? 'interrupted: the service stopped; install again to resume' : (error as Error).message;
-      this.#set(task, { state: 'failed', file: null, error: message, bytes_done: await this.#bytesOnDisk(task, recipe) });
+      this.#set(task, { state: 'failed', file: null, error: message, bytes_done: await this.#bytesOnDisk(recipe) });
       this.log.warn({ task, repo: recipe.repo, code: error instanceof HubError ? error.code : undefined, error: message }, 'prompt enhancer install failed');
     } finally {
       await this.#persisted;
