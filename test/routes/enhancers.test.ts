@@ -69,6 +69,17 @@ const sha256 = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex
 /** GET requests the hub had for a file's bytes (its resolve URL, or its CDN blob). */
 const fetchesOf = (hub: { requests: Array<{ method: string; url: string }> }, bytes: Buffer) =>
   hub.requests.filter((r) => r.method === 'GET' && r.url.endsWith(`/cdn/${sha256(bytes)}`)).length;
+/** The enhancers folder with both tasks installed: each file once in the store, the tasks' records. */
+const BOTH_INSTALLED = [
+  'files.json',
+  'files/test-org/tiny-enhancer/main/mmproj/tiny-mmproj.gguf',
+  'files/test-org/tiny-enhancer/main/tiny-Q4.gguf',
+  'i2i/install.json',
+  'i2i/installed.json',
+  't2i/install.json',
+  't2i/installed.json',
+];
+
 const installs = async (b: Built) => (await (await b.admin('GET', '/api/v1/prompt-enhancers')).json()) as Installs;
 const settledIn = (b: Built, task: 't2i' | 'i2i', states: string[]) =>
   until(
@@ -186,15 +197,7 @@ t.test("the second task shares the first one's copy: no byte of it moves, the re
   t.ok(t2i && i2i && t2i.model === i2i.model, `one copy for both tasks: ${t2i?.model}`);
   t.equal(i2i?.mmproj, path.join(storeOf(b), 'mmproj', 'tiny-mmproj.gguf'));
   const enhancers = path.join(b.stateDir, 'enhancers');
-  t.same(await filesUnder(enhancers), [
-    'files.json',
-    'files/test-org/tiny-enhancer/main/mmproj/tiny-mmproj.gguf',
-    'files/test-org/tiny-enhancer/main/tiny-Q4.gguf',
-    'i2i/install.json',
-    'i2i/installed.json',
-    't2i/install.json',
-    't2i/installed.json',
-  ]);
+  t.same(await filesUnder(enhancers), BOTH_INSTALLED);
 
   // A file touched since (a copy, a restore: its mtime changed) is hashed again, not fetched.
   diskWith(b, 100 * 2 ** 30);
@@ -273,15 +276,7 @@ t.test('an install in the layout before the store counts as installed, and is mo
   const { b, hub } = await setUp(t, stateDir);
   const view = await installs(b);
   t.same([view.t2i.state, view.i2i.state], ['installed', 'installed']);
-  t.same(await filesUnder(path.join(stateDir, 'enhancers')), [
-    'files.json',
-    'files/test-org/tiny-enhancer/main/mmproj/tiny-mmproj.gguf',
-    'files/test-org/tiny-enhancer/main/tiny-Q4.gguf',
-    'i2i/install.json',
-    'i2i/installed.json',
-    't2i/install.json',
-    't2i/installed.json',
-  ], 'moved into the store; the second copy of the model is gone');
+  t.same(await filesUnder(path.join(stateDir, 'enhancers')), BOTH_INSTALLED, 'moved into the store; the second copy of the model is gone');
   const [t2i, i2i] = [await b.service.enhancers.installed('t2i'), await b.service.enhancers.installed('i2i')];
   t.equal(t2i?.model, path.join(storeOf(b), 'tiny-Q4.gguf'));
   t.equal(i2i?.model, t2i?.model);
