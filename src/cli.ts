@@ -1,10 +1,11 @@
 // The `service-deck` command (CONTRACT section 1): serve, demo, set-password, rotate-token,
-// rotate-metrics-token, and the admin commands status, profiles and enhancers, which talk to the
+// rotate-metrics-token, install/update (the installation step: the inference port range, spec 8),
+// and the admin commands status, profiles and enhancers, which talk to the
 // running service on loopback or read the state directory of a stopped one (src/cli/). Every
 // command names the state directory it acted on; a bad option, command or argument prints the
 // usage on stderr and exits 2.
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig, type CliOptions } from './config.js';
+import { ConfigError, loadConfig, parsePort, parsePortRange, type CliOptions } from './config.js';
 import { ensurePrivateDir, StateFileError } from './store/files.js';
 import { MIN_PASSWORD_LENGTH, SecretStore, WeakSecretError } from './store/secrets.js';
 import { CliError, UsageError } from './cli/errors.js';
@@ -19,6 +20,11 @@ commands:
   rotate-token                         print a new API token once (the old one stops working)
   rotate-metrics-token                 print a new scrape token for GET /metrics once (the old
                                        one stops working)
+  install, update [--api-ports A-B] [--api-port P]
+                                       the installation step, at the first install and at every
+                                       update, while the service is stopped: saves the inference
+                                       port range (and port) in endpoint.json for every later
+                                       start, and checks the saved port against the range
   status                               the service: inference listener and port, workers with
                                        state and memory, queue, blocked profiles and why
   profiles [list]                      every profile: category, publication, blockers
@@ -42,9 +48,11 @@ options:
   --state-dir DIR    state directory (default $SERVICE_DECK_STATE_DIR or ~/.local/state/service-deck)
   --ui-host HOST     admin listener address (default 127.0.0.1)
   --ui-port PORT     admin listener port (default 8110)
-  --api-ports A-B    ports the inference listener may use (default 1024-65535)
+  --api-ports A-B    ports the inference listener may use: install and update save the range for
+                     every later start; serve uses it for this run only (default: the saved
+                     range, else $SERVICE_DECK_API_PORTS, else 1024-65535)
   --api-port PORT    inference port of the first start (default $SERVICE_DECK_API_PORT or 8120);
-                     later starts keep the port saved in endpoint.json
+                     later starts keep the port saved in endpoint.json (install and update save it)
   --json             status, profiles and enhancers: JSON on stdout
   --file FILE        profiles create and edit: the profile as JSON (- for standard input)
   --password-stdin   status, profiles and enhancers: read the operator password from stdin
@@ -81,14 +89,17 @@ function parse(argv: string[]) {
   }
 }
 
-/** The configuration from the options and the environment; a bad value is a usage error. */
-function configOf(options: CliOptions) {
+/** A value parsed by src/config.ts; a bad one is a usage error. */
+function parsed<T>(parse: () => T): T {
   try {
-    return loadConfig(options);
+    return parse();
   } catch (error) {
     throw error instanceof ConfigError ? new UsageError(error.message) : error;
   }
 }
+
+/** The configuration from the options and the environment; a bad value is a usage error. */
+const configOf = (options: CliOptions) => parsed(() => loadConfig(options));
 
 /** Commands that take no words after their name. */
 function noArguments(command: string, rest: string[]): void {
@@ -157,6 +168,17 @@ export async function main(argv: string[]): Promise<number> {
         `service-deck: new scrape token for GET /metrics above (shown once) for state directory ${stateDir}; the old one no longer works. Send it as \`Authorization: Bearer <token>\` (Prometheus: authorization.credentials_file)\n`,
       );
       return 0;
+    }
+    case 'install':
+    case 'update': {
+      noArguments(command, rest);
+      const { installCommand } = await import('./cli/install.js');
+      // The range and the port are this command's to save, not a range for this process.
+      const { apiPorts, apiPort, ...others } = options;
+      return installCommand(configOf(others), {
+        ...(apiPorts ? { apiPorts: parsed(() => parsePortRange(apiPorts)) } : {}),
+        ...(apiPort ? { apiPort: parsed(() => parsePort(apiPort, '--api-port')) } : {}),
+      });
     }
     case 'status': {
       noArguments(command, rest);

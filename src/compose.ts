@@ -20,10 +20,10 @@ import { ttsWorkerMachine } from '../machines/ttsWorker/index.js';
 import { bindingOff, parentDeathLauncher, SETPRIV_VARIABLE } from './adapters/parentDeath.js';
 import { localCommandLinesHidden } from './adapters/procVisibility.js';
 import { buildAdminApp, buildInferenceApp, type App } from './app.js';
-import type { Config } from './config.js';
+import { withSavedPortRange, type Config } from './config.js';
 import { AudioPolicyStore } from './store/audioPolicy.js';
 import { removeAdminRecord, writeAdminRecord } from './store/adminRecord.js';
-import { EndpointStore } from './store/endpoint.js';
+import { EndpointStore, type EndpointRecord } from './store/endpoint.js';
 import { ensurePrivateDir } from './store/files.js';
 import { ProfileStore } from './store/profiles.js';
 import { loadRecipes } from './store/enhancers.js';
@@ -155,14 +155,32 @@ async function closeAdmin(admin: App, graceMs = 1_000): Promise<void> {
   }
 }
 
-export async function startService(config: Config, options: StartOptions): Promise<Started> {
+/**
+ * The configuration with the inference port range in force (src/config.ts, withSavedPortRange),
+ * said once in the log; an environment range that the installer's saved range outweighs is a warning.
+ */
+function portRangeInForce(loaded: Config, record: EndpointRecord, log: Logger): Config {
+  const config = withSavedPortRange(loaded, record.api_ports);
+  const { first, last } = config.apiPorts;
+  log.info({ first, last, from: config.apiPortsFrom }, 'inference ports');
+  const env = loaded.env.SERVICE_DECK_API_PORTS;
+  if (config.apiPortsFrom === 'saved' && loaded.apiPortsFrom === 'env' && (loaded.apiPorts.first !== first || loaded.apiPorts.last !== last)) {
+    log.warn(
+      `SERVICE_DECK_API_PORTS=${env ?? ''} is not used: endpoint.json keeps the range ${first}-${last} that \`service-deck update --api-ports\` saved (run it again to change the range)`,
+    );
+  }
+  return config;
+}
+
+export async function startService(loaded: Config, options: StartOptions): Promise<Started> {
   const { log } = options;
-  await prepareStateDir(config, log);
-  await reportLocalExposure(config.env, log);
-  const stores = await openStores(config);
+  await prepareStateDir(loaded, log);
+  await reportLocalExposure(loaded.env, log);
+  const stores = await openStores(loaded);
   const { endpoint, secrets, profiles } = stores;
   /** What `endpoint.json` remembered from before this start. */
   const record = endpoint.record;
+  const config = portRangeInForce(loaded, record, log);
 
   const host = new HostFacts(config.stateDir);
   const enhancers = await EnhancerInstalls.open({

@@ -13,6 +13,13 @@ export interface PortRange {
 }
 
 /**
+ * Where the inference port range in force comes from, strongest first: `serve --api-ports` (this run
+ * only), the range that `service-deck update --api-ports` saved in `endpoint.json`,
+ * `SERVICE_DECK_API_PORTS` (the container image's default), else the native 1024-65535.
+ */
+export type PortRangeSource = 'option' | 'saved' | 'env' | 'native';
+
+/**
  * What both listeners accept of a connection (src/app.ts): how long a client may take to send a
  * request, how many connections may be open, which Host names are served, whether a proxy in
  * front says that the client came over TLS.
@@ -54,6 +61,8 @@ export interface Config {
   uiPort: number;
   /** Ports the inference listener may use (native 1024-65535; a container installation narrows it). */
   apiPorts: PortRange;
+  /** Where `apiPorts` comes from; `saved` only once the service has read `endpoint.json` (withSavedPortRange). */
+  apiPortsFrom: PortRangeSource;
   /**
    * The inference port of the first start (`--api-port`, `SERVICE_DECK_API_PORT`), used only while
    * `endpoint.json` does not exist yet; later starts keep the saved port. Undefined: 8120.
@@ -94,6 +103,15 @@ export function parsePort(text: string, what: string): number {
   const port = Number(text);
   if (!Number.isInteger(port) || port < 1 || port > 65535) throw new ConfigError(`${what}: "${text}" is not a port number`);
   return port;
+}
+
+/**
+ * The configuration with the range in force at a start: `saved` (the installer's range from
+ * `endpoint.json`) replaces `SERVICE_DECK_API_PORTS` and the native range, never `--api-ports`.
+ */
+export function withSavedPortRange(config: Config, saved: PortRange | undefined): Config {
+  if (!saved || config.apiPortsFrom === 'option') return config;
+  return { ...config, apiPorts: { first: saved.first, last: saved.last }, apiPortsFrom: 'saved' };
 }
 
 export function parsePortRange(text: string): PortRange {
@@ -219,6 +237,7 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
   const cacheDir = path.resolve(env.SERVICE_DECK_CACHE_DIR ?? path.join(env.XDG_CACHE_HOME ?? path.join(home, '.cache'), 'service-deck'));
   const apiPortsText = options.apiPorts ?? env.SERVICE_DECK_API_PORTS;
   const apiPorts = apiPortsText ? parsePortRange(apiPortsText) : NATIVE_PORTS;
+  const apiPortsFrom: PortRangeSource = options.apiPorts ? 'option' : apiPortsText ? 'env' : 'native';
   const drain = Number(env.SERVICE_DECK_DRAIN_LIMIT_MS ?? 30_000);
   if (!Number.isFinite(drain) || drain < 0) throw new ConfigError('SERVICE_DECK_DRAIN_LIMIT_MS must be a number of milliseconds');
   return {
@@ -227,6 +246,7 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     uiHost: options.uiHost ?? env.SERVICE_DECK_UI_HOST ?? '127.0.0.1',
     uiPort: parsePort(options.uiPort ?? env.SERVICE_DECK_UI_PORT ?? '8110', '--ui-port'),
     apiPorts,
+    apiPortsFrom,
     firstApiPort: parseFirstApiPort(options.apiPort ?? env.SERVICE_DECK_API_PORT, apiPorts),
     inspect: parseInspect(env.SERVICE_DECK_INSPECT),
     inspectPort: parsePort(env.SERVICE_DECK_INSPECT_PORT ?? '8130', 'SERVICE_DECK_INSPECT_PORT'),

@@ -12,13 +12,30 @@ export interface Attention {
   key: string;
   tone: 'bad' | 'warn';
   text: string;
+  /** What the operator does about it in the console, where that is not in `text`. */
+  fix?: string;
   link?: string;
+}
+
+/** The listener's last failure; a saved port outside the allowed range (spec 8) with its fix in console words. */
+function listenerAttention(s: EndpointStatus): Attention | null {
+  if (!s.error) return null;
+  if (s.error.code !== 'saved_port_out_of_range') return { key: 'listener', tone: 'bad', text: `Listener: ${s.error.message} (${s.error.code})` };
+  const { first, last } = s.port_range;
+  return {
+    key: 'listener',
+    tone: 'bad',
+    text: `Listener: the saved port ${s.port} is outside the allowed ports ${first}-${last}, so the inference listener stays stopped (${s.error.code})`,
+    fix: `Fix: enter a port from ${first} to ${last} under Listener, press Change port, then Start. Or allow port ${s.port} with a wider --api-ports (service-deck update --api-ports <first>-<last>) and restart the service.`,
+    link: '#listener',
+  };
 }
 
 /** What the operator should look at first, most serious first. */
 export function attentionOf(s: EndpointStatus, audio: AudioPolicyView | null): Attention[] {
   const out: Attention[] = [];
-  if (s.error) out.push({ key: 'listener', tone: 'bad', text: `Listener: ${s.error.message} (${s.error.code})` });
+  const listener = listenerAttention(s);
+  if (listener) out.push(listener);
   if (s.secrets_problem) out.push({ key: 'secrets', tone: 'bad', text: `Secrets: ${s.secrets_problem}` });
   if (s.gpu_probe.problem) out.push({ key: 'gpus', tone: 'warn', text: `GPU probe: ${s.gpu_probe.problem}` });
   const ramProblem = s.memory.ram.problem;

@@ -1,3 +1,3 @@
-export { listenerMachine } from './listener.machine.js';
+export { listenerMachine, savedPortProblem } from './listener.machine.js';
 export { listenerActors } from './listener.actors.js';
 export type * from './listener.types.js';

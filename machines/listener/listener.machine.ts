@@ -6,6 +6,12 @@
 // | stopped            | POST /api/v1/endpoint/config     | only while stopped         | stopped | port saved
 // | running or stopped | regular restart of the service   | remembered state is running| running | only the listener starts; no model is loaded
 //
+// Spec 8, container installation: "another range through the installer option `--api-ports
+// <first>-<last>` on update, after which the saved port may need correction". A saved port outside
+// the range in force is never used: the restart stays stopped, a start is refused, and the error
+// (`saved_port_out_of_range`, in the status) names the port, the range and the fix, until a config
+// saves a port within the range.
+//
 // The admin session is checked by the route before an event reaches this machine. `starting` and
 // `stopping` are the spans the table's arrows take: binding the port, and the ordered stop. Replies
 // to the routes are emitted as `endpoint.reply` events carrying the request's id.
@@ -14,7 +20,25 @@
 import { assign, enqueueActions, setup } from 'xstate';
 import { TAGS } from '../ids.js';
 import { listenerActors } from './listener.actors.js';
-import type { ListenerContext, ListenerEmitted, ListenerError, ListenerEvent, ListenerInput, ListenerOutcome } from './listener.types.js';
+import type { ListenerContext, ListenerEmitted, ListenerError, ListenerEvent, ListenerInput, ListenerOutcome, PortRange } from './listener.types.js';
+
+const inRange = (port: number, range: PortRange) => port >= range.first && port <= range.last;
+
+/**
+ * Spec 8: the port saved in `endpoint.json` checked against the range in force, with the fix in
+ * words when it lies outside (null when it is within). The `service-deck` command says the same.
+ */
+export function savedPortProblem(port: number, range: PortRange): ListenerError | null {
+  if (inRange(port, range)) return null;
+  const ports = `${range.first}-${range.last}`;
+  return {
+    code: 'saved_port_out_of_range',
+    message:
+      `the saved port ${port} is outside the allowed ports ${ports}, so the inference listener stays stopped. ` +
+      `Fix: save a port from ${range.first} to ${range.last} (POST /api/v1/endpoint/config with {"port": ${range.first}}, or the console's Change port) and start it; ` +
+      `or allow port ${port} with a wider --api-ports (service-deck update --api-ports <first>-<last>, or serve --api-ports) and restart the service`,
+  };
+}
 
 const reply = (requestId: string, outcome: ListenerOutcome): ListenerEmitted => ({ type: 'endpoint.reply', requestId, outcome });
 
@@ -26,6 +50,7 @@ type RefusalCode = Exclude<ListenerError['code'], 'listen_failed'>;
 function refusal(code: RefusalCode, context: ListenerContext): ListenerOutcome {
   const messages: Record<RefusalCode, string> = {
     port_out_of_range: `port must be within ${context.portRange.first}-${context.portRange.last}`,
+    saved_port_out_of_range: savedPortProblem(context.address.port, context.portRange)?.message ?? '',
     endpoint_running: 'the address can only be changed while the endpoint is stopped; stop it first',
     endpoint_stopping: 'the endpoint is stopping; start it again once it has stopped',
   };
@@ -44,8 +69,9 @@ export const listenerMachine = setup({
     rememberedRunning: ({ context }) => context.remembered.running,
     portInAllowedRange: ({ context, event }) => {
       if (event.type !== 'endpoint.config' || event.port === undefined) return true;
-      return event.port >= context.portRange.first && event.port <= context.portRange.last;
+      return inRange(event.port, context.portRange);
     },
+    savedPortOutsideRange: ({ context }) => !inRange(context.address.port, context.portRange),
     stopRequestedWhileStarting: ({ context }) => context.stopAfterStart,
     shuttingDown: ({ context }) => context.shuttingDown,
   },
@@ -69,8 +95,11 @@ export const listenerMachine = setup({
     saveAddress: assign(({ context, event }) => {
       if (event.type !== 'endpoint.config') return {};
       const address = { host: event.host ?? context.address.host, port: event.port ?? context.address.port };
-      return { address, remembered: { ...context.remembered, ...address } };
+      // A saved port outside the range stays the error until a port within it is saved.
+      const error = context.error?.code === 'saved_port_out_of_range' ? savedPortProblem(address.port, context.portRange) : context.error;
+      return { address, remembered: { ...context.remembered, ...address }, error };
     }),
+    assignSavedPortError: assign({ error: ({ context }) => savedPortProblem(context.address.port, context.portRange) }),
     assignStartError: assign({
       error: ({ context, event }) => ({
         code: 'listen_failed' as const,
@@ -121,6 +150,13 @@ export const listenerMachine = setup({
       description: 'regular restart of the service: the remembered started/stopped flag decides',
       always: [
         {
+          guard: 'savedPortOutsideRange',
+          target: 'stopped',
+          actions: 'assignSavedPortError',
+          description:
+            'spec 8 | regular restart of the service | the saved port is outside the allowed range (another --api-ports on update) | stopped: the port is not used; the error says how to fix it; the remembered flag stays',
+        },
+        {
           guard: 'rememberedRunning',
           target: 'starting',
           description: 'running or stopped | regular restart of the service | remembered state is running | running: only the listener starts; no model is loaded',
@@ -130,11 +166,18 @@ export const listenerMachine = setup({
     },
     stopped: {
       on: {
-        'endpoint.start': {
-          target: 'starting',
-          actions: 'addStartWaiter',
-          description: 'stopped | POST /api/v1/endpoint/start | admin session | running: start is remembered across restarts',
-        },
+        'endpoint.start': [
+          {
+            guard: 'savedPortOutsideRange',
+            actions: ['assignSavedPortError', { type: 'refuse', params: { code: 'saved_port_out_of_range' } }],
+            description: 'spec 8: a saved port outside the allowed range is not used: the start is refused with the fix, the listener stays stopped',
+          },
+          {
+            target: 'starting',
+            actions: 'addStartWaiter',
+            description: 'stopped | POST /api/v1/endpoint/start | admin session | running: start is remembered across restarts',
+          },
+        ],
         'endpoint.config': [
           {
             guard: 'portInAllowedRange',

@@ -20,7 +20,12 @@ export interface ListenerInput {
   drainLimitMs: number;
 }
 
-export type ListenerErrorCode = 'endpoint_running' | 'endpoint_stopping' | 'port_out_of_range' | 'listen_failed';
+/**
+ * `port_out_of_range`: a config's port outside the allowed range (refused, nothing saved).
+ * `saved_port_out_of_range`: the port saved in `endpoint.json` lies outside the range in force (a
+ * narrower `--api-ports` on update, spec 8): it is not used, and the listener stays stopped.
+ */
+export type ListenerErrorCode = 'endpoint_running' | 'endpoint_stopping' | 'port_out_of_range' | 'saved_port_out_of_range' | 'listen_failed';
 
 export interface ListenerError {
   code: ListenerErrorCode;
@@ -35,7 +40,7 @@ export interface ListenerContext {
   /** What `endpoint.json` must say; the system writes it whenever this object changes. */
   remembered: ListenerAddress & { running: boolean };
   drainLimitMs: number;
-  /** The last failure (a port in use, a worker that would not unload), shown in the status. */
+  /** The last failure (a port in use, a saved port outside the range, a worker that would not unload), shown in the status. */
   error: ListenerError | null;
   startWaiters: string[];
   stopWaiters: string[];

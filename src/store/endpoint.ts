@@ -1,5 +1,7 @@
 // `endpoint.json` (spec 2.3, CONTRACT section 2): the remembered started/stopped flag, the inference
-// listener's address and the published profile ids, in the order they were published.
+// listener's address and the published profile ids, in the order they were published; and the
+// inference port range that the installer saved (`service-deck update --api-ports`, spec 8), which
+// every later start uses (src/config.ts, withSavedPortRange).
 import path from 'node:path';
 import { z } from 'zod';
 import { readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './files.js';
@@ -7,11 +9,17 @@ import { readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from './fil
 export const DEFAULT_INFERENCE_HOST = '127.0.0.1';
 export const DEFAULT_INFERENCE_PORT = 8120;
 
+const portRangeSchema = z
+  .strictObject({ first: z.number().int().min(1024).max(65535), last: z.number().int().min(1024).max(65535) })
+  .refine((range) => range.first <= range.last, 'first must not be above last');
+
 export const endpointRecordSchema = z.looseObject({
   running: z.boolean(),
   port: z.number().int().min(1).max(65535),
   host: z.string().min(1).default(DEFAULT_INFERENCE_HOST),
   published: z.array(z.string()).default([]),
+  /** Absent: no range saved (SERVICE_DECK_API_PORTS or 1024-65535 apply). */
+  api_ports: portRangeSchema.optional(),
 });
 export type EndpointRecord = z.output<typeof endpointRecordSchema>;
 

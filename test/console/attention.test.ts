@@ -10,6 +10,7 @@ function statusWith(over: Partial<EndpointStatus>): EndpointStatus {
     host: '127.0.0.1',
     port: 8120,
     remembered_running: true,
+    port_range: { first: 1024, last: 65535, from: 'native' },
     error: null,
     stop: null,
     secrets_problem: null,
@@ -65,4 +66,25 @@ t.test('the most serious first, each with its words', async (t) => {
     ],
   );
   t.notOk(items.some((i) => i.text.includes('tts worker')), 'a worker we stopped is no failure');
+});
+
+t.test('spec 8: a saved port outside the allowed range comes first, with the fix in console words', async (t) => {
+  const s = statusWith({
+    status: 'stopped',
+    port: 8120,
+    port_range: { first: 8130, last: 8134, from: 'saved' },
+    error: { code: 'saved_port_out_of_range', message: 'the saved port 8120 is outside the allowed ports 8130-8134, …' },
+    profiles: [profile('draft', false, ['model file missing: /m.gguf'])],
+  });
+  const items = attentionOf(s, null);
+  t.same(items.map((i) => [i.tone, i.text]), [
+    ['bad', 'Listener: the saved port 8120 is outside the allowed ports 8130-8134, so the inference listener stays stopped (saved_port_out_of_range)'],
+    ['warn', 'Profile draft: model file missing: /m.gguf'],
+  ]);
+  t.equal(
+    items[0]?.fix,
+    'Fix: enter a port from 8130 to 8134 under Listener, press Change port, then Start. Or allow port 8120 with a wider --api-ports (service-deck update --api-ports <first>-<last>) and restart the service.',
+  );
+  t.equal(items[0]?.link, '#listener', 'the item leads to the Listener card, where the port is changed');
+  t.equal(attentionOf(statusWith({ error: { code: 'listen_failed', message: 'port 8120 is in use' } }), null)[0]?.fix, undefined, 'other listener failures carry no such fix');
 });

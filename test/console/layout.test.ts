@@ -127,6 +127,7 @@ t.test('the listener: cross-level transitions are labels in their source box', a
   t.same(
     box('listener.stopped').labels.map((l) => [l.kind, l.text]),
     [
+      ['internal', 'endpoint.start [savedPortOutsideRange]'],
       ['internal', 'endpoint.config [portInAllowedRange]'],
       ['internal', 'endpoint.config'],
       ['internal', 'endpoint.stop'],

@@ -171,6 +171,46 @@ const rows: Row[] = [
     },
   },
   {
+    row: 'spec 8 | regular restart | remembered running, saved port outside the range (another --api-ports on update) | stopped | the port is not used; the error says how to fix it',
+    from: 'stopped',
+    remembered: true,
+    input: { portRange: { first: 8130, last: 8134 } },
+    run: async (h, t) => {
+      await h.settle();
+      t.equal(state(h), 'stopped', 'the remembered start does not happen');
+      t.same(h.calls, [], 'the saved port 8120 is never bound');
+      t.match(context(h).error, {
+        code: 'saved_port_out_of_range',
+        message: /saved port 8120 is outside the allowed ports 8130-8134.*POST \/api\/v1\/endpoint\/config.*wider --api-ports/,
+      });
+      t.ok(context(h).remembered.running, 'the remembered flag stays: the operator wanted it running');
+      h.actor.send({ type: 'endpoint.start', requestId: 's1' });
+      t.equal(state(h), 'stopped', 'an admin start does not use the saved port either');
+      t.match(h.replies, [{ requestId: 's1', outcome: { ok: false, code: 'saved_port_out_of_range', message: /8120.*8130-8134/ } }]);
+      h.actor.send({ type: 'endpoint.config', requestId: 'c1', host: '0.0.0.0' });
+      t.match(context(h).error, { code: 'saved_port_out_of_range' }, 'a new host alone fixes nothing');
+      h.actor.send({ type: 'endpoint.config', requestId: 'c2', port: 8131 });
+      t.equal(context(h).error, null, 'a port within the range clears the error');
+      h.actor.send({ type: 'endpoint.start', requestId: 's2' });
+      await h.settle();
+      t.equal(state(h), 'running');
+      t.same(h.calls, ['openListener 0.0.0.0:8131'], 'the start uses the corrected port');
+      t.match(h.replies.at(-1), { requestId: 's2', outcome: { ok: true } });
+    },
+  },
+  {
+    row: 'spec 8 | regular restart | remembered stopped, saved port outside the range | stopped | the error is shown before anyone starts',
+    from: 'stopped',
+    remembered: false,
+    input: { portRange: { first: 8130, last: 8134 } },
+    run: async (h, t) => {
+      await h.settle();
+      t.equal(state(h), 'stopped');
+      t.match(context(h).error, { code: 'saved_port_out_of_range' });
+      t.notOk(context(h).remembered.running);
+    },
+  },
+  {
     row: 'running or stopped | regular restart | remembered state is stopped | stopped | nothing starts',
     from: 'stopped',
     remembered: false,

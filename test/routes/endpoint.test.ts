@@ -1,9 +1,13 @@
 // Spec 4.7 endpoint routes and the stop sequence of spec 3.1 through the real listeners.
+import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { ReservationDenied } from '../../src/system/scheduler.js';
 import type { EndpointStatus } from '../../src/system/observe/status.js';
-import { build, failureOf, freePort } from '../helpers/build.js';
+import { build, failureOf, freePort, tempDir } from '../helpers/build.js';
+import { tinyModelIn } from '../helpers/llama.js';
 import { pocketsphinxPath } from '../helpers/speech.js';
 import { stopProcess, until } from '../helpers/until.js';
 
@@ -40,6 +44,85 @@ t.test('the container port range narrows the choice', async (t) => {
   const response = await b.admin('POST', '/api/v1/endpoint/config', { port: 8125 });
   t.equal(response.status, 400);
   t.match(await code(response), { code: 'invalid_value', param: 'port' });
+});
+
+t.test('spec 8: a saved port outside the range in force is not used; the status says why and how to fix it', async (t) => {
+  // endpoint.json from before an update that narrowed the range: running on 8120.
+  const stateDir = await tempDir(t);
+  await writeFile(path.join(stateDir, 'endpoint.json'), JSON.stringify({ running: true, port: 8120, host: '127.0.0.1', published: [] }), { mode: 0o600 });
+  const port = await freePort();
+  const b = await build(t, { stateDir, env: { SERVICE_DECK_API_PORTS: `${port}-${port}` } });
+  const before = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
+  t.match(before, { status: 'stopped', port: 8120, remembered_running: true, port_range: { first: port, last: port, from: 'env' } });
+  t.equal(before.error?.code, 'saved_port_out_of_range');
+  t.match(before.error?.message, `the saved port 8120 is outside the allowed ports ${port}-${port}`);
+  t.match(before.error?.message, /POST \/api\/v1\/endpoint\/config with \{"port": \d+\}.*wider --api-ports/, 'the message says how to fix it');
+  t.equal(b.service.inferenceAddress(), undefined, 'nothing listens: the saved port was not used');
+
+  let response = await b.admin('POST', '/api/v1/endpoint/start', {});
+  t.equal(response.status, 409, 'a start is refused while the saved port is outside the range');
+  t.match(await code(response), { code: 'saved_port_out_of_range', message: /8120/ });
+  t.equal(b.service.inferenceAddress(), undefined);
+
+  response = await b.admin('POST', '/api/v1/endpoint/config', { port });
+  t.equal(response.status, 200);
+  t.match(await response.json(), { status: 'stopped', port, error: null }, 'a port within the range clears the error');
+  response = await b.admin('POST', '/api/v1/endpoint/start', {});
+  t.equal(response.status, 200);
+  t.match(await response.json(), { status: 'running', port, error: null });
+  t.equal((await b.api('GET', '/v1/models')).status, 200, 'the listener answers on the corrected port');
+});
+
+t.test('a restart with the endpoint remembered as running: only the listener starts; no model is loaded, though profiles are published', async (t) => {
+  const dir = await tempDir(t);
+  const model = await tinyModelIn(dir);
+  // A stand-in llama-server that notes every start of its process, then answers at once.
+  const FAKE = fileURLToPath(new URL('../fixtures/fake-llama-server.mjs', import.meta.url));
+  const launches = path.join(dir, 'launches');
+  const wrapper = path.join(dir, 'llama-server');
+  await writeFile(wrapper, `#!/bin/sh\necho $$ >> "${launches}"\nFAKE_LLAMA_MODE=instant exec "${process.execPath}" "${FAKE}" "$@"\n`);
+  await chmod(wrapper, 0o755);
+  const started = async () => (await readFile(launches, 'utf8').catch(() => '')).split('\n').filter(Boolean).length;
+  const env = { SERVICE_DECK_LLAMA_SERVER: wrapper, SERVICE_DECK_GPUS: 'none' };
+  type Status = { status: string; workers: Array<{ kind: string }>; profiles: Array<{ name: string; published: boolean }> };
+  const status = async (b: Awaited<ReturnType<typeof build>>) => (await (await b.admin('GET', '/api/v1/endpoint')).json()) as Status;
+  const ask = (b: Awaited<ReturnType<typeof build>>) => b.api('POST', '/v1/chat/completions', { model: 'words', messages: [{ role: 'user', content: 'x' }] });
+
+  const first = await build(t, { env });
+  await first.startEndpoint();
+  for (const profile of [
+    { name: 'words', category: 'chat', params: { model } },
+    { name: 'voice', category: 'tts', params: {} },
+  ]) {
+    const id = ((await (await first.admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
+    t.equal((await first.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200, `${profile.name} published`);
+  }
+  // Control: both profiles load when asked, so their absence after the restart is the rule's doing.
+  t.equal((await ask(first)).status, 200, 'a chat answer in the first life');
+  t.equal((await first.api('POST', '/v1/audio/speech', { model: 'voice', input: 'Hallo' })).status, 200, 'a speech answer in the first life');
+  t.same((await status(first)).workers.map((w) => w.kind).sort(), ['chat', 'tts'], 'both workers were loaded');
+  t.equal(await started(), 1, 'one llama-server start');
+  await first.service.shutdown();
+
+  const second = await build(t, { env, stateDir: first.stateDir });
+  t.ok(second.service.accepting(), 'the remembered listener is up again');
+  t.equal((await second.api('GET', '/health')).status, 200);
+  t.same(((await (await second.api('GET', '/v1/models')).json()) as { data: Array<{ id: string }> }).data.map((m) => m.id), ['words'], 'the chat profile is still published');
+  // Give a start that the restart might have set off the time to show.
+  await new Promise((resolve) => setTimeout(resolve, 1_500));
+  const after = await status(second);
+  t.equal(after.status, 'running');
+  t.same(after.profiles.filter((p) => p.published).map((p) => p.name).sort(), ['voice', 'words'], 'both publications survived the restart');
+  t.same(after.workers, [], 'no model is loaded');
+  t.same(
+    Object.values(second.service.supervisor.getSnapshot().context.workers).filter((w) => w.state !== 'unloaded').map((w) => `${w.kind} ${w.state}`),
+    [],
+    'the supervisor has no worker loading or loaded',
+  );
+  t.equal(await started(), 1, 'no llama-server process was started by the restart');
+
+  t.equal((await ask(second)).status, 200, 'the first request after the restart loads its model');
+  t.equal(await started(), 2, 'then, and only then, llama-server starts');
 });
 
 t.test('a busy port: the start fails with the reason and the endpoint stays stopped', async (t) => {

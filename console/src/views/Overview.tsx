@@ -10,12 +10,22 @@ import { ActionButton, Badge, Facts, Section, Table, attempt, duration, mib, sin
 /** A profile by its name (the API's model name), its id when it is gone. */
 const profileName = (s: EndpointStatus, id: string | null) => (id === null ? '—' : (s.profiles.find((p) => p.id === id)?.name ?? id));
 
+/** Where the allowed ports come from (the status's `port_range.from`). */
+const RANGE_FROM: Record<EndpointStatus['port_range']['from'], string> = {
+  option: 'serve --api-ports, this run',
+  saved: 'saved by service-deck update --api-ports',
+  env: 'SERVICE_DECK_API_PORTS',
+  native: 'any unprivileged port',
+};
+
 function Listener({ s }: { s: EndpointStatus }) {
   const [port, setPort] = useState('');
   const running = s.status === 'running';
+  const outside = s.error?.code === 'saved_port_out_of_range';
   return (
     <Section
       title="Listener"
+      id="listener"
       actions={
         <>
           <ActionButton kind="primary" disabled={s.status !== 'stopped'} onClick={() => attempt('Start', () => api('POST', '/api/v1/endpoint/start', {}))}>
@@ -31,6 +41,7 @@ function Listener({ s }: { s: EndpointStatus }) {
         items={[
           ['State', <Badge tone={running ? 'ok' : s.status === 'stopping' ? 'warn' : 'idle'}>{s.status}</Badge>],
           ['Address', `http://${s.host}:${s.port}/v1`],
+          ['Allowed ports', `${s.port_range.first}-${s.port_range.last} (${RANGE_FROM[s.port_range.from]})`],
           ['Remembered', s.remembered_running ? 'running at the next start' : 'stopped at the next start'],
           ...(s.stop ? ([['Stopping', `since ${since(s.stop.since)}: ${s.stop.open_requests} open requests, ${s.stop.running_jobs} running jobs`]] as Array<[string, string]>) : []),
         ]}
@@ -48,11 +59,25 @@ function Listener({ s }: { s: EndpointStatus }) {
         }}
       >
         <label for="port">Port</label>
-        <input id="port" type="number" min={1} max={65535} required placeholder={String(s.port)} value={port} onInput={(e) => setPort(e.currentTarget.value)} />
+        <input
+          id="port"
+          type="number"
+          min={s.port_range.first}
+          max={s.port_range.last}
+          required
+          placeholder={String(outside ? s.port_range.first : s.port)}
+          value={port}
+          onInput={(e) => setPort(e.currentTarget.value)}
+        />
         <button class="btn" type="submit">
           Change port
         </button>
         {running ? <span class="hint">Only while stopped: the service answers 409 otherwise.</span> : null}
+        {outside ? (
+          <span class="hint">
+            The saved port {s.port} is outside {s.port_range.first}-{s.port_range.last}: choose one in the range, then Start.
+          </span>
+        ) : null}
       </form>
     </Section>
   );
@@ -190,6 +215,7 @@ export function Overview() {
             {attention.map((a) => (
               <li key={a.key} class={a.tone}>
                 {a.link ? <a href={a.link}>{a.text}</a> : a.text}
+                {a.fix ? <div class="fix">{a.fix}</div> : null}
               </li>
             ))}
           </ul>

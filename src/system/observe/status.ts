@@ -4,7 +4,7 @@
 import { MIB, type WorkerKind } from '../../../machines/supervisor/index.js';
 import { probeGpus, type Gpu, type GpuInventory } from '../../adapters/gpus.js';
 import { ramBudget, readRamFacts } from '../../adapters/memory.js';
-import type { Config } from '../../config.js';
+import type { Config, PortRangeSource } from '../../config.js';
 import type { SecretStore } from '../../store/secrets.js';
 import type { BuildWatcher } from '../catalog/builds.js';
 import type { Catalog } from '../catalog/catalog.js';
@@ -19,6 +19,11 @@ export interface EndpointStatus {
   host: string;
   port: number;
   remembered_running: boolean;
+  /**
+   * The ports the inference listener may use, and where that range comes from (src/config.ts,
+   * PortRangeSource): a saved port outside it keeps the listener stopped (`saved_port_out_of_range`).
+   */
+  port_range: { first: number; last: number; from: PortRangeSource };
   error: { code: string; message: string } | null;
   /**
    * While the endpoint stops: since when, and what it waits for before the workers are unloaded
@@ -96,6 +101,7 @@ export async function endpointStatus(s: StatusSources): Promise<EndpointStatus> 
     host: context.address.host,
     port: s.boundPort() ?? context.address.port,
     remembered_running: context.remembered.running,
+    port_range: { ...context.portRange, from: config.apiPortsFrom },
     error: context.error,
     stop: stopSince === null ? null : { since: stopSince, open_requests: s.counters.open, running_jobs: runningJobs(supervised.jobs) },
     secrets_problem: s.secrets.problem ?? null,
