@@ -3,6 +3,7 @@
 // unload (refused with active requests), the route errors, and nothing of prompt or answer in the log.
 import { chmod, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { build, tempDir, type Built } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
@@ -16,6 +17,9 @@ interface Job {
   timings: { prefill: { tokens: number; ms: number; tokens_per_second: number } | null; generation: { tokens: number; ms: number; tokens_per_second: number } | null };
   usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number; cached_tokens: number | null } | null;
   error: { code: string | null; message: string } | null;
+  position: number | null;
+  started_at: string;
+  finished_at: string | null;
 }
 
 const job = async (b: Built) => ((await (await b.admin('GET', '/api/v1/chat-tests')).json()) as { job: Job | null }).job;
@@ -46,6 +50,17 @@ t.test('a chat test reports timings and usage; a cancel leaves them empty; unloa
   t.equal(done.usage?.completion_tokens, 16, 'usage from the final stream reply');
   t.equal(done.timings.generation?.tokens, 16, 'generation tokens');
   t.ok((done.timings.generation?.tokens_per_second ?? 0) > 0, 'generation tokens per second');
+  // llama-server's own figure (timings.predicted_per_second) is its generated tokens over its
+  // generation milliseconds, where it counts the tokens after the first: between n - 1 and n.
+  const generation = done.timings.generation ?? { tokens: 0, ms: 0, tokens_per_second: 0 };
+  const [low, high] = [((generation.tokens - 1) * 1000) / generation.ms, (generation.tokens * 1000) / generation.ms];
+  t.ok(
+    generation.tokens_per_second >= low - 0.01 && generation.tokens_per_second <= high + 0.01,
+    `tokens per second (${generation.tokens_per_second}) is the worker's own: ${generation.tokens - 1} to ${generation.tokens} tokens over its ${generation.ms} ms (${low.toFixed(2)} to ${high.toFixed(2)})`,
+  );
+  const whole = Date.parse(done.finished_at ?? '') - Date.parse(done.started_at);
+  t.ok(generation.ms < whole, `the generation (${generation.ms} ms) is a part of the job (${whole} ms), which loaded the model first`);
+  t.ok(generation.tokens_per_second > (generation.tokens * 1000) / whole, 'so the speed is above the tokens over the whole job: the model load is not in it');
   t.ok((done.timings.prefill?.tokens ?? 0) > 0 && done.timings.prefill?.tokens === done.usage?.prompt_tokens, 'the first prefill computes the whole prompt');
   t.equal((await chatWorker(b))?.state, 'loaded', 'answer finished: the worker stays loaded');
 
@@ -83,6 +98,39 @@ t.test('a chat test reports timings and usage; a cancel leaves them empty; unloa
   const log = b.logLines.join('');
   t.notMatch(log, /aubergine|lighthouse/, 'the prompt never reaches the log');
   t.notMatch(log, done.answer.slice(0, 12), 'the answer never reaches the log');
+});
+
+t.test("tokens per second are the worker's own generation figures: queue waiting and model loading are left out", async (t) => {
+  const dir = await tempDir(t);
+  const model = await tinyModelIn(dir);
+  // The stand-in llama-server takes 2 s to load; asked for an answer it streams 30 tokens over
+  // 3 s and reports its own timings: 30 tokens in 3000 ms, 10 per second.
+  const fake = fileURLToPath(new URL('../fixtures/fake-llama-server.mjs', import.meta.url));
+  const wrapper = path.join(dir, 'llama-server');
+  await writeFile(wrapper, `#!/bin/sh\nsleep 2\nFAKE_LLAMA_MODE=slow exec "${process.execPath}" "${fake}" "$@"\n`);
+  await chmod(wrapper, 0o755);
+  const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: wrapper, SERVICE_DECK_GPUS: 'none' } });
+  await b.startEndpoint();
+  const make = async (name: string) => ((await (await b.admin('POST', '/api/v1/profiles', { name, category: 'chat', params: { model, slots: 1 } })).json()) as { id: string }).id;
+  const busy = await make('busy');
+  t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id: busy, enabled: true })).status, 200);
+  const tested = await make('tested');
+
+  // An API answer of another profile holds the chat worker: the test waits in the queue, then its own model loads.
+  const api = b.api('POST', '/v1/chat/completions', { model: 'busy', stream: true, messages: [{ role: 'user', content: 'x' }] });
+  await until('the API answer to stream', async () => ((await chatWorker(b))?.state === 'loaded' ? true : undefined));
+  t.equal((await b.admin('POST', '/api/v1/chat-tests/start', { profile_id: tested, messages: [{ role: 'user', content: 'y' }], max_tokens: 30 })).status, 202);
+  const waiting = await job(b);
+  t.match(waiting, { phase: 'waiting', position: 1 }, 'the test waits in the queue behind the API answer');
+  t.match(await (await api).text(), /data: \[DONE\]/, 'the API answer ended whole');
+  const done = await ended(b);
+  t.equal(done.phase, 'done');
+  t.same(done.timings.generation, { tokens: 30, ms: 3000, tokens_per_second: 10 }, "the worker's own generation figures, as its timings gave them");
+  const whole = (Date.parse(done.finished_at ?? '') - Date.parse(done.started_at)) / 1000;
+  // Queue wait (the rest of the API answer), 2 s of loading and the 3 s answer: the whole job is
+  // far slower than 10 tokens a second, and none of that is in the figure.
+  t.ok(whole >= 5, `the job took ${whole} s from its start to its end`);
+  t.ok(30 / whole <= 6, `over the whole job it made ${(30 / whole).toFixed(2)} tokens a second, not the 10 reported`);
 });
 
 t.test('cancel during its own model start aborts that start', async (t) => {

@@ -63,34 +63,56 @@ t.test('speak through the openai client, then transcribe it: the round trip', as
   t.notOk(alive(sttPid!), "the STT engine's process ended");
 });
 
-t.test('the voice espeak-ng really speaks with: German and alloy by default, then the language, the preset and the profile voice asked for', async (t) => {
+t.test('the voice and rate espeak-ng really speaks with: German, alloy and speed 1 by default, then the language, the preset, the profile voice and speed, and the request speed asked for', async (t) => {
   const espeak = await espeakRecorder(await tempDir(t));
   const b = await build(t, { env: { SERVICE_DECK_ESPEAK_NG: espeak.binary, SERVICE_DECK_GPUS: 'none' } });
   await b.startEndpoint();
+  const ids: Record<string, string> = {};
   for (const profile of [
     { name: 'speaker', category: 'tts', params: {} },
     { name: 'whisperer', category: 'tts', params: { voice: 'shimmer' } },
+    // A profile speed other than the built-in 1: a request without `speed` must get this one.
+    { name: 'brisk', category: 'tts', params: { speed: 1.5 } },
   ]) {
     const id = ((await (await b.admin('POST', '/api/v1/profiles', profile)).json()) as { id: string }).id;
+    ids[profile.name] = id;
     t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200);
   }
-  const cases: Array<[Record<string, unknown>, string, string]> = [
-    [{ model: 'speaker' }, 'de+m3', 'no language and no voice: German, alloy'],
-    [{ model: 'speaker', language: 'English' }, 'en-us+m3', 'English asked for'],
-    [{ model: 'speaker', voice: 'nova' }, 'de+f3', 'the preset nova, in German'],
-    [{ model: 'speaker', language: 'French', voice: 'onyx' }, 'fr+m6', 'French with onyx'],
-    [{ model: 'whisperer' }, 'de+f1', "the profile's own voice (shimmer) when the request names none"],
-    [{ model: 'whisperer', voice: 'echo' }, 'de+m2', "the request's voice over the profile's"],
+  /** The argv of the one espeak-ng run that spoke since `before` runs. */
+  const spokenSince = async (before: number, what: string) => {
+    const spoken = (await espeak.runs()).slice(before).filter((argv) => argv.includes('--stdin'));
+    t.equal(spoken.length, 1, `${what}: one espeak-ng run`);
+    const argv = spoken[0] ?? [];
+    return { voice: argv[argv.indexOf('-v') + 1], rate: argv[argv.indexOf('-s') + 1] };
+  };
+  // espeak-ng speaks 175 words a minute at speed 1 (src/workers/speech/tts.ts).
+  const cases: Array<[Record<string, unknown>, string, string, string]> = [
+    [{ model: 'speaker' }, 'de+m3', '175', 'no language, no voice, no speed: German, alloy, the default speed 1'],
+    [{ model: 'speaker', language: 'English' }, 'en-us+m3', '175', 'English asked for'],
+    [{ model: 'speaker', voice: 'nova' }, 'de+f3', '175', 'the preset nova, in German'],
+    [{ model: 'speaker', language: 'French', voice: 'onyx' }, 'fr+m6', '175', 'French with onyx'],
+    [{ model: 'whisperer' }, 'de+f1', '175', "the profile's own voice (shimmer) when the request names none"],
+    [{ model: 'whisperer', voice: 'echo' }, 'de+m2', '175', "the request's voice over the profile's"],
+    [{ model: 'brisk' }, 'de+m3', '263', "no speed in the request: the profile's 1.5 (175 x 1.5)"],
+    [{ model: 'brisk', speed: 2 }, 'de+m3', '350', "the request's speed over the profile's"],
+    [{ model: 'speaker', speed: 1.5 }, 'de+m3', '263', 'the speed asked for on a profile of speed 1'],
   ];
-  for (const [body, voice, what] of cases) {
+  for (const [body, voice, rate, what] of cases) {
     const before = (await espeak.runs()).length;
     const response = await b.api('POST', '/v1/audio/speech', { input: 'Guten Morgen', ...body });
     t.equal(response.status, 200, `${what}: spoken`);
     t.ok(readWav(Buffer.from(await response.arrayBuffer())).seconds > 0.2, `${what}: real speech`);
-    const spoken = (await espeak.runs()).slice(before).filter((argv) => argv.includes('--stdin'));
-    t.equal(spoken.length, 1, `${what}: one espeak-ng run`);
-    const argv = spoken[0] ?? [];
-    t.equal(argv[argv.indexOf('-v') + 1], voice, `${what}: espeak-ng -v ${voice}`);
+    t.same(await spokenSince(before, what), { voice, rate }, `${what}: espeak-ng -v ${voice} -s ${rate}`);
+  }
+  // The operator's speech test falls back to the profile's speed the same way.
+  for (const [body, rate, what] of [
+    [{}, '263', "the speech test without a speed: the profile's 1.5"],
+    [{ speed: 0.5 }, '88', "the speech test's own speed (175 x 0.5)"],
+  ] as const) {
+    const before = (await espeak.runs()).length;
+    const response = await b.admin('POST', '/api/v1/speech-tests', { profile_id: ids.brisk, input: 'Guten Morgen', ...body });
+    t.equal(response.status, 200, `${what}: spoken`);
+    t.same(await spokenSince(before, what), { voice: 'de+m3', rate }, `${what}: espeak-ng -s ${rate}`);
   }
   t.notOk((await espeak.runs()).flat().some((arg) => arg.includes('Guten')), 'the text goes through standard input, never the command line');
 });

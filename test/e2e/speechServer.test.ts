@@ -42,7 +42,7 @@ t.test('speech through a speech server the profile starts: proxied, kept running
   const record = path.join(dir, 'requests.jsonl');
   const b = await build(t, { env: { SERVICE_DECK_GPUS: 'none' } });
   await b.startEndpoint();
-  await speaker(b, 'server-voice', { command: [process.execPath, SERVER, '--port', '{port}', '--host', '{host}', '--record', record, '--mode', 'slow'], model: 'kokoro', voice: 'af_sky' });
+  await speaker(b, 'server-voice', { command: [process.execPath, SERVER, '--port', '{port}', '--host', '{host}', '--record', record, '--mode', 'slow'], model: 'kokoro', voice: 'af_sky', speed: 1.5 });
   const client = new OpenAI({ apiKey: TOKEN, baseURL: `${b.apiUrl()}/v1`, maxRetries: 0 });
 
   const spoken = await client.audio.speech.create({ model: 'server-voice', input: 'Hello from the speech server.', voice: 'nova', speed: 2, response_format: 'wav', language: 'English' } as OpenAI.Audio.SpeechCreateParams);
@@ -59,7 +59,8 @@ t.test('speech through a speech server the profile starts: proxied, kept running
   const defaults = await b.api('POST', '/v1/audio/speech', { model: 'server-voice', input: 'Zweiter Satz.' });
   t.equal(defaults.status, 200);
   const second = (await records(record))[1]!;
-  t.match(second.body, { voice: 'af_sky', language: 'German', speed: 1 }, "the profile's voice, the default German, the profile's speed");
+  // The profile's speed is 1.5, not the built-in 1: a request without `speed` gets the profile's.
+  t.match(second.body, { voice: 'af_sky', language: 'German', speed: 1.5 }, "the profile's voice, the default German, the profile's speed");
   t.equal(second.pid, first.pid, 'the same server process answered: it stays loaded for further requests');
   const worker = await ttsWorker(b);
   t.equal(worker?.pid, first.pid, 'the status shows the server as the TTS worker');
@@ -127,6 +128,26 @@ t.test('on a GPU: the server sees only its GPU, and it starts only with 7 GiB fr
   t.equal((await b.api('POST', '/v1/audio/speech', { model: 'gpu-voice', input: 'hello', language: 'English' })).status, 200);
   t.equal((await records(record))[0]!.env.CUDA_VISIBLE_DEVICES, 'GPU-a', 'only the designated GPU');
   t.same((await ttsWorker(b))?.gpus, ['GPU-a']);
+});
+
+t.test('a profile asking for less than 7 GiB still needs 7 GiB free: 2048 MiB asked, 6.5 GiB free is refused', async (t) => {
+  const dir = await tempDir(t);
+  const record = path.join(dir, 'requests.jsonl');
+  const gpus = path.join(dir, 'gpus.json');
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', name: 'sim', memoryTotalMiB: 24_576, memoryFreeMiB: 6_656 }]));
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: gpus } });
+  await b.startEndpoint();
+  await speaker(b, 'small-voice', { command: [process.execPath, SERVER, '--port', '{port}', '--record', record], device: 'GPU-a', memoryMiB: 2048 });
+  const refused = await b.api('POST', '/v1/audio/speech', { model: 'small-voice', input: 'hello', language: 'English' });
+  // A WAV where the refusal was due is this check's failure, not a parse error.
+  const json = refused.headers.get('content-type')?.startsWith('application/json');
+  const error = json ? ((await refused.json()) as { error: { code: string; message: string } }).error : undefined;
+  t.same([refused.status, error?.code], [503, 'insufficient_memory'], error?.message ?? 'refused');
+  t.match(error?.message, /6656 MiB free.*at least 7168 MiB/, "the spec's 7 GiB, not the profile's 2048 MiB");
+  t.same(await records(record), [], 'the server never started');
+
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', name: 'sim', memoryTotalMiB: 24_576, memoryFreeMiB: 7_168 }]));
+  t.equal((await b.api('POST', '/v1/audio/speech', { model: 'small-voice', input: 'hello', language: 'English' })).status, 200, 'with 7 GiB free it starts');
 });
 
 t.test('a missing server program is the blocker `runtime missing`; a command without {port} is refused', async (t) => {

@@ -49,6 +49,9 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
   const b = await setUp(t);
   const good = wav(Buffer.alloc(16_000 * 2 * 0.5));
   const stereo = encodeWav(new Int16Array(16_000), 16_000, 2);
+  // Exactly 8 MiB, the spec's limit: a true WAV of 131 s, so past the size its content is judged.
+  const eightMiB = encodeWav(new Int16Array((8 * 1024 * 1024 - 44) / 2), 16_000);
+  t.equal(eightMiB.length, 8 * 1024 * 1024, 'the 8 MiB file is exactly 8 MiB');
   type Case = [string, Record<string, string>, { bytes: Buffer; name?: string } | undefined, number, string, string | null];
   const cases: Case[] = [
     ['de on an English-only backend', { model: 'listener', language: 'de' }, { bytes: good }, 400, 'invalid_value', 'language'],
@@ -67,6 +70,8 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
     ['an MP3 named .wav', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([Buffer.from('ID3'), Buffer.alloc(100)]), name: 'song.wav' }, 400, 'wav_not_riff', 'file'],
     ['a truncated WAV', { model: 'listener', language: 'en' }, { bytes: good.subarray(0, 1000) }, 400, 'wav_riff_size', 'file'],
     ['9 MiB', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([good, Buffer.alloc(9 * 1024 * 1024)]) }, 413, 'payload_too_large', 'file'],
+    ['8 MiB and 1 byte', { model: 'listener', language: 'en' }, { bytes: Buffer.concat([eightMiB, Buffer.alloc(1)]) }, 413, 'payload_too_large', 'file'],
+    ['exactly 8 MiB: not refused for its size, but for its 131 s', { model: 'listener', language: 'en' }, { bytes: eightMiB }, 400, 'wav_too_long', 'file'],
     // Names every plain object has: neither a language nor a field name finds anything on a prototype.
     ...['constructor', '__proto__', 'toString', 'hasOwnProperty'].flatMap((name): Case[] => [
       [`the language ${name}`, { model: 'listener', language: name }, { bytes: good }, 400, 'invalid_value', 'language'],

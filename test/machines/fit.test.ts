@@ -169,6 +169,12 @@ t.test('the TTS worker starts only while its designated GPU has at least 7 GiB f
   t.match(decideStart(tts(7168), ttsJob), { verdict: 'start', plan: { gpus: ['GPU-a'], forecast: { gpuMiB: { 'GPU-a': 7168 } } } }, 'exactly 7 GiB free: it starts');
   t.match(decideStart(tts(7167), ttsJob), { verdict: 'refuse', code: 'insufficient_memory', message: /7167 MiB free.*at least 7168 MiB/ });
   t.match(decideStart(tts(4096, 1024), ttsJob), { verdict: 'refuse', code: 'insufficient_memory' }, 'a profile asking for less still needs the 7 GiB');
+  t.match(
+    decideStart(tts(6.5 * GIB, 2048), ttsJob),
+    { verdict: 'refuse', code: 'insufficient_memory', message: /6656 MiB free.*at least 7168 MiB/ },
+    'a profile asking for 2048 MiB with 6.5 GiB free: the 7 GiB rule refuses it (a 6 GiB rule would start it)',
+  );
+  t.match(decideStart(tts(7 * GIB, 2048), ttsJob), { verdict: 'start', plan: { forecast: { gpuMiB: { 'GPU-a': 7168 } } } }, 'the same profile with 7 GiB free starts, and is counted at 7 GiB');
   t.match(decideStart(tts(12 * GIB, 10 * GIB), ttsJob), { verdict: 'start', plan: { forecast: { gpuMiB: { 'GPU-a': 10 * GIB } } } }, 'a profile asking for more gets more');
   t.match(decideStart(tts(10 * GIB, 10 * GIB + 1), ttsJob), { verdict: 'refuse' });
   t.match(decideStart({ ...tts(20 * GIB), demand: { kind: 'tts', device: 'GPU-z', gpuMiB: 7168, ramMiB: 512, basis: '' } }, ttsJob), {

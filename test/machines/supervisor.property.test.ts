@@ -13,6 +13,11 @@
 // - reservations never overlap where the spec forbids it: an image holds the GPUs alone, one chat
 //   profile at a time up to its slots, one TTS and one STT job at a time;
 // - a queue_timeout comes only after 600 s of waiting, a profile_changed only after an edit;
+// - a waiting request of a profile that changed (a new revision, or unpublished for an API
+//   request) is rejected with profile_changed by that change, and never granted afterwards;
+// - an image job is granted only while no chat worker is loaded (the image job's chat unload,
+//   spec 3.3): checked on the supervisor's workers and, with late reports, on the simulated
+//   processes, not on the reservations;
 // - never two processes of one worker kind: in half the runs the simulated workers report late,
 //   in random order across kinds, sometimes twice, and crash at random; a start is granted only
 //   once the previous process of that kind is confirmed gone;
@@ -38,6 +43,12 @@ interface Tracked {
   denied: number;
   revoked: number;
   cancelledWhileWaiting: boolean;
+  /** The code of its denial, once denied. */
+  deniedCode?: string;
+  /** Waited while its profile changed: it must be rejected with profile_changed, never granted. */
+  staleSince?: string;
+  /** Its staleness was reported as a failure already. */
+  staleReported?: boolean;
 }
 
 function lcg(seed: number) {
@@ -49,6 +60,11 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
   const failures: string[] = [];
   let grants = 0;
   let denials = 0;
+  /** Image grants, and chat workers unloaded for an image job: the image invariant is not vacuous. */
+  let imageGrants = 0;
+  let chatUnloadsForImages = 0;
+  /** Waiting requests a profile change made stale: the profile_changed invariant is not vacuous. */
+  let staleWaiting = 0;
   for (let run = 0; run < SEQUENCES && failures.length < 5; run++) {
     const random = lcg(run * 7919 + 1);
     const pick = <T>(items: T[]): T | undefined => items[Math.floor(random() * items.length)];
@@ -126,8 +142,17 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
     const jobs = new Map<string, Tracked>();
     const held = new Map<string, JobSpec>();
     const fail = (what: string) => failures.push(`run ${run}: ${what}`);
+    /** Marks the jobs still waiting that a profile change makes stale (spec 3.7). */
+    const markStale = (stale: (spec: JobSpec) => boolean, why: string) => {
+      for (const job of jobs.values()) {
+        if (!job.pending || job.staleSince || !stale(job.spec)) continue;
+        job.staleSince = why;
+        staleWaiting += 1;
+      }
+    };
 
     h.actor.on('*', (event: SupervisorEmitted) => {
+      if (event.type === 'worker.unload' && event.kind === 'chat' && event.code === 'image_job') chatUnloadsForImages += 1;
       if (!('jobId' in event)) return;
       const job = jobs.get(event.jobId);
       if (!job) return;
@@ -155,9 +180,18 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         const requests = (kind: JobSpec['kind']) => holds.filter((h) => h.kind === kind && h.source !== 'preload').length;
         if (requests('tts') > 1 || requests('stt') > 1) fail('two speech requests on one worker');
         if (count('image') === 1 && holds.some((h) => h.kind === 'tts')) fail('an image shares the GPUs with a TTS job');
+        if (job.staleSince) fail(`${event.jobId} granted after its profile changed (${job.staleSince})`);
+        if (job.spec.kind === 'image') {
+          // Which workers are loaded, not which jobs hold reservations: an idle chat worker holds none.
+          imageGrants += 1;
+          const chat = h.worker('chat');
+          if (chat.state !== 'unloaded') fail(`the image job ${event.jobId} was granted while the chat worker is ${chat.state} (profile ${chat.profileId})`);
+          if (lateWorkers && alive.chat.size > 0) fail(`the image job ${event.jobId} was granted while the chat process ${[...alive.chat].join(',')} lives`);
+        }
       } else if (event.type === 'gpu.denied') {
         denials += 1;
         job.denied += 1;
+        job.deniedCode ??= event.code;
         if (job.granted > 0 || job.denied > 1) fail(`${event.jobId} denied twice or after a grant`);
         job.pending = false;
         if (event.code === 'queue_timeout' && h.clock.now() - job.submittedAt < 600_000) fail(`${event.jobId} expired early`);
@@ -209,10 +243,14 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         const profileId = pick(['a', 'b', 'c', 't', 's'])!;
         revisions[profileId] = (revisions[profileId] ?? 1) + 1;
         editedAt[profileId] = h.clock.now();
+        // Every job still waiting with the old revision is stale now.
+        markStale((spec) => spec.profileId === profileId && spec.revision !== revisions[profileId], `revision ${revisions[profileId]}`);
         h.actor.send({ type: 'profile.changed', profileId, revision: revisions[profileId]!, published: true });
       } else if (r < 0.8) {
         const profileId = pick(['a', 'b'])!;
         editedAt[profileId] = h.clock.now();
+        // An unpublished profile: its waiting API requests are stale (the operator's tests may go on).
+        markStale((spec) => spec.profileId === profileId && spec.source === 'api', 'unpublished');
         h.actor.send({ type: 'profile.changed', profileId, revision: revisions[profileId]!, published: false });
       } else if (r < 0.83) {
         const own = h.worker('chat').pid;
@@ -250,6 +288,12 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
       if (lateWorkers) deliver(Math.floor(random() * 3));
       startImages();
       await h.settle(3);
+      for (const job of jobs.values()) {
+        if (!job.staleSince || job.staleReported) continue;
+        job.staleReported = job.pending || (job.denied > 0 && job.deniedCode !== 'profile_changed');
+        if (job.pending) fail(`${job.spec.id} (${job.spec.kind} ${job.spec.profileId}) still waits after its profile changed (${job.staleSince})`);
+        else if (job.denied > 0 && job.deniedCode !== 'profile_changed') fail(`${job.spec.id} waited while its profile changed (${job.staleSince}) and was denied with ${job.deniedCode}, not profile_changed`);
+      }
       // The queue keeps the one waiting order: the order the supervisor plans by is the queue's.
       const planned = waitingOrder(h.context().jobs);
       const queued = h.queueJobs();
@@ -284,4 +328,6 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
   }
   t.same(failures, [], 'no invariant broken');
   t.ok(grants > SEQUENCES * 5 && denials > SEQUENCES, `the sequences exercised the scheduler: ${grants} grants, ${denials} denials`);
+  t.ok(imageGrants > SEQUENCES / 2 && chatUnloadsForImages > SEQUENCES / 20, `image jobs were granted (${imageGrants}), after unloading a loaded chat worker ${chatUnloadsForImages} times`);
+  t.ok(staleWaiting > SEQUENCES / 20, `${staleWaiting} waiting requests were made stale by a profile change`);
 });

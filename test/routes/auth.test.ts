@@ -1,13 +1,20 @@
 // Spec section 5 and CONTRACT section 3: the admin listener opens only to a session cookie with
 // `X-Service-Deck: 1` (and the CSRF token on every change), the inference listener only to the
-// bearer token; neither credential opens the other listener. Token rotation takes effect at once,
-// also when another process writes it, and secrets.json holds no secret in plain text.
+// bearer token; neither credential opens the other listener. The admin matrix runs over the route
+// table the listener registers (a new route is in it at once; the public ones are listed with their
+// reason), a wrong token or CSRF token of the right length is refused like any other, and a session
+// idle for 12 h is over. Token rotation takes effect at once, also when another process writes it,
+// and secrets.json holds no secret in plain text.
 import { createHmac, randomBytes } from 'node:crypto';
+import { channel } from 'node:diagnostics_channel';
 import { readFile, stat } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
+import type { FastifyInstance } from 'fastify';
 import t from 'tap';
 import type { Test } from 'tap';
 import { SecretStore } from '../../src/store/secrets.js';
+import { SESSION_TTL_MS } from '../../src/system/sessions.js';
 import { build, PASSWORD, TOKEN, type Built } from '../helpers/build.js';
 
 interface ErrorBody {
@@ -94,49 +101,125 @@ t.test('login: needs X-Service-Deck, the right password, and sets an HttpOnly Sa
   t.equal(response.status, 200, 'the new cookie opens the admin API');
 });
 
-t.test('every admin route needs the header, a real session, and the CSRF token to change anything', async (t) => {
-  const b = await build(t, { login: false });
+/** The same string with its last character changed: a wrong secret of the right length. */
+const lastChanged = (secret: string) => `${secret.slice(0, -1)}${secret.endsWith('A') ? 'B' : 'A'}`;
+
+interface Route {
+  method: string;
+  url: string;
+}
+
+/**
+ * The admin listener as build() makes it, with every route it registers: an onRoute hook is put
+ * on each Fastify instance as it is created (Fastify announces each on the diagnostics channel
+ * `fastify.initialization`), and the routes of the instance that listens on the admin port are
+ * kept. So a route added later is in the list without anyone adding it here.
+ */
+async function buildWithAdminRoutes(t: Test): Promise<{ b: Built; routes: Route[] }> {
+  const made: Array<{ app: FastifyInstance; routes: Route[] }> = [];
+  const initialization = channel('fastify.initialization');
+  const onInit = (message: unknown) => {
+    const { fastify } = message as { fastify: FastifyInstance };
+    const routes: Route[] = [];
+    made.push({ app: fastify, routes });
+    fastify.addHook('onRoute', (route) => {
+      for (const method of [route.method].flat()) routes.push({ method, url: route.url ?? route.path });
+    });
+  };
+  initialization.subscribe(onInit);
+  let b: Built;
+  try {
+    b = await build(t, { login: false });
+  } finally {
+    initialization.unsubscribe(onInit);
+  }
+  const port = b.service.adminAddress()?.port;
+  const admin = made.filter(({ app }) => (app.server.address() as AddressInfo | null)?.port === port);
+  if (admin.length !== 1) throw new Error(`expected one admin listener among the ${made.length} Fastify instances, found ${admin.length}`);
+  return { b, routes: admin[0]!.routes };
+}
+
+/**
+ * The admin routes that deliberately take no session, each with its reason. Every other route of
+ * the admin listener must refuse a request without the header, without a valid session, and (when
+ * it changes something) without the CSRF token.
+ */
+const PUBLIC_ADMIN_ROUTES: Array<{ method: string; url: string | RegExp; why: string }> = [
+  { method: 'POST', url: '/api/v1/session', why: 'the login itself: X-Service-Deck and the password open the session (login tests above and in login.test.ts)' },
+  { method: 'GET', url: '/api/v1/session', why: "the console's check at page load: X-Service-Deck only, and not logged in is an answer (logged_in: false), not a 401" },
+  { method: 'GET', url: '/livez', why: 'the liveness probe: no authentication, only ok or not_ok and a reason code (health.test.ts)' },
+  { method: 'GET', url: '/readyz', why: 'the readiness probe: no authentication, only ok or not_ok and a reason code (health.test.ts)' },
+  { method: 'GET', url: '/metrics', why: 'its own guard: the scrape token as a bearer, or a session cookie (metrics.test.ts)' },
+  { method: 'GET', url: /^\/(index\.html|assets\/[^/]+)?$/, why: 'the static console (its page and built assets): the page logs in through /api/v1/session (console.test.ts)' },
+];
+
+/** Why a route takes no session, or undefined when it must be guarded. HEAD follows its GET. */
+function publicBecause({ method, url }: Route): string | undefined {
+  const as = method === 'HEAD' ? 'GET' : method;
+  return PUBLIC_ADMIN_ROUTES.find((p) => p.method === as && (typeof p.url === 'string' ? p.url === url : p.url.test(url)))?.why;
+}
+
+t.test('every admin route, as the listener registers them, needs the header, a real session, and the CSRF token to change anything', async (t) => {
+  const { b, routes } = await buildWithAdminRoutes(t);
   const session = await login(b);
-  const routes: Array<[string, string, unknown?]> = [
+  const guarded = routes.filter((route) => publicBecause(route) === undefined);
+  const listed = (method: string, url: string) => routes.some((r) => r.method === method && r.url === url);
+  // Control: the collection sees the whole table, including the routes a hand-written list once left out.
+  for (const [method, url] of [
+    ['POST', '/api/v1/chat-tests/start'],
+    ['POST', '/api/v1/chat-tests/unload'],
+    ['GET', '/api/v1/prompt-enhancers'],
+    ['POST', '/api/v1/prompt-enhancers/install'],
+    ['POST', '/api/v1/prompt-enhancers/cancel'],
+    ['POST', '/api/v1/prompt-enhancers/preview'],
+    ['POST', '/api/v1/profiles/prompt-enhancer'],
     ['GET', '/api/v1/endpoint'],
-    ['POST', '/api/v1/endpoint/start', {}],
-    ['POST', '/api/v1/endpoint/stop', {}],
-    ['POST', '/api/v1/endpoint/config', { port: 8121 }],
-    ['POST', '/api/v1/endpoint/profile', { id: 'p-none', enabled: true }],
-    ['GET', '/api/v1/profiles'],
-    ['POST', '/api/v1/profiles', { name: 'auth-probe', category: 'tts', params: {} }],
-    ['GET', '/api/v1/profiles/p-none'],
-    ['PUT', '/api/v1/profiles/p-none', { revision: 1, name: 'auth-probe', category: 'tts', params: {} }],
-    ['DELETE', '/api/v1/profiles/p-none'],
-    ['GET', '/api/v1/audio-policy'],
-    ['POST', '/api/v1/audio-policy', { kind: 'stt', mode: 'auto', profile_id: null }],
-    ['GET', '/api/v1/image-tests'],
-    ['POST', '/api/v1/image-tests', { profile_id: 'p-none', prompt: 'x' }],
-    ['POST', '/api/v1/image-tests/cancel', {}],
-    ['GET', '/api/v1/chat-tests'],
-    ['POST', '/api/v1/chat-tests/cancel', {}],
-    ['POST', '/api/v1/token/rotate', {}],
-    ['DELETE', '/api/v1/session'],
-  ];
+    ['DELETE', '/api/v1/profiles/:id'],
+  ] as const) {
+    t.ok(guarded.some((r) => r.method === method && r.url === url), `${method} ${url} is in the route table and guarded`);
+  }
+  for (const exception of PUBLIC_ADMIN_ROUTES) {
+    if (typeof exception.url === 'string') t.ok(listed(exception.method, exception.url), `the exception ${exception.method} ${exception.url} is still a route`);
+  }
+  t.ok(guarded.length >= 40, `${guarded.length} guarded routes of ${routes.length}`);
+
   const deck = { 'x-service-deck': '1' };
   const forgedKey = signed(randomBytes(32).toString('base64url'), b.service.secrets.sessionKey);
   const wrongSignature = signed(session.sessionId, 'not-the-session-key-0000000000000000');
   const unsigned = `sd_session=${encodeURIComponent(session.sessionId)}`;
   const resigned = await call(b.adminUrl, 'GET', '/api/v1/endpoint', { headers: { ...deck, cookie: signed(session.sessionId, b.service.secrets.sessionKey) } });
   t.equal(resigned.status, 200, 'control: the real session id signed here with the real key is accepted, so the forgeries below differ only in what they claim');
+  const sameLengthCsrf = lastChanged(session.csrf);
+  t.equal(sameLengthCsrf.length, session.csrf.length);
+  t.not(sameLengthCsrf, session.csrf);
 
-  for (const [method, url, body] of routes) {
+  for (const { method, url: pattern } of guarded) {
+    const url = pattern.replace(/:[A-Za-z]+/g, 'p-none').replace(/\*$/, 'x');
     const what = `${method} ${url}`;
+    // A change carries a JSON body; a refusal comes before the body is read.
+    const body = method === 'GET' || method === 'HEAD' ? undefined : {};
     const full = { ...deck, cookie: session.cookie, 'x-csrf-token': session.csrf };
-    await expectError(t, await call(b.adminUrl, method, url, { body, headers: { cookie: session.cookie, 'x-csrf-token': session.csrf } }), 403, 'permission_error', 'header_required', `${what} without X-Service-Deck`);
-    await expectError(t, await call(b.adminUrl, method, url, { body, headers: { ...deck, 'x-csrf-token': session.csrf } }), 401, 'authentication_error', 'session_required', `${what} without a cookie`);
-    await expectError(t, await call(b.adminUrl, method, url, { body, headers: { ...full, cookie: unsigned } }), 401, 'authentication_error', 'session_required', `${what} with the unsigned session id`);
-    await expectError(t, await call(b.adminUrl, method, url, { body, headers: { ...full, cookie: wrongSignature } }), 401, 'authentication_error', 'session_required', `${what} with a cookie signed by another key`);
-    await expectError(t, await call(b.adminUrl, method, url, { body, headers: { ...full, cookie: forgedKey } }), 401, 'authentication_error', 'session_required', `${what} with a validly signed but unknown session`);
-    await expectError(t, await call(b.adminUrl, method, url, { body, headers: { ...deck, authorization: `Bearer ${TOKEN}` } }), 401, 'authentication_error', 'session_required', `${what} with the bearer token`);
-    if (method === 'GET') continue;
-    await expectError(t, await call(b.adminUrl, method, url, { body, headers: { ...deck, cookie: session.cookie } }), 403, 'permission_error', 'csrf_failed', `${what} without X-CSRF-Token`);
-    await expectError(t, await call(b.adminUrl, method, url, { body, headers: { ...deck, cookie: session.cookie, 'x-csrf-token': `${session.csrf}x` } }), 403, 'permission_error', 'csrf_failed', `${what} with a wrong X-CSRF-Token`);
+    const refusals: Array<[string, Record<string, string>, number, string, string]> = [
+      ['without X-Service-Deck', { cookie: session.cookie, 'x-csrf-token': session.csrf }, 403, 'permission_error', 'header_required'],
+      ['without a cookie', { ...deck, 'x-csrf-token': session.csrf }, 401, 'authentication_error', 'session_required'],
+      ['with the unsigned session id', { ...full, cookie: unsigned }, 401, 'authentication_error', 'session_required'],
+      ['with a cookie signed by another key', { ...full, cookie: wrongSignature }, 401, 'authentication_error', 'session_required'],
+      ['with a validly signed but unknown session', { ...full, cookie: forgedKey }, 401, 'authentication_error', 'session_required'],
+      ['with the bearer token', { ...deck, authorization: `Bearer ${TOKEN}` }, 401, 'authentication_error', 'session_required'],
+    ];
+    if (method !== 'GET' && method !== 'HEAD') {
+      refusals.push(
+        ['without X-CSRF-Token', { ...deck, cookie: session.cookie }, 403, 'permission_error', 'csrf_failed'],
+        ['with a longer X-CSRF-Token', { ...deck, cookie: session.cookie, 'x-csrf-token': `${session.csrf}x` }, 403, 'permission_error', 'csrf_failed'],
+        ['with an X-CSRF-Token of the right length, its last character changed', { ...deck, cookie: session.cookie, 'x-csrf-token': sameLengthCsrf }, 403, 'permission_error', 'csrf_failed'],
+      );
+    }
+    for (const [how, headers, status, type, code] of refusals) {
+      const response = await call(b.adminUrl, method, url, { body, headers });
+      // A HEAD answer has no body: its status tells.
+      if (method === 'HEAD') t.equal(response.status, status, `${what} ${how} → ${status}`);
+      else await expectError(t, response, status, type, code, `${what} ${how}`);
+    }
   }
 
   // None of the refused calls changed anything.
@@ -144,7 +227,7 @@ t.test('every admin route needs the header, a real session, and the CSRF token t
   t.same(b.service.profiles.list(), [], 'no profile was created');
   t.notOk(b.service.accepting(), 'the endpoint was not started');
 
-  // Reads need no CSRF token; the session survived every refused DELETE /api/v1/session.
+  // Reads need no CSRF token; the session survived every refused DELETE /api/v1/session and password change.
   const read = { ...deck, cookie: session.cookie };
   let response = await call(b.adminUrl, 'GET', '/api/v1/endpoint', { headers: read });
   t.equal(response.status, 200, 'GET /api/v1/endpoint without CSRF token');
@@ -153,6 +236,35 @@ t.test('every admin route needs the header, a real session, and the CSRF token t
   t.equal(response.status, 200, 'GET /api/v1/profiles without CSRF token');
   t.same(await response.json(), { profiles: [] });
   await expectError(t, await call(b.adminUrl, 'GET', '/api/v1/profiles/p-none', { headers: read }), 404, 'invalid_request_error', 'profile_not_found', 'GET of an unknown profile reaches the route');
+  // And a change with the right token gets through the guard (here to the route's own 404).
+  await expectError(t, await call(b.adminUrl, 'DELETE', '/api/v1/profiles/p-none', { headers: { ...read, 'x-csrf-token': session.csrf } }), 404, 'invalid_request_error', 'profile_not_found', 'the right CSRF token reaches the route');
+});
+
+t.test('an admin session idle for more than 12 h is over: 401 session_required, on a clock the test moves', async (t) => {
+  // The session store's cache measures age with performance.now(): the test moves that clock on.
+  const realNow = performance.now.bind(performance);
+  let offset = 0;
+  performance.now = () => realNow() + offset;
+  t.teardown(() => void Reflect.deleteProperty(performance, 'now'));
+  const advance = async (ms: number) => {
+    offset += ms;
+    // The cache keeps its reading of the clock for a millisecond.
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  };
+  const b = await build(t, { login: false });
+  const session = await login(b);
+  const headers = { 'x-service-deck': '1', cookie: session.cookie, 'x-csrf-token': session.csrf };
+  t.equal(SESSION_TTL_MS, 12 * 60 * 60 * 1000, 'the spec value: 12 hours');
+
+  await advance(SESSION_TTL_MS - 60_000);
+  t.equal((await call(b.adminUrl, 'GET', '/api/v1/endpoint', { headers })).status, 200, 'idle for 12 h less a minute: still open');
+  await advance(SESSION_TTL_MS + 60_000);
+  await expectError(t, await call(b.adminUrl, 'GET', '/api/v1/endpoint', { headers }), 401, 'authentication_error', 'session_required', 'idle for 12 h and a minute');
+  await expectError(t, await call(b.adminUrl, 'POST', '/api/v1/token/rotate', { body: {}, headers }), 401, 'authentication_error', 'session_required', 'a change with the expired session and its CSRF token');
+  t.match(await (await call(b.adminUrl, 'GET', '/api/v1/session', { headers })).json(), { logged_in: false }, 'the console sees it logged out');
+  t.ok(b.service.secrets.tokenMatches(TOKEN), 'the token was not rotated');
+  const again = await login(b);
+  t.equal((await call(b.adminUrl, 'GET', '/api/v1/endpoint', { headers: { 'x-service-deck': '1', cookie: again.cookie } })).status, 200, 'a new login opens a new session');
 });
 
 t.test('inference routes: only the bearer token; a missing, wrong or malformed one is 401 with WWW-Authenticate', async (t) => {
@@ -165,6 +277,7 @@ t.test('inference routes: only the bearer token; a missing, wrong or malformed o
     ['the admin session cookie', { cookie: session.cookie, 'x-service-deck': '1', 'x-csrf-token': session.csrf }],
     ['a wrong token', { authorization: 'Bearer sd-not-the-token' }],
     ['the token with one character more', { authorization: `Bearer ${TOKEN}x` }],
+    ['a token of the right length, its last character changed', { authorization: `Bearer ${lastChanged(TOKEN)}` }],
     ['Bearer without a token', { authorization: 'Bearer' }],
     ['the token without a scheme', { authorization: TOKEN }],
     ['another scheme', { authorization: `Token ${TOKEN}` }],

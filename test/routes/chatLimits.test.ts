@@ -35,6 +35,16 @@ async function setUp(t: Test, mode: string, chatLimits = limits): Promise<Built 
 const running = async (b: Built) => ((await (await b.admin('GET', '/api/v1/endpoint')).json()) as { queue: { running: unknown[] } }).queue.running.length;
 const ask = (b: Built, stream = false) => b.api('POST', '/v1/chat/completions', { model: 'fake', messages: [{ role: 'user', content: 'x' }], ...(stream ? { stream: true } : {}) });
 
+t.test("without an override the service runs with the spec's own limits: 120 s without data, 600 s of SSE output, 16 MiB buffered", async (t) => {
+  // The tests below shorten the limits; this one reads the limits a real start resolves, which
+  // both the API route and the chat test are given (the tests below prove they honour them).
+  const b = await build(t, { login: false, env: { SERVICE_DECK_GPUS: 'none' } });
+  const spec = { idleMs: 120_000, streamMs: 600_000, bufferedBytes: 16 * 1024 * 1024 };
+  t.match(b.service.chatLimits, spec, 'the API route: spec 8');
+  t.match(b.service.chatTests.limits, spec, 'the chat test: the same limits');
+  t.equal(b.service.chatTests.limits, b.service.chatLimits, 'one limits object for both');
+});
+
 t.test('a buffered answer over 16 MiB fails cleanly', async (t) => {
   const b = await setUp(t, 'huge');
   const response = await ask(b);

@@ -76,6 +76,7 @@ t.test('the transcription test refuses what it cannot do', async (t) => {
   const { b, speaker, listener } = await setUp(t);
   const dir = t.testdir();
   const good = wav(await speech(dir, 'hello'));
+  const eightMiB = encodeWav(new Int16Array((8 * 1024 * 1024 - 44) / 2), 16_000);
   const cases: Array<[string, Record<string, string>, Buffer | undefined, number, string, string | null]> = [
     ['no profile', {}, good, 400, 'invalid_value', 'profile_id'],
     ['no file', { profile_id: listener }, undefined, 400, 'invalid_value', 'file'],
@@ -84,6 +85,9 @@ t.test('the transcription test refuses what it cannot do', async (t) => {
     ['an unknown language', { profile_id: listener, language: 'fr' }, good, 400, 'invalid_value', 'language'],
     ['an unknown field', { profile_id: listener, model: 'x' }, good, 400, 'unknown_parameter', 'model'],
     ['44.1 kHz', { profile_id: listener }, encodeWav(new Int16Array(4410), 44_100), 400, 'wav_sample_rate', 'file'],
+    // The limit is 8 MiB exactly: one byte more is too large; 8 MiB is read, and refused for its 131 s.
+    ['8 MiB and 1 byte', { profile_id: listener }, Buffer.concat([eightMiB, Buffer.alloc(1)]), 413, 'payload_too_large', 'file'],
+    ['exactly 8 MiB', { profile_id: listener }, eightMiB, 400, 'wav_too_long', 'file'],
   ];
   for (const [what, fields, file, status, code, param] of cases) {
     const response = await transcribe(b, fields, file);
