@@ -1,4 +1,4 @@
-// The listeners' connection limits from the environment (src/config.ts, issue 30): the cap's
+// The listeners' connection limits from the environment (src/config.ts): the cap's
 // default follows the process's open-file limit, and the first-byte limit never exceeds the
 // headers limit.
 import t from 'tap';

@@ -5,7 +5,7 @@
 // the whole file and checks size and sha256 before it renames the partial to `dest`: a file at
 // `dest` is always complete and checked. Only node built-ins and the global fetch.
 //
-// A hub is trusted with nothing it could use against the disk or the network (issue 30):
+// A hub is trusted with nothing it could use against the disk or the network:
 // - a file whose size the hub does not state is refused before a byte is written, and a body that
 //   runs past the stated size is cut there: the download fails, and never writes more;
 // - the caller's `checkRoom` is asked before the first byte and every ROOM_CHECK_BYTES after;

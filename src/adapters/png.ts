@@ -25,7 +25,7 @@ export interface ImageSize {
 const JPEG_SOF = new Set([0xc0, 0xc1, 0xc2, 0xc3, 0xc5, 0xc6, 0xc7, 0xc9, 0xca, 0xcb, 0xcd, 0xce, 0xcf]);
 
 /**
- * The size an image file declares in its header, without decoding it (issue 30: a 20 KB PNG may
+ * The size an image file declares in its header, without decoding it (a 20 KB PNG may
  * declare 100000x100000 pixels): PNG's IHDR, WebP's VP8, VP8L or VP8X header, JPEG's first frame
  * header (SOF), walking its segments. Undefined when the header is cut or malformed.
  */

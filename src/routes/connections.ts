@@ -1,4 +1,4 @@
-// Which connections a listener takes (issue 30, both listeners). Node's own cap
+// Which connections a listener takes (both listeners). Node's own cap
 // (`server.maxConnections`) closes a connection beyond it without a word, so a client sees a reset
 // and has to guess; and connections that stall in the middle of their headers each hold a place
 // until the headers limit, so a few hundred of them starved everyone else. Here:

@@ -1,4 +1,4 @@
-// Disk room for uploads (issue 30): before a request's upload is accepted, the filesystem that
+// Disk room for uploads: before a request's upload is accepted, the filesystem that
 // holds the job folders must have room for the most it may write, beside what the uploads already
 // accepted may still write, plus a margin that keeps the state writes (profiles, tokens, records)
 // working. Each accepted upload reserves its most until its job folder is removed. Free space is

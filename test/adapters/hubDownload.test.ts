@@ -240,7 +240,7 @@ t.test('a full disk while writing is disk_full', async (t) => {
   t.notOk(await exists(dest));
 });
 
-// Issue 30: a hub is trusted with nothing it could use against the disk or the network.
+// A hub is trusted with nothing it could use against the disk or the network.
 
 t.test('a hub that sends past the size it stated is cut there: size_mismatch, the partial removed', async (t) => {
   const { hub, file, dest, part } = await setUp(t, 100_000);

@@ -117,7 +117,7 @@ t.test('a stale path is found in every form a doc writes it', async (t) => {
   const tree = checkout();
   const doc = 'docs/architecture.md';
   const text = [
-    'The service type is `src/system/service.ts`.', // in backticks (the stale map entry of issue 31)
+    'The service type is `src/system/service.ts`.', // in backticks (a stale map entry)
     'See src/system/service.ts for the type.', // in prose
     '```sh\nsh scripts/build-nothing.sh\n```', // in a code block
     'Its [door](../src/routes/gone.ts) and [the page](nowhere.md#top).', // links

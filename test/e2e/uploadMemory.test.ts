@@ -1,4 +1,4 @@
-// Issue 30: held uploads do not fill the service's memory. 30 clients each send 7.5 MiB of an
+// Held uploads do not fill the service's memory. 30 clients each send 7.5 MiB of an
 // 8 MiB transcription upload and hold the rest; the real `service-deck serve` (its own process,
 // so its resident memory is its own) writes each recording into its job folder as it arrives:
 // they may add at most 96 MiB of resident memory (before, 100 such uploads took it from 114 MB to

@@ -1,7 +1,7 @@
 // What a client may hold of a listener: a request has a time limit to arrive in
 // whole (headers, then body), an answer sent before the body was read ends the connection, a
 // connection beyond the cap is answered 503 and closed, half-open connections have a budget of
-// their own (the oldest goes), and one that sends nothing goes early (issue 30). Limits are shortened here through their
+// their own (the oldest goes), and one that sends nothing goes early. Limits are shortened here through their
 // environment variables; every check runs on raw loopback sockets and is bounded in time.
 import t, { type Test } from 'tap';
 import { build, TOKEN, type Built } from '../helpers/build.js';

@@ -3,7 +3,7 @@
 // is refused at once, while the inference listener keeps answering quickly; another loopback
 // address is the same source; the operator's browser, which logged in before, gets through a
 // block that another local process caused, and only its own guesses block it. Device cookies do
-// not multiply guesses (issue 30): a password change revokes them all, and a device id the server
+// not multiply guesses: a password change revokes them all, and a device id the server
 // never issued counts against its source.
 import { sign } from '@fastify/cookie';
 import t from 'tap';

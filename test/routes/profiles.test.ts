@@ -170,7 +170,7 @@ t.test('bad values are 400 invalid_value naming the field; nothing is saved', as
     ['a tts speed over 4', { name: 't', category: 'tts', params: { speed: 5 } }, 'params.speed'],
     ['zero image steps', { name: 'i', category: 'image', params: { model: f.imageModel, steps: 0 } }, 'params.steps'],
     ['a non-integer image width', { name: 'i', category: 'image', params: { model: f.imageModel, width: 512.5 } }, 'params.width'],
-    // Profiles that could never run (issue 30): every request of them would fail.
+    // Profiles that could never run: every request of them would fail.
     ...['constructor', '__proto__', 'toString', 'Alloy', 'm3'].map((voice): [string, object, string] => [`an espeak-ng voice ${voice}`, { name: 't', category: 'tts', params: { voice } }, 'params.voice']),
     ...['gpu0', 'GPU', 'cuda:0', 'AUTO', '', 'GPU-1 ; rm'].map((device): [string, object, string] => [
       `an enhancer device ${JSON.stringify(device)}`,

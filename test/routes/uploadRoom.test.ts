@@ -1,4 +1,4 @@
-// Issue 30: an upload is accepted only when the disk has room for the most it may write, beside
+// An upload is accepted only when the disk has room for the most it may write, beside
 // what the uploads already accepted may still write, plus a margin for the state writes (20 held
 // image edits used to put 800 MiB into jobs/ unchecked). A refusal is 507 insufficient_storage
 // with Retry-After, before a byte of the upload is kept; a held upload's reservation goes with it.

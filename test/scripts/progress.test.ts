@@ -1,4 +1,4 @@
-// scripts/lib/progress.sh, the native builds' progress (issue 31, "The first hour"): a captured
+// scripts/lib/progress.sh, the native builds' progress: a captured
 // `cmake --build` of llama-server and llama-fit-params goes through the filter. The captures
 // (test/fixtures/cmake-build/) are of the llama.cpp source and flags of scripts/build-llama.sh,
 // once with make and once with Ninja, their output as it was; the compiler and linker were a

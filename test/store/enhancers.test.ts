@@ -1,7 +1,7 @@
 // The recipe schema (CONTRACT section 8) refuses every path that would land a download outside its
-// folder or on a task folder's records (issue 30: a file path of `.` wrote
+// folder or on a task folder's records (a file path of `.` wrote
 // `enhancers/i2i.part` beside the folder, and a revision of `..` was accepted). An installed file
-// is found in the store shared by both tasks, else where the layout before it kept it (issue 31).
+// is found in the store shared by both tasks, else where the layout before it kept it.
 import { createHash } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';

@@ -4,7 +4,7 @@
 // that logged in before is counted alone, so it gets through a block that others caused. Every
 // attempt counts globally, device cookie or not; a device id the server does not know counts
 // against its source; and all attempts together stay under the ceiling, however many device
-// cookies someone holds (issue 30: 20 harvested cookies gave 200 checked guesses).
+// cookies someone holds (20 harvested cookies gave 200 checked guesses).
 import t from 'tap';
 import { ApiError } from '../../src/errors.js';
 import {
@@ -84,7 +84,7 @@ t.test('every attempt counts globally: guesses with device cookies bring on the 
 
 t.test('the ceiling bounds all attempts together, however many device cookies guess', async (t) => {
   const { store, advance } = clocked();
-  // 20 harvested device cookies, 10 guesses each: the attack of issue 30.
+  // 20 harvested device cookies, 10 guesses each: a guessing attack.
   let checked = 0;
   for (let i = 0; i < LOGIN_ATTEMPTS; i += 1) {
     for (let d = 0; d < 20; d += 1) if (store.loginAttempt({ source: 'loopback', device: `harvested-${d}` }) === 0) checked += 1;

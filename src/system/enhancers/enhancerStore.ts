@@ -1,4 +1,4 @@
-// The store of prompt enhancer files (CONTRACT section 8, issue 31): one copy of each file per
+// The store of prompt enhancer files (CONTRACT section 8): one copy of each file per
 // repository, revision and path, whichever tasks use it (store/enhancers.ts has the layout). Here
 // the store is acted on:
 // - where a file lands: inside `<state>/enhancers/files/`, in folders this code made (0700), never
