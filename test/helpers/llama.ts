@@ -1,9 +1,10 @@
 // The real llama-server and llama-fit-params that scripts/build-llama.sh built (the test script
 // runs it during set-up), a tiny generated GGUF model and a tiny vision projector for it, for the
 // tests that run the real programs.
-import { access, constants } from 'node:fs/promises';
+import { access, constants, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { writeTinyModel, type TinyModelOptions } from '../../src/adapters/tinyModel.js';
 import { writeTinyProjector, type TinyProjectorOptions } from './tinyProjector.js';
 
@@ -59,4 +60,18 @@ export async function streamFailure(stream: AsyncIterable<{ choices: unknown[] }
   } catch (error) {
     return error;
   }
+}
+
+/** The stand-in llama-server (test/fixtures/fake-llama-server.mjs). */
+export const FAKE_LLAMA_SERVER = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/fake-llama-server.mjs');
+
+/**
+ * An executable `llama-server` in `dir` that runs the stand-in in `mode`. The worker's environment
+ * is an allowlist, so the mode (and where the stand-in notes its events) travels in the script.
+ */
+export async function fakeLlamaServerIn(dir: string, mode: string, events?: string): Promise<string> {
+  const wrapper = path.join(dir, 'llama-server');
+  const vars = `FAKE_LLAMA_MODE=${mode}${events === undefined ? '' : ` FAKE_LLAMA_EVENTS="${events}"`}`;
+  await writeFile(wrapper, `#!/bin/sh\n${vars} exec "${process.execPath}" "${FAKE_LLAMA_SERVER}" "$@"\n`, { mode: 0o755 });
+  return wrapper;
 }

@@ -3,27 +3,22 @@
 // 16 MiB, a worker that goes silent (120 s, shortened here), an SSE stream that runs past its
 // limit (600 s, shortened here), an error event in a running stream, and a worker that crashes
 // with a model error.
-import { chmod, readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { build, failureOf, tempDir, TOKEN, type Built } from '../helpers/build.js';
-import { tinyModelIn } from '../helpers/llama.js';
+import { fakeLlamaServerIn, tinyModelIn } from '../helpers/llama.js';
 import { CHAT_LIMITS } from '../../src/workers/chat/chatRequest.js';
 import { until } from '../helpers/until.js';
 
-const FAKE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/fake-llama-server.mjs');
 const limits = { ...CHAT_LIMITS, idleMs: 1_000, streamMs: 1_000, diagnosisWaitMs: 2_000 };
 
 /** The service, with the stand-in's request events (open, closed, finished) in `events`. */
 async function setUp(t: Test, mode: string, chatLimits = limits): Promise<Built & { events: string }> {
   const dir = await tempDir(t);
   const model = await tinyModelIn(dir);
-  // The worker's environment is an allowlist, so the mode travels in a wrapper script.
-  const wrapper = path.join(dir, 'llama-server');
   const events = path.join(dir, 'events');
-  await writeFile(wrapper, `#!/bin/sh\nFAKE_LLAMA_MODE=${mode} FAKE_LLAMA_EVENTS="${events}" exec "${process.execPath}" "${FAKE}" "$@"\n`);
-  await chmod(wrapper, 0o755);
+  const wrapper = await fakeLlamaServerIn(dir, mode, events);
   const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: wrapper, SERVICE_DECK_GPUS: 'none', SERVICE_DECK_SECRET_PROBE: 'do-not-pass', LLAMA_ARG_API_KEY: 'extra-key' }, chatLimits });
   await b.startEndpoint();
   const created = await b.admin('POST', '/api/v1/profiles', { name: 'fake', category: 'chat', params: { model } });

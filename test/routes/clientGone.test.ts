@@ -2,23 +2,17 @@
 // the queue, or while the worker answers, leaves one info line without a stack, and no line at
 // error level. The stand-in llama-server
 // (test/fixtures/fake-llama-server.mjs) holds the only slot with a slow stream, or says nothing.
-import { chmod, writeFile } from 'node:fs/promises';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { build, failureOf, tempDir, TOKEN, type Built } from '../helpers/build.js';
-import { tinyModelIn } from '../helpers/llama.js';
+import { fakeLlamaServerIn, tinyModelIn } from '../helpers/llama.js';
 import { until } from '../helpers/until.js';
 
-const FAKE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/fake-llama-server.mjs');
 
 /** The service with a published one-slot chat profile `fake` on the stand-in in `mode`. */
 async function setUp(t: Test, mode: string): Promise<Built> {
   const dir = await tempDir(t);
   const model = await tinyModelIn(dir);
-  const wrapper = path.join(dir, 'llama-server');
-  await writeFile(wrapper, `#!/bin/sh\nFAKE_LLAMA_MODE=${mode} exec "${process.execPath}" "${FAKE}" "$@"\n`);
-  await chmod(wrapper, 0o755);
+  const wrapper = await fakeLlamaServerIn(dir, mode);
   const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: wrapper, SERVICE_DECK_GPUS: 'none' } });
   await b.startEndpoint();
   const created = await b.admin('POST', '/api/v1/profiles', { name: 'fake', category: 'chat', params: { model, slots: 1 } });

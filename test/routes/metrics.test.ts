@@ -3,18 +3,17 @@
 // leaves in it (its route and model, status, latency, queue wait, first token, tokens, the worker
 // load) against the stand-in llama-server, that no prompt, path or unknown model name becomes a
 // label, and that the sample Grafana dashboard asks only for metrics the service exports.
-import { chmod, readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { answerUsage } from '../../src/routes/metrics.js';
 import { SecretStore } from '../../src/store/secrets.js';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
-import { tinyModelIn } from '../helpers/llama.js';
+import { fakeLlamaServerIn, tinyModelIn } from '../helpers/llama.js';
 import { sample } from '../helpers/metrics.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const FAKE = path.join(ROOT, 'test/fixtures/fake-llama-server.mjs');
 const PROMPT = 'PROMPT-zebra-4711 what is the secret of the sky';
 
 const scrape = (b: Built, headers: Record<string, string> = {}) => fetch(`${b.adminUrl}/metrics`, { headers });
@@ -23,9 +22,7 @@ const scrape = (b: Built, headers: Record<string, string> = {}) => fetch(`${b.ad
 async function withChat(t: Test, mode: string): Promise<Built & { modelPath: string }> {
   const dir = await tempDir(t);
   const model = await tinyModelIn(dir);
-  const wrapper = path.join(dir, 'llama-server');
-  await writeFile(wrapper, `#!/bin/sh\nFAKE_LLAMA_MODE=${mode} exec "${process.execPath}" "${FAKE}" "$@"\n`);
-  await chmod(wrapper, 0o755);
+  const wrapper = await fakeLlamaServerIn(dir, mode);
   const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: wrapper, SERVICE_DECK_GPUS: 'none' } });
   await b.startEndpoint();
   const created = await b.admin('POST', '/api/v1/profiles', { name: 'fake', category: 'chat', params: { model } });
