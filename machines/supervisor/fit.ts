@@ -100,6 +100,12 @@ export interface CheckInput {
   workers: Record<WorkerKind, WorkerRecord>;
   /** Kinds of our own workers that are idle and could be unloaded to make room. */
   idle: WorkerKind[];
+  /**
+   * An image job with an enhancer on the CPU is checked in two steps: `enhancer`, the enhancer
+   * alone (no GPU, nothing of ours unloaded); then `image`, the image alone once the enhancer has
+   * answered. Absent: the job as a whole (its enhancer, if any, on the GPUs, before the image).
+   */
+  step?: 'enhancer' | 'image';
 }
 
 const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
@@ -361,8 +367,44 @@ function attempt(facts: StartFacts, input: CheckInput, leaving: WorkerKind[]): A
   return facts.demand.kind === 'chat' ? chatAttempt(facts, facts.demand, room, foreign) : fixedAttempt(facts, facts.demand, room, foreign);
 }
 
+/**
+ * The facts as the enhancer sees them (CONTRACT section 8): every GPU for `auto`, none for `cpu`,
+ * its one GPU for a UUID; or why it cannot run where it was put.
+ */
+export function enhancerFacts(facts: StartFacts, device: string): StartFacts | { missing: string } {
+  if (device === 'auto') return facts;
+  if (device === 'cpu') return { ...facts, gpus: [] };
+  const gpus = facts.gpus.filter((g) => g.uuid === device);
+  return gpus.length > 0 ? { ...facts, gpus } : { missing: `its GPU ${device} is not present` };
+}
+
+const FORECAST_NOTE = " (a forecast from the model's metadata and the probe, not a proof)";
+
+/** Where the enhancer starts, on the device its profile chose: its plan, or the refusal. */
+function enhancerAttempt(facts: StartFacts, input: CheckInput): { ok: true; plan: StartPlan } | Extract<StartVerdict, { verdict: 'refuse' }> {
+  const cannot = 'the prompt enhancer cannot start';
+  if (facts.enhancerProblem !== undefined) return { verdict: 'refuse', code: 'enhancer_failed', message: `${cannot}: ${facts.enhancerProblem}` };
+  if (!facts.enhancer) return { verdict: 'refuse', code: 'start_check_failed', message: `${cannot}: its demand was not gathered` };
+  const seen = enhancerFacts(facts, input.job.enhancer?.device ?? 'auto');
+  if ('missing' in seen) return { verdict: 'refuse', code: 'start_check_failed', message: `${cannot}: ${seen.missing}` };
+  const workers = Object.values(input.workers);
+  const foreign = seen.gpus.flatMap((g) => foreignPids(g, workers));
+  if (foreign.length > 0) {
+    return { verdict: 'refuse', code: 'resources_busy', message: `${cannot}: its GPUs are busy with a process that is not ours (pid ${foreign.join(', ')})` };
+  }
+  const attempt = chatAttempt(seen, facts.enhancer, roomFor(seen, input, []), foreign);
+  if (!attempt.ok) return { verdict: 'refuse', code: attempt.code, message: `${cannot}: ${attempt.message}${FORECAST_NOTE}` };
+  if (seen.gpus.length === 0 && facts.gpus.length > 0) return { ok: true, plan: { ...attempt.plan, fit: 'CPU only: the profile puts the prompt enhancer on the CPU (-ngl 0, no GPU visible)' } };
+  return attempt;
+}
+
 /** The memory check's verdict for one worker start. */
 export function decideStart(facts: StartFacts, input: CheckInput): StartVerdict {
+  // An enhancer on the CPU, checked alone: nothing of ours is unloaded for it.
+  if (input.step === 'enhancer') {
+    const enhancer = enhancerAttempt(facts, input);
+    return 'verdict' in enhancer ? enhancer : { verdict: 'start', plan: { ...enhancer.plan, enhancer: enhancer.plan } };
+  }
   const workers = Object.values(input.workers);
   for (const gpu of neededGpus(facts)) {
     const foreign = foreignPids(gpu, workers);
@@ -385,13 +427,10 @@ export function decideStart(facts: StartFacts, input: CheckInput): StartVerdict 
       return { verdict: 'unload-first', kinds: [...input.idle], message: `${why}; it fits once the idle ${input.idle.join(' and ')} worker is unloaded` };
     }
   }
-  const forecastNote = " (a forecast from the model's metadata and the probe, not a proof)";
-  if (!first.ok) return { verdict: 'refuse', code: first.code, message: `${first.message}${forecastNote}` };
-  if (facts.enhancerProblem !== undefined) return { verdict: 'refuse', code: 'enhancer_failed', message: `the prompt enhancer cannot start: ${facts.enhancerProblem}` };
-  if (!facts.enhancer) return { verdict: 'start', plan: first.plan };
-  const room = roomFor(facts, input, []);
-  const foreign = facts.gpus.flatMap((g) => foreignPids(g, workers));
-  const enhancer = chatAttempt(facts, facts.enhancer, room, foreign);
-  if (!enhancer.ok) return { verdict: 'refuse', code: enhancer.code, message: `the prompt enhancer cannot start: ${enhancer.message}${forecastNote}` };
+  if (!first.ok) return { verdict: 'refuse', code: first.code, message: `${first.message}${FORECAST_NOTE}` };
+  // The image step after an enhancer on the CPU, or an image job without an enhancer.
+  if (input.step === 'image' || !input.job.enhancer) return { verdict: 'start', plan: first.plan };
+  const enhancer = enhancerAttempt(facts, input);
+  if ('verdict' in enhancer) return enhancer;
   return { verdict: 'start', plan: { ...first.plan, enhancer: enhancer.plan } };
 }

@@ -16,8 +16,12 @@
 //   the memory check's question (fit.ts), asked before every worker start, one start at a time.
 // - One STT job at a time (3.5, 4.6); one TTS job at a time on its one worker.
 // - The GUI image test reports a conflict instead of waiting (3.3, 7).
-// - The prompt enhancer (4.7) runs inside an image job's reservation, before its image: it holds
-//   chat and TTS off like the image worker, and is unloaded once its job has its answer or ended.
+// - The prompt enhancer (4.7) runs inside an image job's reservation, before its image, and is
+//   unloaded once its job has its answer or ended. On the GPUs (`auto` or a GPU UUID) it holds
+//   chat and TTS off like the image worker. On the CPU (CONTRACT 8: "chat and TTS are not unloaded
+//   for it") the job takes its reservation in two steps: the enhancer first, beside a loaded chat
+//   or TTS worker that goes on answering; then, once the enhancer answered, its image step waits
+//   for every GPU in the job's own place in the FIFO order.
 // - Audio memory policy (3.6): `auto` and `warm` keep a speech worker loaded after its job;
 //   `per_request` unloads it after each request. A warm preload waits behind every job that needs
 //   its worker and holds up none: a TTS preload waits while an image job waits or runs ("TTS
@@ -57,6 +61,45 @@ const NEEDS: Record<JobSpec['kind'], readonly string[]> = {
   tts: ['tts'],
   stt: ['stt'],
 };
+
+/** An image job whose prompt enhancer runs on the CPU: its enhancer step holds no GPU. */
+export const enhancerOnCpu = (spec: JobSpec): boolean => spec.kind === 'image' && spec.enhancer?.device === 'cpu';
+
+/** A running image job that holds no GPU: its enhancer runs on the CPU (`later`), or its image step waits (`due`). */
+export function holdsNoGpu(job: JobRecord): boolean {
+  const image = job.steps?.image;
+  return job.phase === 'running' && (image === 'later' || image === 'due');
+}
+
+/** A running image job whose image step waits for every GPU, after its enhancer on the CPU answered. */
+export const imageStepDue = (job: JobRecord): boolean => job.phase === 'running' && job.steps?.image === 'due';
+
+/** What a queued job claims: a waiting image job with an enhancer on the CPU only the image reservation, for its enhancer step. */
+function needsOf(job: JobRecord): readonly string[] {
+  return job.phase !== 'running' && enhancerOnCpu(job.spec) ? ['image'] : NEEDS[job.spec.kind];
+}
+
+/**
+ * The order `plan()` serves: the queue's (`waitingOrder`), with every image step that waits for
+ * the GPUs in its job's place (its ticket from the queue).
+ */
+function planOrder(jobs: Record<string, JobRecord>): string[] {
+  const queued: Array<[string, number]> = [];
+  for (const id in jobs) {
+    const job = jobs[id]!;
+    if ((job.phase !== 'running' || imageStepDue(job)) && job.ticket !== undefined) queued.push([id, job.ticket]);
+  }
+  return queued.sort((a, b) => a[1] - b[1]).map(([id]) => id);
+}
+
+/** Whether anyone is queued: a job waiting, submitted or in its memory check, or an image step waiting for the GPUs. */
+function anyQueued(jobs: Record<string, JobRecord>): boolean {
+  for (const id in jobs) {
+    const job = jobs[id]!;
+    if (job.phase !== 'running' || imageStepDue(job)) return true;
+  }
+  return false;
+}
 
 /** `busy`: a running job holds what this one needs (not only an idle worker of ours being unloaded). */
 type Admission = { type: 'grant' } | { type: 'start' } | { type: 'wait'; busy: boolean; unload?: Array<{ kind: WorkerKind; code: UnloadCode; reason: string }> };
@@ -105,12 +148,34 @@ export function unloadableFor(view: PlanView, job: JobSpec): WorkerKind[] {
 }
 
 /**
- * The exclusive image mode (spec 3.3, 3.4): an image job runs, or its image or enhancer process is
- * not yet gone. Chat and TTS starts wait it out; otherwise the GPUs are in the LLM GPU mode, where
- * a chat profile and the TTS worker may share them. The supervisor's `gpuMode` region shows it.
+ * The exclusive image mode (spec 3.3, 3.4): an image job holds the GPUs, or its image process or
+ * an enhancer on the GPUs is not yet gone. Chat and TTS starts wait it out; otherwise the GPUs are
+ * in the LLM GPU mode, where a chat profile and the TTS worker may share them. An image job whose
+ * enhancer runs on the CPU holds no GPU until its image step. The supervisor's `gpuMode` region
+ * shows it.
  */
 export function exclusiveImageMode(view: Pick<PlanView, 'jobs' | 'workers'>): boolean {
-  return runningOn(view.jobs, 'image') > 0 || view.workers.image.state !== 'unloaded' || view.workers.enhancer.state !== 'unloaded';
+  for (const id in view.jobs) {
+    const job = view.jobs[id]!;
+    if (job.phase === 'running' && job.worker === 'image' && !holdsNoGpu(job)) return true;
+  }
+  const enhancer = view.workers.enhancer;
+  const enhancerOnGpus = enhancer.state !== 'unloaded' && (enhancer.plan === null || enhancer.plan.gpus.length > 0);
+  return view.workers.image.state !== 'unloaded' || enhancerOnGpus;
+}
+
+/** An image reservation: no chat or TTS answer runs where the GPUs are wanted, and the workers in `gone` are unloaded first. */
+function imageAdmission(view: PlanView, gone: readonly WorkerKind[]): Admission {
+  const { workers, jobs } = view;
+  if (gone.includes('chat') && runningOn(jobs, 'chat') + runningOn(jobs, 'tts') > 0) return BUSY;
+  const unload = gone.filter((k) => loadedOrLoading(workers[k])).map((kind) => ({ kind, code: 'image_job' as const, reason: 'an image job needs every GPU' }));
+  if (unload.length > 0) return { type: 'wait', busy: false, unload };
+  return Object.values(workers).some((w) => w.state === 'unloading') ? FREEING : { type: 'start' };
+}
+
+/** Whether the image step of a running image job (its enhancer on the CPU has answered) can take every GPU now. */
+export function admitImageStep(view: PlanView): Admission {
+  return imageAdmission(view, ['chat', 'tts', 'image', 'enhancer']);
 }
 
 const matches = (w: WorkerRecord, job: JobSpec) => w.profileId === job.profileId && w.revision === job.revision && !w.stale;
@@ -123,10 +188,10 @@ export function admit(view: PlanView, job: JobSpec): Admission {
   const running = runningOn(jobs, job.kind);
 
   if (job.kind === 'image') {
-    if (runningOn(jobs, 'chat') + runningOn(jobs, 'tts') + running > 0) return BUSY;
-    const unload = (['chat', 'tts', 'image', 'enhancer'] as const).filter((k) => loadedOrLoading(workers[k])).map((kind) => ({ kind, code: 'image_job' as const, reason: 'an image job needs every GPU' }));
-    if (unload.length > 0) return { type: 'wait', busy: false, unload };
-    return anyUnloading ? FREEING : { type: 'start' };
+    // One image reservation at a time, whatever step its job is in.
+    if (running > 0) return BUSY;
+    // An enhancer on the CPU starts beside chat and TTS: only an idle image or enhancer process goes.
+    return enhancerOnCpu(job) ? imageAdmission(view, ['image', 'enhancer']) : imageAdmission(view, ['chat', 'tts', 'image', 'enhancer']);
   }
   if ((job.kind === 'chat' || job.kind === 'tts') && exclusiveImageMode(view)) return BUSY;
   if (worker.state === 'unloading' || worker.state === 'lost') return FREEING;
@@ -148,8 +213,7 @@ export function admit(view: PlanView, job: JobSpec): Admission {
  * start always goes through the queue: its memory check takes time, and it waits meanwhile.
  */
 export function runsAtOnce(view: PlanView, job: JobSpec): boolean {
-  if (view.checking !== null) return false;
-  for (const id in view.jobs) if (view.jobs[id]!.phase !== 'running') return false;
+  if (view.checking !== null || anyQueued(view.jobs)) return false;
   return admit(view, job).type === 'grant';
 }
 
@@ -161,8 +225,7 @@ export function runsAtOnce(view: PlanView, job: JobSpec): boolean {
  * an idle unload. In any other case `plan()` decides, as for every release.
  */
 export function releaseLeavesNothingToPlan(view: PlanView, jobId: string): boolean {
-  if (view.checking !== null) return false;
-  for (const id in view.jobs) if (view.jobs[id]!.phase !== 'running') return false;
+  if (view.checking !== null || anyQueued(view.jobs)) return false;
   const job = view.jobs[jobId];
   if (job?.phase !== 'running' || job.worker !== 'chat' || job.spec.kind !== 'chat' || view.workers.chat.stale) return false;
   for (const kind of WORKER_KINDS) if (kind !== 'chat' && loadedOrLoading(view.workers[kind])) return false;
@@ -195,23 +258,26 @@ export function plan(view: PlanView): Step[] {
     }
   }
   // What waiting jobs other than preloads need: a preload steps aside for them.
-  const order = waitingOrder(view.jobs);
+  const order = planOrder(view.jobs);
   const wanted = new Set<string>();
   for (const id of order) {
     const job = jobs[id];
-    if (job?.phase === 'waiting' && job.spec.source !== 'preload') for (const need of NEEDS[job.spec.kind]) wanted.add(need);
+    if ((job?.phase === 'waiting' || (job && imageStepDue(job))) && job.spec.source !== 'preload') for (const need of needsOf(job)) wanted.add(need);
   }
 
   const blocked = new Set<string>();
   let checkTaken = view.checking !== null;
   for (const id of order) {
     const job = jobs[id];
-    if (!job || job.phase !== 'waiting') {
-      if (job) for (const need of NEEDS[job.spec.kind]) blocked.add(need);
+    if (!job) continue;
+    const needs = needsOf(job);
+    // An image step waits in its job's place; its reservation is held, so it is never refused.
+    const step = imageStepDue(job);
+    if (step ? view.checking === id : job.phase !== 'waiting') {
+      for (const need of needs) blocked.add(need);
       continue;
     }
-    const needs = NEEDS[job.spec.kind];
-    const refuse = job.spec.whenBusy === 'refuse';
+    const refuse = job.spec.whenBusy === 'refuse' && !step;
     // A preload yields: what it waits for stays free for the jobs behind it.
     const yields = job.spec.source === 'preload';
     if (needs.some((need) => blocked.has(need))) {
@@ -222,7 +288,8 @@ export function plan(view: PlanView): Step[] {
     // Never ahead of a request: while any request waits for the same worker, or (TTS) for the GPU
     // memory a chat or image start needs, the preload waits. So a TTS preload waits out the image mode.
     if (yields && (PRELOAD_YIELDS[job.spec.kind as 'tts' | 'stt'] ?? needs).some((need) => wanted.has(need))) continue;
-    const admission = admit({ jobs, workers, checking: view.checking, audio: view.audio }, job.spec);
+    const now = { jobs, workers, checking: view.checking, audio: view.audio };
+    const admission = step ? admitImageStep(now) : admit(now, job.spec);
     if (admission.type === 'grant') {
       jobs[id] = { ...job, phase: 'running', worker: job.spec.kind };
       steps.push({ do: 'grant', jobId: id, worker: job.spec.kind });

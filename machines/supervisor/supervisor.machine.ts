@@ -28,7 +28,7 @@ import { SYSTEM_IDS, WORKER_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
 import type { QueueEvent, QueuedJob } from '../queue/index.js';
 import { decideStart, type CheckInput, type StartFacts } from './fit.js';
-import { admit, exclusiveImageMode, plan, preloadsOn, releaseLeavesNothingToPlan, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
+import { admit, admitImageStep, enhancerOnCpu, exclusiveImageMode, imageStepDue, plan, preloadsOn, releaseLeavesNothingToPlan, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
 import { supervisorActors } from './supervisor.actors.js';
 import type {
   DenialCode,
@@ -54,6 +54,7 @@ interface Enqueue {
   emit(event: SupervisorEmitted): void;
   sendTo(to: string, event: QueueEvent | WorkerCommand): void;
   raise(event: SupervisorEvent): void;
+  assign(update: Partial<SupervisorContext>): void;
 }
 
 export function emptyWorker(kind: WorkerKind, last: string | null = null): WorkerRecord {
@@ -140,7 +141,44 @@ function unload(enqueue: Enqueue, workers: Record<WorkerKind, WorkerRecord>, kin
 export function checkInput(context: SupervisorContext): CheckInput | undefined {
   const job = context.checking === null ? undefined : context.jobs[context.checking];
   if (!job) return undefined;
+  // An enhancer on the CPU is checked alone and unloads nothing of ours; its image step is checked
+  // once the GPUs are free.
+  const step = imageStepDue(job) ? 'image' : enhancerOnCpu(job.spec) ? 'enhancer' : undefined;
+  if (step) return { job: job.spec, workers: context.workers, idle: [], step };
   return { job: job.spec, workers: context.workers, idle: unloadableFor(context, job.spec) };
+}
+
+/**
+ * The memory check of a running image job's image step (its enhancer on the CPU has answered):
+ * the image worker starts on every GPU, or the job's reservation is taken back with the refusal.
+ */
+function imageStepVerdict(enqueue: Enqueue, context: SupervisorContext, jobId: string, facts: StartFacts, input: CheckInput) {
+  const jobs = { ...context.jobs };
+  const workers = { ...context.workers };
+  releaseLost(workers, facts.gpus);
+  const job = jobs[jobId]!;
+  // Chat or TTS may have started while the facts were gathered: the step waits again.
+  if (admitImageStep({ ...context, workers }).type !== 'start') {
+    enqueue.assign({ workers });
+    return;
+  }
+  const verdict = decideStart(facts, input);
+  if (verdict.verdict === 'refuse') {
+    revoke(enqueue, jobs, (j) => j.spec.id === jobId, verdict.code === 'enhancer_failed' ? 'start_check_failed' : verdict.code, verdict.message);
+    enqueue.assign({ jobs, workers });
+    return;
+  }
+  if (verdict.verdict === 'unload-first') {
+    for (const kind of verdict.kinds) unload(enqueue, workers, kind, 'make_room', verdict.message);
+    enqueue.assign({ workers });
+    return;
+  }
+  const generation = context.starts + 1;
+  const gpus = facts.gpus.map((g) => g.uuid);
+  workers.image = loadingWorker('image', generation, job.spec, verdict.plan);
+  jobs[jobId] = { ...job, gpus, steps: { enhancer: job.steps!.enhancer, image: null } };
+  enqueue.emit({ type: 'gpu.granted', jobId, worker: 'image', generation, start: verdict.plan, gpus, step: 'image' });
+  enqueue.assign({ jobs, workers, starts: generation });
 }
 
 /**
@@ -379,8 +417,16 @@ export const supervisorMachine = setup({
       const workers = { ...context.workers };
       if (workers.enhancer.generation === job.steps.enhancer) unload(enqueue, workers, 'enhancer', 'enhancer_done', 'the enhancer answered: it ends before the image worker starts');
       const image = job.steps.image;
-      if (image) workers.image = loadingWorker('image', image.generation, job.spec, image.plan);
-      enqueue.assign({ workers, jobs: { ...context.jobs, [event.jobId]: { ...job, steps: { ...job.steps, image: null } } } });
+      let next: 'due' | null = null;
+      if (image === 'later') {
+        // An enhancer on the CPU: now the image step waits for every GPU, in the job's place.
+        next = 'due';
+      } else if (image && image !== 'due') {
+        // An enhancer on the GPUs: the job holds them; its image start was planned with its grant.
+        workers.image = loadingWorker('image', image.generation, job.spec, image.plan);
+        enqueue.emit({ type: 'gpu.granted', jobId: event.jobId, worker: 'image', generation: image.generation, start: image.plan, gpus: job.gpus, step: 'image' });
+      }
+      enqueue.assign({ workers, jobs: { ...context.jobs, [event.jobId]: { ...job, steps: { ...job.steps, image: next } } } });
     }),
     unloadAll: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'workers.unloadAll');
@@ -425,7 +471,8 @@ export const supervisorMachine = setup({
         if (!job) continue;
         if (step.do === 'check') {
           checking = step.jobId;
-          jobs[step.jobId] = { ...job, phase: 'checking' };
+          // An image step keeps its job running: its reservation is held while it is checked.
+          if (!imageStepDue(job)) jobs[step.jobId] = { ...job, phase: 'checking' };
         } else if (step.do === 'grant') {
           toQueue(enqueue, { type: 'job.dispatch', jobId: step.jobId });
           grantOn(enqueue, jobs, workers, job, step.worker);
@@ -446,6 +493,10 @@ export const supervisorMachine = setup({
       if (!input || jobId === null) return;
       const jobs = { ...context.jobs };
       const job = jobs[jobId]!;
+      if (input.step === 'image') {
+        imageStepVerdict(enqueue, context, jobId, params.facts, input);
+        return;
+      }
       // The world may have moved while the facts were gathered: only a start that is still due goes ahead.
       if (admit(context, job.spec).type !== 'start') {
         jobs[jobId] = { ...job, phase: 'waiting' };
@@ -469,6 +520,16 @@ export const supervisorMachine = setup({
         return;
       }
       const { spec } = job;
+      if (input.step === 'enhancer') {
+        // An enhancer on the CPU: the job runs its enhancer step and holds no GPU; chat and TTS stay.
+        const generation = context.starts + 1;
+        workers.enhancer = loadingWorker('enhancer', generation, spec, verdict.plan);
+        jobs[jobId] = { ...job, phase: 'running', worker: 'image', gpus: [], steps: { enhancer: generation, image: spec.enhancer?.image ? 'later' : null } };
+        toQueue(enqueue, { type: 'job.dispatch', jobId });
+        enqueue.emit({ type: 'gpu.granted', jobId, worker: 'image', generation, start: null, gpus: [], enhancer: { generation, plan: verdict.plan } });
+        enqueue.assign({ jobs, workers, starts: generation });
+        return;
+      }
       const gpus = spec.kind === 'image' ? params.facts.gpus.map((g) => g.uuid) : verdict.plan.gpus;
       const enhancer = spec.kind === 'image' && spec.enhancer ? verdict.plan.enhancer : undefined;
       // image | enhancer on: the enhancer starts first, under the same reservation; the image
@@ -621,9 +682,9 @@ export const supervisorMachine = setup({
           description: 'audio memory policy (3.6): auto keeps a speech worker loaded after its job, per_request unloads it after each request',
         },
         'enhancer.done': {
-          actions: ['enhancerDone'],
+          actions: ['enhancerDone', 'schedule'],
           description:
-            'image | enhancer answered | the job holds every GPU | enhancer unloaded, image worker started: the enhancer ends before the image worker starts, and nothing else slips in between',
+            'image | enhancer answered | the job holds every GPU | enhancer unloaded, image worker started: the enhancer ends before the image worker starts, and nothing else slips in between; an enhancer on the CPU held no GPU: the image step now waits for every GPU in its job\'s place',
         },
         'workers.unloadAll': {
           actions: ['unloadAll', 'replyUnloadWaiters'],

@@ -24,6 +24,11 @@ export interface EnhancerStep {
   context: number;
   /** Whether an image follows under the same reservation (false: the console's preview). */
   image: boolean;
+  /**
+   * Where the enhancer runs (CONTRACT section 8): `auto`, every GPU with CPU offload; `cpu`, no GPU
+   * at all (`-ngl 0`, no CUDA device visible); or a GPU UUID, that GPU with CPU offload.
+   */
+  device: string;
 }
 
 /** A request for a reservation: what the route (or an admin test) took from its profile snapshot. */
@@ -131,10 +136,16 @@ export interface JobRecord {
   /** Its place in the queue's FIFO order once the queue took it (`job.queued`): a lower ticket waited first. */
   ticket?: number;
   /**
-   * image with an enhancer step: the enhancer start it holds, and the image start that follows once
-   * the enhancer has answered (`enhancer.done`); null otherwise.
+   * image with an enhancer step: the enhancer start it holds, and what follows once the enhancer
+   * has answered (`enhancer.done`); null otherwise. `image` is
+   * - `{ generation, plan }`: an enhancer on the GPUs; the job holds every GPU from its grant, and
+   *   its image start was planned with it;
+   * - `later`: an enhancer on the CPU; the job holds no GPU while it runs (chat and TTS stay), and
+   *   its image step needs its own admission once the enhancer answered;
+   * - `due`: that image step waits for every GPU, in the job's place in the FIFO order;
+   * - null: no image follows (a preview), or its start was granted.
    */
-  steps?: { enhancer: number; image: { generation: number; plan: StartPlan } | null } | null;
+  steps?: { enhancer: number; image: { generation: number; plan: StartPlan } | 'later' | 'due' | null } | null;
 }
 
 /** A GPU as the probe last saw it, with its compute processes. */
@@ -158,7 +169,11 @@ export type DenialCode =
   | 'enhancer_failed';
 
 /** `runtime_missing`: the worker's program was gone when its start ran (removed after the catalog's check). */
-export type RevocationCode = 'resources_busy' | 'worker_failed' | 'endpoint_stopped' | 'runtime_missing';
+/**
+ * `insufficient_memory` and `start_check_failed`: the memory check of a running image job's own
+ * image step (after an enhancer on the CPU) refused its start.
+ */
+export type RevocationCode = 'resources_busy' | 'worker_failed' | 'endpoint_stopped' | 'runtime_missing' | 'insufficient_memory' | 'start_check_failed';
 
 /**
  * Why the supervisor unloads a worker, as a code: the metrics count by it. The `reason` beside it
@@ -268,9 +283,21 @@ export type SupervisorEmitted =
   | { type: 'job.queued'; jobId: string; position: number }
   /**
    * `generation`: the worker start the job runs on (a new one when `start` is set). `enhancer`: the
-   * start of the prompt enhancer that runs first (image jobs with an enhancer step).
+   * start of the prompt enhancer that runs first (image jobs with an enhancer step); with an
+   * enhancer on the CPU the grant holds no GPU, and `generation` and `start` are the enhancer's.
+   * `step: 'image'`: a second grant for the same job once its enhancer answered, with the image
+   * start it runs on.
    */
-  | { type: 'gpu.granted'; jobId: string; worker: WorkerKind; generation: number; start: StartPlan | null; gpus: string[]; enhancer?: { generation: number; plan: StartPlan } }
+  | {
+      type: 'gpu.granted';
+      jobId: string;
+      worker: WorkerKind;
+      generation: number;
+      start: StartPlan | null;
+      gpus: string[];
+      enhancer?: { generation: number; plan: StartPlan };
+      step?: 'image';
+    }
   | { type: 'gpu.denied'; jobId: string; code: DenialCode; message: string; retryAfterSeconds?: number }
   /** A running job loses its reservation (foreign GPU process, worker died, endpoint stop). */
   | { type: 'gpu.revoked'; jobId: string; code: RevocationCode; message: string }

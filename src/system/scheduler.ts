@@ -49,6 +49,13 @@ export interface Lease {
   gpus: string[];
   /** image jobs with the prompt enhancer on (4.7): the enhancer's start, which runs first. */
   enhancer: { generation: number; plan: StartPlan } | null;
+  /**
+   * image jobs with the prompt enhancer on: the image start the job runs on once its enhancer
+   * answered (`enhancer.done`). With an enhancer on the CPU it is granted only when every GPU is
+   * free. Rejects with a ReservationRevoked when the reservation is taken back, or with the
+   * reason of `signal` when it aborts.
+   */
+  imageStep(signal: AbortSignal): Promise<ImageStep>;
   /** Aborted with a ReservationRevoked when the supervisor takes the reservation back. */
   signal: AbortSignal;
   /** Gives the reservation back; safe to call more than once. */
@@ -58,6 +65,13 @@ export interface Lease {
    * no other job uses is aborted (spec 3.2: cancel in the chat test during its own model start).
    */
   cancel(): void;
+}
+
+/** The image start of an image job's second step. */
+export interface ImageStep {
+  generation: number;
+  start: StartPlan | null;
+  gpus: string[];
 }
 
 export type JobRequest = Omit<JobSpec, 'id' | 'at'>;
@@ -102,6 +116,9 @@ export class Scheduler {
     return new Promise<Lease>((resolve, reject) => {
       let settled = false;
       const revoked = new AbortController();
+      /** The image step's grant, once it came (it may come before anyone asks for it). */
+      let imageStep: ImageStep | undefined;
+      let stepWaiter: ((step: ImageStep) => void) | undefined;
       let released = false;
       const giveBack = (type: 'gpu.release' | 'job.cancel') => {
         if (released) return;
@@ -134,10 +151,26 @@ export class Scheduler {
             start: event.start,
             gpus: event.gpus,
             enhancer: event.enhancer ?? null,
+            imageStep: (signal) => {
+              if (imageStep) return Promise.resolve(imageStep);
+              const either = AbortSignal.any([signal, revoked.signal]);
+              if (either.aborted) return Promise.reject(either.reason as Error);
+              return new Promise<ImageStep>((resolveStep, rejectStep) => {
+                const onAbort = () => rejectStep(either.reason as Error);
+                either.addEventListener('abort', onAbort, { once: true });
+                stepWaiter = (step) => {
+                  either.removeEventListener('abort', onAbort);
+                  resolveStep(step);
+                };
+              });
+            },
             signal: revoked.signal,
             release: () => giveBack('gpu.release'),
             cancel: () => giveBack('job.cancel'),
           });
+        } else if (event.type === 'gpu.granted' && event.step === 'image') {
+          imageStep = { generation: event.generation, start: event.start, gpus: event.gpus };
+          stepWaiter?.(imageStep);
         } else if (event.type === 'gpu.revoked') {
           released = true;
             forget();

@@ -50,7 +50,7 @@ type ServerParams = Pick<ChatParams, 'model' | 'context' | 'slots' | 'gpuSplit' 
   projector?: string | null;
 };
 
-async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps, signal: AbortSignal): Promise<Extract<StartDemand, { kind: 'chat' }>> {
+async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps, signal: AbortSignal, env: NodeJS.ProcessEnv = deps.config.env): Promise<Extract<StartDemand, { kind: 'chat' }>> {
   const info = await readGgufInfo(params.model);
   const facts = modelFacts(info);
   const projectorBytes = params.projector ? (await stat(params.projector)).size : 0;
@@ -65,7 +65,7 @@ async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps
         tool,
         // The build's fit knows nothing of a projector: its room is kept back as part of the margin.
         { model: params.model, context: params.context, slots: params.slots, reserveMiB: deps.config.gpuReserveMiB.default + Math.ceil(projectorBytes / MIB), kv: { typeK: 'q4_0', typeV: 'q4_0' } },
-        { env: deps.config.env, signal },
+        { env, signal },
       );
       buildFit = outcome.ok
         ? { ok: true, gpuLayers: outcome.gpuLayers, tensorSplit: outcome.tensorSplit, overrides: outcome.overrides, ...(outcome.projectedOn ? { projectedOn: outcome.projectedOn } : {}) }
@@ -124,12 +124,18 @@ export async function gatherStartFacts(input: CheckInput, deps: FactsDeps, signa
   const budget = ramBudget(ram, 0);
   const { gpuReserveMiB, ramReserveMiB } = deps.config;
   const demand = profile.category === 'chat' ? await chatDemand(profile.params, gpus, deps, signal) : await otherDemand(profile);
-  // The enhancer (4.7): one slot over every GPU, no fixed split, so the build's fit places it.
-  const step = input.job.enhancer;
+  // The enhancer (4.7): one slot, no fixed split, so the build's fit places it on the GPUs its
+  // device allows (every one for `auto`, its own for a UUID, none for `cpu`). Not asked for the
+  // image step that follows an enhancer on the CPU.
+  const step = input.step === 'image' ? null : input.job.enhancer;
   let enhancer: Extract<StartDemand, { kind: 'chat' }> | undefined;
   let enhancerProblem: string | undefined;
   if (step) {
-    enhancer = await chatDemand({ model: step.model, projector: step.mmproj, context: step.context, slots: 1, gpuSplit: null, gpuLayers: null }, gpus, deps, signal).catch((error: unknown) => {
+    const device = step.device;
+    const seen = device === 'auto' ? gpus : gpus.filter((g) => g.uuid === device);
+    const env = device === 'auto' || seen.length === 0 ? deps.config.env : { ...deps.config.env, CUDA_VISIBLE_DEVICES: device };
+    const params = { model: step.model, projector: step.mmproj, context: step.context, slots: 1, gpuSplit: null, gpuLayers: null };
+    enhancer = await chatDemand(params, seen, deps, signal, env).catch((error: unknown) => {
       enhancerProblem = `its model ${step.model} cannot be read: ${(error as Error).message}`;
       return undefined;
     });

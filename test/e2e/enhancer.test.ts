@@ -6,6 +6,7 @@
 // is unloaded once and not started again in between; every failure is 502 enhancer_failed with
 // the job folder gone and no sd-cli run; the preview and the image test's accept/keep; the prompt
 // and its rewrite in no log line.
+import { readFileSync } from 'node:fs';
 import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { deflateSync } from 'node:zlib';
@@ -52,7 +53,10 @@ interface Setup {
  * image profile with both tasks on (unless `tasks` says otherwise). `enhancerModel` replaces the
  * tiny GGUF (a broken model); `context` the recipes' context.
  */
-async function setUp(t: Test, options: { enhancerModel?: (tiny: Buffer) => Buffer; projectorOutput?: number; context?: number; tasks?: { t2i: boolean; i2i: boolean } } = {}): Promise<Setup> {
+async function setUp(
+  t: Test,
+  options: { enhancerModel?: (tiny: Buffer) => Buffer; projectorOutput?: number; context?: number; tasks?: { t2i: boolean; i2i: boolean }; gpus?: string; device?: string } = {},
+): Promise<Setup> {
   const server = await llamaServerPath();
   const dir = await tempDir(t);
   // The tiny model with the closing quote favoured: its random rewrites end within a few dozen characters.
@@ -70,7 +74,7 @@ async function setUp(t: Test, options: { enhancerModel?: (tiny: Buffer) => Buffe
       i2i: { repo: REPO, revision: 'main', files: [{ path: 'tiny.gguf', role: 'model' }, { path: 'tiny-mmproj.gguf', role: 'mmproj' }], context },
     }),
   );
-  const b = await build(t, { env: { SERVICE_DECK_ENHANCER_HUB: hub.url, SERVICE_DECK_ENHANCER_RECIPES: recipes, SERVICE_DECK_GPUS: 'none', SERVICE_DECK_SD_CLI: SD_CLI, SERVICE_DECK_LLAMA_SERVER: server } });
+  const b = await build(t, { env: { SERVICE_DECK_ENHANCER_HUB: hub.url, SERVICE_DECK_ENHANCER_RECIPES: recipes, SERVICE_DECK_GPUS: options.gpus ?? 'none', SERVICE_DECK_SD_CLI: SD_CLI, SERVICE_DECK_LLAMA_SERVER: server } });
   for (const task of ['t2i', 'i2i'] as const) {
     t.equal((await b.admin('POST', '/api/v1/prompt-enhancers/install', { task })).status, 202, `install ${task}`);
     await until(`${task} installed`, async () => (b.service.enhancers.view()[task].state === 'installed' ? true : undefined), 30_000);
@@ -88,7 +92,7 @@ async function setUp(t: Test, options: { enhancerModel?: (tiny: Buffer) => Buffe
   const chosen = await b.admin('POST', '/api/v1/profiles/prompt-enhancer', {
     id,
     revision: 1,
-    prompt_enhancer: { t2i: tasks.t2i ? null : false, i2i: tasks.i2i ? null : false, device: 'auto' },
+    prompt_enhancer: { t2i: tasks.t2i ? null : false, i2i: tasks.i2i ? null : false, device: options.device ?? 'auto' },
   });
   const profile = (await chosen.json()) as { id: string; revision: number; executable: boolean; blockers: string[] };
   t.same(profile.blockers, [], 'installed: no blocker');
@@ -146,9 +150,10 @@ t.test('t2i: the rewrite reaches sd-cli, the enhancer ends first, chat is unload
   const unloads: string[] = [];
   const starts: string[] = [];
   b.service.supervisor.on('worker.unload', (e) => unloads.push(e.kind));
+  // The job's grant starts the enhancer; its image step's grant (after the answer) the image worker.
   b.service.supervisor.on('gpu.granted', (e) => {
     if (e.enhancer) starts.push('enhancer');
-    if (e.start) starts.push(e.worker);
+    else if (e.start) starts.push(e.step ? `${e.worker} step` : e.worker);
   });
   const chatLaunches = new Set<number>();
   const chatWatch = b.service.chat.actor.subscribe((s) => {
@@ -171,7 +176,7 @@ t.test('t2i: the rewrite reaches sd-cli, the enhancer ends first, chat is unload
   t.equal(order.enhancerPids.length, 1, 'one enhancer process');
   t.same(order.overlaps, [], 'the enhancer process had ended before sd-cli started');
   t.same(unloads.filter((k) => k === 'chat'), ['chat'], 'chat was unloaded once');
-  t.same(starts, ['enhancer', 'image'], 'nothing else started between the enhancer and the image');
+  t.same(starts, ['enhancer', 'image step'], 'nothing else started between the enhancer and the image');
   t.equal(chatLaunches.size, 1, 'the chat worker was not started again in between');
   t.equal(b.service.enhancer.describe(), undefined, 'no enhancer left loaded');
   t.same(await readdir(path.join(b.stateDir, 'jobs')), [], 'the job folder is gone');
@@ -180,6 +185,77 @@ t.test('t2i: the rewrite reaches sd-cli, the enhancer ends first, chat is unload
   t.notOk(log.includes(PROMPT), 'the prompt is in no log line');
   t.notOk(revised && log.includes(revised), 'the rewrite is in no log line');
   t.comment(`image with the enhancer on the tiny model: ${took} ms`);
+});
+
+/**
+ * The enhancer's command line and environment, read from /proc once its process has exec'd
+ * llama-server (between fork and exec the child still shows the service's own), and whether the
+ * chat worker's process was alive then.
+ */
+function watchEnhancerProcess(b: Built) {
+  const seen: Array<{ args: string[]; cudaVisible: string | undefined; chatAlive: boolean }> = [];
+  let pids = new Set<number>();
+  const read = (pid: number) => {
+    try {
+      const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      if (!args.includes('--api-key-file')) return false;
+      const env = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+      const cuda = env.find((line) => line.startsWith('CUDA_VISIBLE_DEVICES='));
+      const chat = b.service.chat.actor.getSnapshot().context.pid;
+      seen.push({ args, cudaVisible: cuda?.slice('CUDA_VISIBLE_DEVICES='.length), chatAlive: chat !== null && alive(chat) });
+      return true;
+    } catch {
+      return true;
+    }
+  };
+  const watch = b.service.enhancer.actor.subscribe((s) => {
+    const pid = s.context.pid;
+    if (pid === null || pids.has(pid)) return;
+    pids = new Set([...pids, pid]);
+    const poll = setInterval(() => {
+      if (read(pid)) clearInterval(poll);
+    }, 2);
+  });
+  return { seen, stop: () => watch.unsubscribe() };
+}
+
+t.test('the enhancer device on a simulated inventory: "cpu" sees no GPU and leaves chat loaded until the image; a GPU UUID sees that GPU alone', async (t) => {
+  const gpus = JSON.stringify([
+    { uuid: 'GPU-aaaaaaaa-0000-0000-0000-000000000001', name: 'sim', memoryTotalMiB: 24576 },
+    { uuid: 'GPU-bbbbbbbb-0000-0000-0000-000000000002', name: 'sim', memoryTotalMiB: 24576 },
+  ]);
+  const { b, model, profile, client } = await setUp(t, { gpus, device: 'cpu', tasks: { t2i: true, i2i: false } });
+  const dir = await tempDir(t);
+  const chatModel = await tinyModelIn(dir, 'chat.gguf');
+  const chat = (await (await b.admin('POST', '/api/v1/profiles', { name: 'talker', category: 'chat', params: { model: chatModel, context: 512 } })).json()) as { id: string };
+  await b.admin('POST', '/api/v1/endpoint/profile', { id: chat.id, enabled: true });
+  await client.chat.completions.create({ model: 'talker', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+  const events: string[] = [];
+  b.service.supervisor.on('worker.unload', (e) => events.push(`unload ${e.kind}`));
+  b.service.supervisor.on('gpu.granted', (e) => events.push(`grant ${e.worker}${e.step ? ' image step' : ''} gpus=${e.gpus.length}`));
+  const cpu = watchEnhancerProcess(b);
+  const image = await client.images.generate({ model: 'painter', prompt: PROMPT });
+  cpu.stop();
+  t.ok(image.data?.[0]?.revised_prompt, 'the image was made from a rewrite');
+  const [onCpu] = cpu.seen;
+  t.equal(onCpu?.args[onCpu.args.indexOf('-ngl') + 1], '0', 'cpu: -ngl 0');
+  t.equal(onCpu?.cudaVisible, '', 'cpu: no CUDA device visible');
+  t.equal(onCpu?.chatAlive, true, 'the chat worker was still loaded when the enhancer started');
+  t.same(events, ['grant image gpus=0', 'unload enhancer', 'unload chat', 'grant image image step gpus=2', 'unload image'], 'chat was unloaded for the image, not for the enhancer');
+  t.equal(promptOf((await runs(model))[0]!), image.data?.[0]?.revised_prompt);
+
+  const saved = await b.admin('POST', '/api/v1/profiles/prompt-enhancer', {
+    id: profile.id,
+    revision: profile.revision,
+    prompt_enhancer: { t2i: null, i2i: false, device: 'GPU-bbbbbbbb-0000-0000-0000-000000000002' },
+  });
+  t.equal(saved.status, 200);
+  const onGpu = watchEnhancerProcess(b);
+  await client.images.generate({ model: 'painter', prompt: PROMPT });
+  onGpu.stop();
+  const [one] = onGpu.seen;
+  t.equal(one?.cudaVisible, 'GPU-bbbbbbbb-0000-0000-0000-000000000002', 'a GPU UUID: that GPU alone is visible');
+  t.ok(Number(one?.args[one.args.indexOf('-ngl') + 1]) > 0, `its layers on that GPU (-ngl ${one?.args[one.args.indexOf('-ngl') + 1]})`);
 });
 
 t.test('i2i: the projector reads the reference images; the rewrite reaches sd-cli with them', async (t) => {

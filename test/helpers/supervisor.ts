@@ -168,8 +168,11 @@ export function supervisorHarness(options: HarnessOptions = {}) {
   actor.on('*', (event) => {
     emitted.push(event);
     if (!auto) return;
-    // An image grant with an enhancer step starts the enhancer first; its image starts after `enhancer.done`.
-    const start = event.type === 'gpu.granted' && event.start ? (event.enhancer ? { kind: 'enhancer' as const, generation: event.enhancer.generation } : { kind: event.worker, generation: event.generation }) : null;
+    // An image grant with an enhancer step starts the enhancer first; its image starts with the
+    // job's image step (`step: 'image'`), granted after `enhancer.done`.
+    let start: { kind: WorkerKind; generation: number } | null = null;
+    if (event.type === 'gpu.granted' && event.enhancer) start = { kind: 'enhancer', generation: event.enhancer.generation };
+    else if (event.type === 'gpu.granted' && event.start) start = { kind: event.worker, generation: event.generation };
     if (start) {
       actor.send({ type: 'worker.started', ...start, pid: ++pid });
       actor.send({ type: 'worker.loaded', ...start });
@@ -216,7 +219,7 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     },
     /** Every event emitted for one job, in order. */
     outcome(jobId: string) {
-      return emitted.filter((e) => 'jobId' in e && e.jobId === jobId).map((e) => (e.type === 'gpu.denied' ? `denied ${e.code}` : e.type === 'gpu.revoked' ? `revoked ${e.code}` : e.type === 'gpu.granted' ? `granted${e.start ? ' +start' : ''}` : e.type));
+      return emitted.filter((e) => 'jobId' in e && e.jobId === jobId).map((e) => (e.type === 'gpu.denied' ? `denied ${e.code}` : e.type === 'gpu.revoked' ? `revoked ${e.code}` : e.type === 'gpu.granted' ? `granted${e.step ? ' image step' : ''}${e.start ? ' +start' : ''}` : e.type));
     },
     granted(jobId: string) {
       return emitted.some((e) => e.type === 'gpu.granted' && e.jobId === jobId);

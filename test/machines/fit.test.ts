@@ -218,7 +218,7 @@ t.test('4.7 the prompt enhancer of an image job: placed over every GPU, CPU offl
   const base = { gpus, gpuReserveMiB: { 'GPU-a': 512, 'GPU-b': 512 }, ram: { availableMiB: 96 * GIB, reserveMiB: 1024, limitedBy: 'host' } };
   const image = { kind: 'image', device: 'first-gpu', gpuMiB: 8 * GIB, ramMiB: 1024, basis: 'image files' } as const;
   const enhancer = (m: ModelShape) => ({ kind: 'chat', model: m, context: 8192, slots: 1, gpuSplit: null, gpuLayers: null, buildFit: FIT_TOOL_MISSING }) as const;
-  const imageJob = input({ job: job({ kind: 'image', enhancer: { task: 't2i', model: '/e.gguf', mmproj: null, context: 8192, image: true } }) });
+  const imageJob = input({ job: job({ kind: 'image', enhancer: { task: 't2i', model: '/e.gguf', mmproj: null, context: 8192, image: true, device: 'auto' } }) });
 
   const small = decideStart({ ...base, demand: image, enhancer: enhancer(model(16, 100)) }, imageJob);
   t.equal(small.verdict, 'start');

@@ -21,9 +21,13 @@
 // - never two processes of one worker kind: in half the runs the simulated workers report late,
 //   in random order across kinds, sometimes twice, and crash at random; a start is granted only
 //   once the previous process of that kind is confirmed gone;
-// - the prompt enhancer (4.7) lives only inside its image job: no chat or TTS start while it lives,
-//   its image process starts only once it is gone (as the job waits for that), and none is left
-//   loaded at the end.
+// - the prompt enhancer (4.7) lives only inside its image job: no chat or TTS start while one on
+//   the GPUs lives, its image process starts only once it is gone (as the job waits for that), and
+//   none is left loaded at the end;
+// - an enhancer on the CPU (CONTRACT 8) holds no GPU: its job's first grant needs only the image
+//   reservation, and its image step, once the enhancer answered, is granted in the job's place:
+//   never while an earlier job that needs the GPUs waits, and no later job that needs them is
+//   granted while it waits; the GPU invariants above hold at the image step's grant.
 import t from 'tap';
 import { waitingOrder, type JobSpec, type SupervisorEmitted, type SupervisorEvent, type WorkerKind } from '../../machines/supervisor/index.js';
 import { GIB, gpu, model, supervisorHarness } from '../helpers/supervisor.js';
@@ -32,9 +36,16 @@ const SEQUENCES = Number(process.env.SUPERVISOR_SEQUENCES ?? 2000);
 const STEPS = 40;
 const SLOTS: Record<string, number> = { a: 2, b: 1, c: 3 };
 const NEEDS: Record<JobSpec['kind'], string[]> = { chat: ['llm'], image: ['llm', 'tts', 'image'], tts: ['tts'], stt: ['stt'] };
+/** What a job claims at its (first) grant: an enhancer on the CPU only the image reservation. */
+const needs = (job: Tracked): string[] => (job.cpuEnhancer ? ['image'] : NEEDS[job.spec.kind]);
+const overlap = (a: string[], b: string[]) => a.some((n) => b.includes(n));
 
 interface Tracked {
   spec: JobSpec;
+  /** An image job whose enhancer runs on the CPU: its first grant holds no GPU. */
+  cpuEnhancer: boolean;
+  /** Its enhancer answered and its image step waits for every GPU. */
+  stepDue: boolean;
   submittedAt: number;
   /** Submission order. */
   seq: number;
@@ -62,6 +73,9 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
   let denials = 0;
   /** Image grants, and chat workers unloaded for an image job: the image invariant is not vacuous. */
   let imageGrants = 0;
+  /** Image steps granted after an enhancer on the CPU, and chats granted while one ran. */
+  let imageSteps = 0;
+  let chatsBesideCpuEnhancer = 0;
   let chatUnloadsForImages = 0;
   /** Waiting requests a profile change made stale: the profile_changed invariant is not vacuous. */
   let staleWaiting = 0;
@@ -103,25 +117,29 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         if (!held.has(jobId)) enhanced.delete(jobId);
         else if (e.answered && e.image !== null && (current.enhancer?.generation !== e.enhancer || alive.enhancer.size === 0)) {
           if (alive.enhancer.size > 0) fail(`the image of ${jobId} would start while an enhancer lives`);
+          // Without late reports the harness starts it on the image step's grant.
           if (lateWorkers) startProcess('image', e.image);
-          else {
-            h.actor.send({ type: 'worker.started', kind: 'image', generation: e.image, pid: ++nextPid });
-            h.actor.send({ type: 'worker.loaded', kind: 'image', generation: e.image });
-          }
           enhanced.delete(jobId);
         }
       }
     };
+    /** Enhancer starts on the CPU: chat and TTS may start while they live. */
+    const cpuEnhancers = new Set<number>();
     h.actor.on('*', (event: SupervisorEmitted) => {
       if (event.type === 'gpu.granted' && event.enhancer) {
-        const spec = jobs.get(event.jobId)?.spec;
-        enhanced.set(event.jobId, { enhancer: event.enhancer.generation, image: spec?.enhancer?.image ? event.generation : null, answered: false });
+        enhanced.set(event.jobId, { enhancer: event.enhancer.generation, image: null, answered: false });
+        if (event.enhancer.plan.gpus.length === 0) cpuEnhancers.add(event.enhancer.generation);
+      } else if (event.type === 'gpu.granted' && event.step === 'image') {
+        const e = enhanced.get(event.jobId);
+        if (e) e.image = event.generation;
       }
     });
+    const gpuEnhancerAlive = () => [...alive.enhancer].some(() => current.enhancer !== undefined && !cpuEnhancers.has(current.enhancer.generation));
     if (lateWorkers) {
       h.actor.on('*', (event: SupervisorEmitted) => {
-        if (event.type === 'gpu.granted' && event.start) {
-          if ((event.worker === 'chat' || event.worker === 'tts') && alive.enhancer.size > 0) fail(`a ${event.worker} start while the enhancer ${[...alive.enhancer].join(',')} lives`);
+        // The image step's process starts once the enhancer is gone (startImages), as the job waits for that.
+        if (event.type === 'gpu.granted' && (event.start || event.enhancer) && !event.step) {
+          if ((event.worker === 'chat' || event.worker === 'tts') && gpuEnhancerAlive()) fail(`a ${event.worker} start while the enhancer ${[...alive.enhancer].join(',')} on the GPUs lives`);
           // With an enhancer step the enhancer starts now; the image process once it answered and is gone.
           if (event.enhancer) startProcess('enhancer', event.enhancer.generation);
           else startProcess(event.worker, event.generation);
@@ -156,22 +174,46 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
       if (!('jobId' in event)) return;
       const job = jobs.get(event.jobId);
       if (!job) return;
+      /** Which workers are loaded, not which jobs hold reservations: an idle chat worker holds none. */
+      const noChatWorker = (what: string) => {
+        const chat = h.worker('chat');
+        if (chat.state !== 'unloaded') fail(`${what} ${event.jobId} was granted while the chat worker is ${chat.state} (profile ${chat.profileId})`);
+        if (lateWorkers && alive.chat.size > 0) fail(`${what} ${event.jobId} was granted while the chat process ${[...alive.chat].join(',')} lives`);
+      };
+      if (event.type === 'gpu.granted' && event.step === 'image') {
+        // The image step after an enhancer: on the GPUs at once; on the CPU, in the job's place.
+        if (!job.cpuEnhancer) return;
+        imageSteps += 1;
+        if (!job.stepDue || job.granted !== 1) fail(`${event.jobId}: an image step granted before its enhancer answered`);
+        job.stepDue = false;
+        for (const other of jobs.values()) {
+          if (other.pending && other.seq < job.seq && other.spec.source !== 'preload' && overlap(needs(other), NEEDS.image)) fail(`the image step of ${event.jobId} overtook the earlier ${other.spec.id}`);
+        }
+        const holds = [...held.entries()].filter(([id]) => id !== event.jobId).map(([, spec]) => spec);
+        if (holds.some((s) => s.kind === 'chat' || s.kind === 'image' || (s.kind === 'tts' && s.source !== 'preload'))) fail(`the image step of ${event.jobId} shares the GPUs`);
+        noChatWorker('the image step of');
+        return;
+      }
       if (event.type === 'gpu.granted') {
         grants += 1;
         job.granted += 1;
         if (job.granted > 1 || job.denied > 0) fail(`${event.jobId} granted twice or after a denial`);
         for (const other of jobs.values()) {
-          if (job.spec.source === 'preload' && other.pending && other.spec.source !== 'preload' && NEEDS[other.spec.kind].some((n) => NEEDS[job.spec.kind].includes(n))) {
+          if (job.spec.source === 'preload' && (other.pending || other.stepDue) && other.spec.source !== 'preload' && overlap(other.stepDue ? NEEDS.image : needs(other), NEEDS[job.spec.kind])) {
             fail(`the preload ${event.jobId} went ahead of the waiting request ${other.spec.id}`);
           }
           if (other.pending && other.seq < job.seq && other.spec.source !== 'preload') {
-            if (NEEDS[other.spec.kind].some((n) => NEEDS[job.spec.kind].includes(n))) fail(`${event.jobId} overtook the earlier ${other.spec.id}`);
+            if (overlap(needs(other), needs(job))) fail(`${event.jobId} overtook the earlier ${other.spec.id}`);
           }
+          if (other.stepDue && other.seq < job.seq && job.spec.source !== 'preload' && overlap(NEEDS.image, needs(job))) fail(`${event.jobId} was granted while the image step of ${other.spec.id} waits`);
         }
         job.pending = false;
         held.set(event.jobId, job.spec);
-        const holds = [...held.values()];
+        // An image job whose enhancer runs on the CPU holds no GPU until its image step.
+        const holds = [...held.entries()].filter(([id]) => !jobs.get(id)?.cpuEnhancer).map(([, spec]) => spec);
+        if (job.spec.kind === 'chat' && [...held.keys()].some((id) => jobs.get(id)?.cpuEnhancer && jobs.get(id)?.spec.kind === 'image')) chatsBesideCpuEnhancer += 1;
         const count = (kind: JobSpec['kind']) => holds.filter((s) => s.kind === kind).length;
+        if ([...held.values()].filter((s) => s.kind === 'image').length > 1) fail('two image jobs hold the image reservation');
         if (count('image') > 1 || (count('image') === 1 && count('chat') > 0)) fail('an image shares the GPUs');
         const chats = holds.filter((s) => s.kind === 'chat');
         if (new Set(chats.map((s) => `${s.profileId}@${s.revision}`)).size > 1) fail('two chat profiles hold the chat worker');
@@ -181,12 +223,9 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         if (requests('tts') > 1 || requests('stt') > 1) fail('two speech requests on one worker');
         if (count('image') === 1 && holds.some((h) => h.kind === 'tts')) fail('an image shares the GPUs with a TTS job');
         if (job.staleSince) fail(`${event.jobId} granted after its profile changed (${job.staleSince})`);
-        if (job.spec.kind === 'image') {
-          // Which workers are loaded, not which jobs hold reservations: an idle chat worker holds none.
+        if (job.spec.kind === 'image' && !job.cpuEnhancer) {
           imageGrants += 1;
-          const chat = h.worker('chat');
-          if (chat.state !== 'unloaded') fail(`the image job ${event.jobId} was granted while the chat worker is ${chat.state} (profile ${chat.profileId})`);
-          if (lateWorkers && alive.chat.size > 0) fail(`the image job ${event.jobId} was granted while the chat process ${[...alive.chat].join(',')} lives`);
+          noChatWorker('the image job');
         }
       } else if (event.type === 'gpu.denied') {
         denials += 1;
@@ -199,6 +238,7 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         if (event.code === 'image_busy' && job.spec.whenBusy !== 'refuse') fail(`${event.jobId}: an API job got a conflict instead of waiting`);
       } else if (event.type === 'gpu.revoked') {
         job.revoked += 1;
+        job.stepDue = false;
         if (job.granted !== 1 || !held.has(event.jobId)) fail(`${event.jobId} revoked without a grant`);
         held.delete(event.jobId);
       }
@@ -216,7 +256,9 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         const refuse = kind === 'image' && random() < 0.3;
         const preload = (kind === 'tts' || kind === 'stt') && random() < 0.3;
         // Half the images have the prompt enhancer on; a third of those from the test are previews (no image).
-        const enhancer = kind === 'image' && random() < 0.5 ? { task: 't2i' as const, model: '/e.gguf', mmproj: null, context: 8192, image: !(refuse && random() < 0.33) } : null;
+        // Half of those run on the CPU (CONTRACT 8), the others on every GPU.
+        const enhancer =
+          kind === 'image' && random() < 0.5 ? { task: 't2i' as const, model: '/e.gguf', mmproj: null, context: 8192, image: !(refuse && random() < 0.33), device: random() < 0.5 ? 'cpu' : 'auto' } : null;
         const spec = h.spec({
           kind,
           profileId,
@@ -227,11 +269,13 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
           whenBusy: refuse ? 'refuse' : 'wait',
           ...(enhancer ? { enhancer } : {}),
         });
-        jobs.set(spec.id, { spec, submittedAt: h.clock.now(), seq: jobs.size, pending: true, granted: 0, denied: 0, revoked: 0, cancelledWhileWaiting: false });
+        const cpuEnhancer = enhancer?.device === 'cpu';
+        jobs.set(spec.id, { spec, cpuEnhancer, stepDue: false, submittedAt: h.clock.now(), seq: jobs.size, pending: true, granted: 0, denied: 0, revoked: 0, cancelledWhileWaiting: false });
         h.actor.send({ type: 'gpu.reserve', job: spec });
       } else if (r < 0.68 && heldIds.length > 0) {
         const id = pick(heldIds)!;
         held.delete(id);
+        jobs.get(id)!.stepDue = false;
         h.actor.send({ type: 'gpu.release', jobId: id });
       } else if (r < 0.74 && waitingIds.length > 0) {
         const id = pick(waitingIds)!;
@@ -280,6 +324,8 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
         const id = pick([...enhanced].filter(([jobId, e]) => held.has(jobId) && !e.answered && h.worker('enhancer').generation === e.enhancer && h.worker('enhancer').state === 'loaded').map(([jobId]) => jobId));
         if (id) {
           enhanced.get(id)!.answered = true;
+          const job = jobs.get(id)!;
+          job.stepDue = job.cpuEnhancer && job.spec.enhancer?.image === true;
           h.actor.send({ type: 'enhancer.done', jobId: id });
         }
       } else {
@@ -305,6 +351,7 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
     for (let round = 0; round < 60 && [...jobs.values()].some((j) => j.pending); round++) {
       for (const id of [...held.keys()]) {
         held.delete(id);
+        jobs.get(id)!.stepDue = false;
         h.actor.send({ type: 'gpu.release', jobId: id });
       }
       deliver(reports.length);
@@ -330,4 +377,5 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
   t.ok(grants > SEQUENCES * 5 && denials > SEQUENCES, `the sequences exercised the scheduler: ${grants} grants, ${denials} denials`);
   t.ok(imageGrants > SEQUENCES / 2 && chatUnloadsForImages > SEQUENCES / 20, `image jobs were granted (${imageGrants}), after unloading a loaded chat worker ${chatUnloadsForImages} times`);
   t.ok(staleWaiting > SEQUENCES / 20, `${staleWaiting} waiting requests were made stale by a profile change`);
+  t.ok(imageSteps > SEQUENCES / 100 && chatsBesideCpuEnhancer > SEQUENCES / 20, `${imageSteps} image steps after an enhancer on the CPU, ${chatsBesideCpuEnhancer} chats granted beside one`);
 });

@@ -437,7 +437,8 @@ const imageRows: Row[] = [
 ];
 
 /** An image job's enhancer step (4.7): the installed model, before the image (or alone: a preview). */
-const step = (image = true) => ({ task: 't2i' as const, model: '/state/enhancers/t2i/m.gguf', mmproj: null, context: 8192, image });
+const step = (image = true, device = 'auto') => ({ task: 't2i' as const, model: '/state/enhancers/t2i/m.gguf', mmproj: null, context: 8192, image, device });
+const gpuMode = (h: SupervisorHarness) => (['llm', 'exclusiveImage'] as const).find((mode) => h.actor.getSnapshot().matches({ active: { gpuMode: mode } }));
 
 const enhancerRows: Row[] = [
   {
@@ -459,13 +460,126 @@ const enhancerRows: Row[] = [
       t.same(h.outcome(waiting), ['job.queued'], 'a chat request waits while the enhancer holds the GPUs');
       await h.send({ type: 'enhancer.done', jobId: image });
       t.same(h.unloads('enhancer').map((u) => [u.code, u.reason]), [['enhancer_done', 'the enhancer answered: it ends before the image worker starts']]);
-      t.same([h.worker('enhancer').state, h.worker('image').state, h.worker('image').generation], ['unloaded', 'loading', grant.generation]);
+      t.same(h.outcome(image), ['job.queued', 'granted +start', 'granted image step +start'], 'the image step is granted at once: the job holds the GPUs');
+      const imageStep = h.emitted.filter((e) => e.type === 'gpu.granted' && e.jobId === image).at(-1);
+      t.match(imageStep, { generation: grant.generation, start: grant.start, gpus: ['GPU-a', 'GPU-b'] }, 'on the image start planned with the grant');
+      t.same([h.worker('enhancer').state, h.worker('image').state, h.worker('image').generation], ['unloaded', 'loaded', grant.generation]);
       t.same(h.outcome(waiting), ['job.queued'], 'still waiting: the image comes first');
-      await h.send({ type: 'worker.started', kind: 'image', generation: grant.generation, pid: 4242 });
-      await h.send({ type: 'worker.loaded', kind: 'image', generation: grant.generation });
       await h.release(image);
       t.same(h.outcome(waiting), ['job.queued', 'granted +start'], 'the chat reloads after the image');
       t.same(h.unloads('chat').length, 1, 'chat was unloaded once, not twice');
+    },
+  },
+  {
+    row: 'CONTRACT 8 image | enhancer on the CPU | a chat answers | the enhancer starts beside it (no GPU, nothing unloaded); chats for the loaded profile go on; once it answered, the image step waits for every GPU in the job\'s place, then chat is unloaded and the image starts',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')] } });
+      const chat = await h.submit({ slots: 2 });
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step(true, 'cpu') });
+      const grant = h.grant(image)!;
+      t.same(h.unloads(), [], 'nothing of ours is unloaded for an enhancer on the CPU');
+      t.match(grant, { start: null, gpus: [], enhancer: { plan: { gpus: [], gpuLayers: null, forecast: { gpuMiB: {} } } } }, 'the grant holds no GPU; the enhancer sees none');
+      t.match(grant.enhancer!.plan.fit, /CPU only: the profile puts the prompt enhancer on the CPU/);
+      t.same([h.worker('chat').state, h.worker('enhancer').state, gpuMode(h)], ['loaded', 'loaded', 'llm'], 'the GPUs stay in the LLM mode');
+      const during = await h.submit({ slots: 2 });
+      t.same(h.outcome(during), ['granted'], 'a chat for the loaded profile is answered while the enhancer runs');
+      const tts = await h.submit({ kind: 'tts', profileId: 't' });
+      t.same(h.outcome(tts), ['job.queued', 'granted +start'], 'a TTS start is not held off either');
+      await h.release(tts);
+      await h.send({ type: 'enhancer.done', jobId: image });
+      t.same(h.unloads('enhancer').length, 1, 'the enhancer ends');
+      t.same(h.outcome(image), ['job.queued', 'granted'], 'the image step waits for the running chats');
+      const after = await h.submit({ slots: 2 });
+      t.same(h.outcome(after), ['job.queued'], 'a later chat waits behind the image step: it keeps its job\'s place');
+      await h.release(chat);
+      t.same(h.outcome(image), ['job.queued', 'granted'], 'one chat still answers');
+      t.same(h.outcome(after), ['job.queued'], 'the freed slot is not given to the later chat: the image step is ahead of it');
+      await h.release(during);
+      t.same(h.unloads('chat').map((u) => u.code), ['image_job'], 'now chat is unloaded for the image');
+      t.same(h.outcome(image), ['job.queued', 'granted', 'granted image step +start']);
+      const imageStep = h.emitted.filter((e) => e.type === 'gpu.granted' && e.jobId === image).at(-1);
+      t.match(imageStep, { worker: 'image', gpus: ['GPU-a', 'GPU-b'], step: 'image' }, 'the image step holds every GPU');
+      t.same([h.worker('image').state, gpuMode(h)], ['loaded', 'exclusiveImage']);
+      t.same(h.outcome(after), ['job.queued'], 'still behind the image');
+      await h.release(image);
+      t.same(h.outcome(after), ['job.queued', 'granted +start'], 'the chat reloads after the image');
+    },
+  },
+  {
+    row: 'CONTRACT 8 enhancer on the CPU | RAM too small for it | | refused with insufficient_memory; the loaded chat worker is not unloaded for it',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')], enhancer: { model: model(16, 1024), context: 8192 } } });
+      const chat = await h.submit();
+      await h.release(chat);
+      h.world.ramMiB = 8 * GIB;
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step(true, 'cpu') });
+      t.same(h.outcome(image), ['job.queued', 'denied insufficient_memory']);
+      t.match(h.denial(image)?.message, /prompt enhancer cannot start: the worker is forecast to need \d+ MiB of RAM/);
+      t.same([h.unloads(), h.worker('chat').state], [[], 'loaded']);
+      h.world.ramMiB = 64 * GIB;
+      const auto = await h.submit({ kind: 'image', profileId: 'img', enhancer: step(true, 'auto') });
+      t.match(h.grant(auto)?.enhancer?.plan, { gpus: ['GPU-a', 'GPU-b'] }, 'on auto the same model goes to the GPUs');
+      t.same(h.unloads('chat').map((u) => u.code), ['image_job'], 'and the job holds every GPU from its grant');
+    },
+  },
+  {
+    row: 'CONTRACT 8 enhancer on the CPU | the image step\'s memory check refuses | | the job\'s reservation is taken back with insufficient_memory; the next job runs',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')] } });
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step(true, 'cpu') });
+      h.world.imageMiB = 200 * GIB;
+      await h.send({ type: 'enhancer.done', jobId: image });
+      t.same(h.outcome(image), ['job.queued', 'granted', 'revoked insufficient_memory']);
+      t.equal(h.worker('image').state, 'unloaded');
+      const next = await h.submit();
+      t.same(h.outcome(next), ['job.queued', 'granted +start']);
+    },
+  },
+  {
+    row: 'CONTRACT 8 enhancer on the CPU | the client leaves while its image step waits | | the job ends; the chat worker it waited for stays loaded',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')] } });
+      const chat = await h.submit();
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step(true, 'cpu') });
+      await h.send({ type: 'enhancer.done', jobId: image });
+      const after = await h.submit({ profileId: 'a' });
+      t.same(h.outcome(after), ['job.queued']);
+      await h.send({ type: 'job.cancel', jobId: image });
+      t.same(h.outcome(after), ['job.queued'], 'still one slot, held by the first chat');
+      await h.release(chat);
+      t.same(h.outcome(after), ['job.queued', 'granted']);
+      t.same(h.unloads('chat'), [], 'nobody unloaded the chat worker');
+      t.equal(h.worker('image').state, 'unloaded');
+    },
+  },
+  {
+    row: 'CONTRACT 8 preview with the enhancer on the CPU: no GPU held, no image step, nothing unloaded; a second image test meanwhile is a conflict',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b')] } });
+      const chat = await h.submit();
+      await h.release(chat);
+      const preview = await h.submit({ kind: 'image', profileId: 'img', source: 'test', whenBusy: 'refuse', enhancer: step(false, 'cpu') });
+      t.same(h.outcome(preview), ['job.queued', 'granted']);
+      const test = await h.submit({ kind: 'image', profileId: 'img', source: 'test', whenBusy: 'refuse' });
+      t.same(h.outcome(test), ['job.queued', 'denied image_busy']);
+      await h.send({ type: 'enhancer.done', jobId: preview });
+      await h.release(preview);
+      t.same([h.unloads('chat'), h.worker('chat').state, h.worker('image').state], [[], 'loaded', 'unloaded']);
+    },
+  },
+  {
+    row: 'CONTRACT 8 enhancer on a GPU UUID: it sees that GPU alone (its layers fitted there, the rest in RAM); the job holds every GPU as on auto; a UUID not present refuses the job',
+    async run(t) {
+      const h = supervisorHarness({ world: { gpus: [gpu('GPU-a'), gpu('GPU-b', 24 * GIB, 6 * GIB)], enhancer: { model: model(16, 1024), context: 8192 } } });
+      const image = await h.submit({ kind: 'image', profileId: 'img', enhancer: step(true, 'GPU-b') });
+      const plan = h.grant(image)!.enhancer!.plan;
+      t.same([plan.gpus, plan.gpuBudget.map((b) => b.uuid), Object.keys(plan.forecast.gpuMiB)], [['GPU-b'], ['GPU-b'], ['GPU-b']]);
+      t.ok(plan.gpuLayers! > 0 && plan.gpuLayers! < 17, `part of the model on GPU-b, the rest in RAM (-ngl ${plan.gpuLayers})`);
+      t.same(h.grant(image)!.gpus, ['GPU-a', 'GPU-b']);
+      await h.release(image);
+      const missing = await h.submit({ kind: 'image', profileId: 'img', enhancer: step(true, 'GPU-z') });
+      t.same(h.outcome(missing), ['job.queued', 'denied start_check_failed']);
+      t.match(h.denial(missing)?.message, 'the prompt enhancer cannot start: its GPU GPU-z is not present');
     },
   },
   {

@@ -207,7 +207,7 @@ t.test("an image job with the prompt enhancer: the enhancer's GGUF as a one-slot
     ...chatJob(sd),
     kind: 'image',
     profile: { category: 'image', params: { model: sd, files: {}, width: 512, height: 512 } },
-    enhancer: { task: 'i2i', model, mmproj, context: 2048, image: true },
+    enhancer: { task: 'i2i', model, mmproj, context: 2048, image: true, device: 'auto' },
   });
   const facts = await gatherStartFacts({ job: imageJob(enhancer), workers: workers(), idle: [] }, deps, signal);
   t.match(facts.demand, { kind: 'image' });

@@ -237,8 +237,10 @@ export class Metrics {
       const job = this.#jobs.get(event.jobId);
       if (!job) return;
       const now = this.#now();
-      this.#queueWaits.get(job.kind, this.#label(job.model)).observe((now - job.at) / 1000);
-      if (event.start) this.#starting.set(event.worker, { generation: event.generation, model: job.model, at: now });
+      // An image step (after the job's enhancer) is the same job's second grant: no second queue wait.
+      if (!event.step) this.#queueWaits.get(job.kind, this.#label(job.model)).observe((now - job.at) / 1000);
+      // The image start behind an enhancer is timed from its own step, not from the enhancer's grant.
+      if (event.start && (event.step || !event.enhancer)) this.#starting.set(event.worker, { generation: event.generation, model: job.model, at: now });
       if (event.enhancer) this.#starting.set('enhancer', { generation: event.enhancer.generation, model: job.model, at: now });
     });
     supervisor.on('gpu.denied', (event) => {

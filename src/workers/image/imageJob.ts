@@ -62,7 +62,8 @@ export async function enhancerStep(service: Service, profile: ImageProfile, task
   const installed = await service.enhancers.installed(task);
   if (!installed || installed.repo !== repo) throw errors.enhancerFailed(`The ${task} prompt enhancer ${repo} is not installed (its files are missing): install it under Enhancers, or switch the task off.`);
   if (task === 'i2i' && !installed.mmproj) throw errors.enhancerFailed(`The i2i prompt enhancer ${repo} has no projector (mmproj) to read the reference images.`);
-  return { task, model: installed.model, mmproj: task === 'i2i' ? installed.mmproj : null, context: installed.context, image };
+  const device = profile.prompt_enhancer?.device ?? 'auto';
+  return { task, model: installed.model, mmproj: task === 'i2i' ? installed.mmproj : null, context: installed.context, image, device };
 }
 
 /** An enhancer failure as the job answers it: 502 enhancer_failed, unless the job was aborted. */
@@ -98,6 +99,8 @@ async function onImageReservation<T>(
   const { dir } = folder;
   const references = [...folder.references];
   let lease: Lease | undefined;
+  /** The image start the job runs on, once known: the grant's own, or its image step's. */
+  let imageGeneration: number | null = null;
   try {
     lease = await service.scheduler.reserve(
       { kind: 'image', source: options.source, profileId: profile.id, revision: profile.revision, slots: 1, device: 'gpu', whenBusy: options.whenBusy, profile, enhancer: step },
@@ -105,18 +108,27 @@ async function onImageReservation<T>(
     );
     options.onGranted?.(lease);
     const granted = lease;
+    if (!granted.enhancer) imageGeneration = granted.generation;
     return await onLease(granted, options.signal, 'image worker', async (signal) => {
       let enhanced: Enhancement | null = null;
+      let onImage = granted;
       if (step && granted.enhancer) {
         const run = { profileId: profile.id, revision: profile.revision, step };
         enhanced = await service.enhancer.enhance(granted.enhancer, run, { prompt: input.prompt, references }, signal).catch((error: unknown) => {
           throw enhancerError(error, signal);
         });
-        // The enhancer ends before anything else starts: the supervisor unloads it, then the image start is due.
+        // The enhancer ends before anything else starts: the supervisor unloads it, then the image
+        // step is granted (at once when the job holds the GPUs; with an enhancer on the CPU, once
+        // chat and TTS have made way).
         service.supervisor.send({ type: 'enhancer.done', jobId: granted.jobId });
+        if (step.image) {
+          const image = await granted.imageStep(signal);
+          imageGeneration = image.generation;
+          onImage = { ...granted, ...image };
+        }
         await service.enhancer.gone(granted.enhancer.generation);
       }
-      return work({ lease: granted, dir, references, signal }, enhanced);
+      return work({ lease: onImage, dir, references, signal }, enhanced);
     });
   } finally {
     // The job's processes must be gone before its folder is: one may still be ending (a client that left).
@@ -124,7 +136,8 @@ async function onImageReservation<T>(
       let timer: NodeJS.Timeout | undefined;
       const limit = new Promise((resolve) => (timer = setTimeout(resolve, service.image.terminationGraceMs() + GONE_MARGIN_MS)));
       const enhancerGone = lease.enhancer ? service.enhancer.gone(lease.enhancer.generation) : Promise.resolve();
-      await Promise.race([Promise.all([service.image.gone(lease.generation), enhancerGone]), limit]);
+      const imageGone = imageGeneration === null ? Promise.resolve() : service.image.gone(imageGeneration);
+      await Promise.race([Promise.all([imageGone, enhancerGone]), limit]);
       clearTimeout(timer);
     }
     await folder.remove();
@@ -157,7 +170,8 @@ export async function runEnhancerPreview(service: Service, profile: ImageProfile
   const installed = await service.enhancers.installed(task);
   const chosen = profile.prompt_enhancer?.[task] ?? installed?.repo;
   if (!chosen) throw errors.conflict('enhancer_not_installed', `The ${task} prompt enhancer is not installed: install it under Enhancers first.`);
-  const step = await enhancerStep(service, { ...profile, prompt_enhancer: { t2i: null, i2i: null, device: 'auto', [task]: chosen } }, task, false);
+  const device = profile.prompt_enhancer?.device ?? 'auto';
+  const step = await enhancerStep(service, { ...profile, prompt_enhancer: { t2i: null, i2i: null, device, [task]: chosen } }, task, false);
   const options: ImageJobOptions = { source: 'test', whenBusy: 'refuse', signal };
   return onImageReservation(service, profile, input, options, step, async (_reserved, enhanced) => {
     if (!enhanced) throw errors.enhancerFailed('The prompt enhancer did not run.');
