@@ -4,14 +4,22 @@
 // - the time from a reservation's release to the next job's grant while 16 jobs wait (p50, p99);
 // - the same release-to-dispatch step on the bare queue machine ("direct"), as the ratio's base.
 //
-// Run: npm run bench:scheduler [-- ROUNDS]. The issue's target: a grant under 1 ms of service time.
+// - the swap workload (bench/interleaved.ts): two chat profiles, 3 clients each, strict FIFO
+//   against the swap-aware order, on the simulated clock with a load time L of 5 s and 20 s and
+//   answers of 1 s; one profile alone as the control (the orders must agree); with `--service`,
+//   once against the real service with a stand-in llama-server that loads in 1.5 s.
+//
+// Run: npm run bench:scheduler [-- ROUNDS] [--service]. The target: a grant under 1 ms of service time.
 import { performance } from 'node:perf_hooks';
 import { createActor } from 'xstate';
 import { queueMachine, type QueuedJob } from '../machines/queue/index.js';
 import { supervisorHarness } from '../test/helpers/supervisor.js';
+import { againstService, simulate, swapTable, type Workload } from './interleaved.js';
 import { percentile } from './lib.js';
 
-const ROUNDS = Number(process.argv[2] ?? 20_000);
+const argv = process.argv.slice(2);
+const ROUNDS = Number(argv.find((a) => /^\d+$/.test(a)) ?? 20_000);
+const SERVICE = argv.includes('--service');
 const WAITING = 16;
 
 async function supervisorRun() {
@@ -101,3 +109,17 @@ console.log(`release -> next grant with ${WAITING} waiting: p50 ${p50.toFixed(3)
 console.log(`bare queue dispatch (direct): p50 ${percentile(direct, 50).toFixed(3)} ms, p99 ${directP99.toFixed(3)} ms`);
 console.log(`ratio supervisor/direct at p99: ${(p99 / directP99).toFixed(2)}; p99 / 1 ms budget: ${p99.toFixed(3)}`);
 if (p99 >= 1) process.exitCode = 1;
+
+const interleaved: Workload = { profiles: ['a', 'b'], clientsPerProfile: 3, requestsPerClient: 40, loadMs: 5_000, answerMs: 1_000, unloadMs: 200, slots: 1 };
+for (const loadMs of [5_000, 20_000]) {
+  const w = { ...interleaved, loadMs };
+  const title = `\nswap workload (simulated clock): 2 chat profiles x 3 clients x ${w.requestsPerClient} requests, load ${loadMs / 1000} s, answer 1 s, 1 slot, bound 30 s`;
+  console.log(swapTable(title, [await simulate('strict', w), await simulate('swap-aware', w)]));
+}
+const single = { ...interleaved, profiles: ['a'], clientsPerProfile: 6 };
+console.log(swapTable('\ncontrol, one profile: 6 clients x 40 requests, load 5 s, answer 1 s', [await simulate('strict', single), await simulate('swap-aware', single)]));
+if (SERVICE) {
+  const w: Workload = { profiles: ['a', 'b'], clientsPerProfile: 3, requestsPerClient: 5, loadMs: 1_500, answerMs: 100, unloadMs: 0, slots: 1 };
+  const title = '\nswap workload against the real service: stand-in llama-server loading in 1.5 s, answering in 0.1 s, 2 profiles x 3 clients x 5 requests';
+  console.log(swapTable(title, [await againstService('strict', w), await againstService('swap-aware', w)]));
+}

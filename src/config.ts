@@ -78,6 +78,12 @@ export interface Config {
   ramReserveMiB: number;
   /** How often the GPUs are probed for foreign processes while a chat worker holds one. */
   gpuPollMs: number;
+  /**
+   * The queue's order for chats (`SERVICE_DECK_QUEUE_ORDER`: `swap-aware`, the default, or
+   * `strict`) and how long a waiting switch may be overtaken by chats for the loaded profile
+   * (`SERVICE_DECK_SWITCH_MAX_WAIT_MS`, 30000; the last measured chat load counts if longer).
+   */
+  scheduling: { order: 'swap-aware' | 'strict'; switchMaxWaitMs: number };
   /** How often the programs of loaded workers are looked at for a new build (spec 3.5, 9). */
   buildPollMs: number;
   firstPassword: string | undefined;
@@ -216,6 +222,14 @@ function httpConfig(env: NodeJS.ProcessEnv): HttpConfig {
   };
 }
 
+/** The queue order and the swap bound (see Config.scheduling). */
+function parseScheduling(env: NodeJS.ProcessEnv): Config['scheduling'] {
+  const order = (env.SERVICE_DECK_QUEUE_ORDER ?? '').trim() || 'swap-aware';
+  if (order !== 'swap-aware' && order !== 'strict') throw new ConfigError(`SERVICE_DECK_QUEUE_ORDER: "${order}" is not one of swap-aware, strict`);
+  const bound = (env.SERVICE_DECK_SWITCH_MAX_WAIT_MS ?? '').trim();
+  return { order, switchMaxWaitMs: bound === '' ? 30_000 : parseWhole(bound, 'SERVICE_DECK_SWITCH_MAX_WAIT_MS', 'milliseconds') };
+}
+
 /** The checkout or installed package this module belongs to (src/ runs under tsx, dist/src/ built). */
 function packageRoot(): string {
   let dir = path.dirname(fileURLToPath(import.meta.url));
@@ -254,6 +268,7 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     gpuReserveMiB: parseGpuReserve(env.SERVICE_DECK_GPU_RESERVE_MIB ?? '1024'),
     ramReserveMiB: parseWhole(env.SERVICE_DECK_RAM_RESERVE_MIB ?? '1024', 'SERVICE_DECK_RAM_RESERVE_MIB'),
     gpuPollMs: Math.max(100, parseWhole(env.SERVICE_DECK_GPU_POLL_MS ?? '2000', 'SERVICE_DECK_GPU_POLL_MS', 'milliseconds')),
+    scheduling: parseScheduling(env),
     buildPollMs: Math.max(100, parseWhole(env.SERVICE_DECK_BUILD_POLL_MS ?? '5000', 'SERVICE_DECK_BUILD_POLL_MS', 'milliseconds')),
     firstPassword: env.SERVICE_DECK_ADMIN_PASSWORD,
     firstToken: env.SERVICE_DECK_API_TOKEN,

@@ -1,7 +1,7 @@
 export { supervisorMachine, emptyWorker, checkInput } from './supervisor.machine.js';
 export { supervisorActors } from './supervisor.actors.js';
-export { plan, admit, runningOn, runsAtOnce, releaseLeavesNothingToPlan, preloadsOn, unloadableFor, waitingOrder, exclusiveImageMode, type Step } from './schedule.js';
+export { plan, admit, runningOn, runsAtOnce, releaseLeavesNothingToPlan, preloadsOn, unloadableFor, waitingOrder, exclusiveImageMode, overtakenSwitches, type Step } from './schedule.js';
 export * from './fit.js';
 export type * from './supervisor.types.js';
 export type { JobSource } from '../queue/index.js';
-export { WORKER_KINDS } from './supervisor.types.js';
+export { WORKER_KINDS, DEFAULT_SCHEDULING } from './supervisor.types.js';

@@ -4,9 +4,14 @@
 //
 // The rules, each from the spec:
 // - FIFO (3.7). A job may start before an earlier waiting job only when the two need nothing in
-//   common, so no waiting job is ever overtaken on a resource it waits for. Hence "a waiting switch
-//   cannot be overtaken indefinitely by new chats" (3.2): once a chat for another profile waits,
-//   later chats for the loaded profile queue behind it.
+//   common, so no waiting job is ever overtaken on a resource it waits for. One exception, bounded
+//   as spec 3.2 bounds it ("a waiting switch cannot be overtaken indefinitely by new chats"): under
+//   the swap-aware order, while a chat for another profile waits for the chat worker to switch,
+//   later chats for the loaded profile may still take its free slots, until the switch has waited
+//   its bound (`switchBound`, set by the supervisor when the job is queued) or the loaded profile
+//   has no request left in the queue; then the switch goes first and nothing overtakes it. Chats
+//   of one profile keep their order among themselves; images, TTS and STT keep the FIFO order.
+//   Under the `strict` order (no `switchBound`), later chats queue behind a waiting switch.
 // - "The same profile may answer in parallel up to its configured slot count" (3.2); a request for
 //   a different profile or a new revision unloads the own worker first, once its answers ended
 //   ("streaming keeps the model reservation until the output ends").
@@ -178,6 +183,54 @@ export function admitImageStep(view: PlanView): Admission {
   return imageAdmission(view, ['chat', 'tts', 'image', 'enhancer']);
 }
 
+/**
+ * A waiting chat job that may still be overtaken by chats for the loaded profile: it needs the chat
+ * worker switched to its profile or revision, and its bound has not passed.
+ */
+function overtakableSwitch(view: Pick<PlanView, 'workers'>, job: JobRecord): boolean {
+  if (job.spec.kind !== 'chat' || job.spec.source === 'preload' || !job.switchBound || job.switchBound.reached) return false;
+  const chat = view.workers.chat;
+  return loadedOrLoading(chat) && !chat.stale && !matches(chat, job.spec);
+}
+
+/** A waiting request that the loaded (or loading) chat worker can answer. */
+function forLoadedChat(view: Pick<PlanView, 'workers'>, job: JobRecord): boolean {
+  const chat = view.workers.chat;
+  return job.phase === 'waiting' && job.spec.kind === 'chat' && job.spec.source !== 'preload' && loadedOrLoading(chat) && matches(chat, job.spec);
+}
+
+/**
+ * Whether a request for the loaded chat profile waits after `order[index]` that may overtake it:
+ * one before any later job that holds the chat worker's GPUs in the FIFO order (an image, an image
+ * step, a switch past its bound), as those keep their place.
+ */
+function overtakerBehind(view: Pick<PlanView, 'jobs' | 'workers'>, order: string[], index: number): boolean {
+  for (const id of order.slice(index + 1)) {
+    const job = view.jobs[id];
+    if (!job) continue;
+    if (forLoadedChat(view, job)) return true;
+    if (needsOf(job).includes('llm') && !(job.phase === 'waiting' && overtakableSwitch(view, job))) return false;
+  }
+  return false;
+}
+
+/**
+ * The waiting switches that chats for the loaded profile overtake now (swap-aware order): each
+ * waits behind the loaded profile's requests until its bound. For the status's reason.
+ */
+export function overtakenSwitches(view: Pick<PlanView, 'jobs' | 'workers'>): string[] {
+  const order = planOrder(view.jobs);
+  const overtaken: string[] = [];
+  for (const [index, id] of order.entries()) {
+    const job = view.jobs[id]!;
+    if (job.phase === 'waiting' && overtakableSwitch(view, job)) {
+      if (overtakerBehind(view, order, index)) overtaken.push(id);
+      else break;
+    } else if (needsOf(job).includes('llm')) break;
+  }
+  return overtaken;
+}
+
 const matches = (w: WorkerRecord, job: JobSpec) => w.profileId === job.profileId && w.revision === job.revision && !w.stale;
 
 /** Whether one job can run now, given the workers and the running jobs. */
@@ -266,11 +319,23 @@ export function plan(view: PlanView): Step[] {
   }
 
   const blocked = new Set<string>();
+  // A switch that chats for the loaded profile overtake: only those may still pass on `llm`.
+  let overtaken = false;
   let checkTaken = view.checking !== null;
-  for (const id of order) {
+  for (const [index, id] of order.entries()) {
     const job = jobs[id];
     if (!job) continue;
     const needs = needsOf(job);
+    if (job.phase === 'waiting' && !blocked.has('llm') && overtakableSwitch({ workers }, job) && overtakerBehind({ jobs, workers }, order, index)) {
+      overtaken = true;
+      continue;
+    }
+    if (overtaken && needs.includes('llm') && !forLoadedChat({ workers }, job)) {
+      // Behind an overtaken switch: another switch within its own bound waits too, without holding
+      // up the loaded profile's chats; anything else that needs the chat worker's GPUs holds them.
+      if (!(job.phase === 'waiting' && overtakableSwitch({ workers }, job))) for (const need of needs) blocked.add(need);
+      continue;
+    }
     // An image step waits in its job's place; its reservation is held, so it is never refused.
     const step = imageStepDue(job);
     if (step ? view.checking === id : job.phase !== 'waiting') {

@@ -44,7 +44,7 @@ import type {
   WorkerKind,
   WorkerRecord,
 } from './supervisor.types.js';
-import { WORKER_KINDS } from './supervisor.types.js';
+import { DEFAULT_SCHEDULING, WORKER_KINDS } from './supervisor.types.js';
 
 /** The supervisor's command to a worker machine. */
 type WorkerCommand = { type: 'worker.unload'; generation: number; reason: string };
@@ -55,7 +55,11 @@ interface Enqueue {
   sendTo(to: string, event: QueueEvent | WorkerCommand): void;
   raise(event: SupervisorEvent): void;
   assign(update: Partial<SupervisorContext>): void;
+  cancel(id: string): void;
 }
+
+/** The id of a waiting chat job's swap-bound timer: cancelled as soon as the job stops waiting. */
+const boundTimer = (jobId: string) => `switch-bound-${jobId}`;
 
 export function emptyWorker(kind: WorkerKind, last: string | null = null): WorkerRecord {
   return { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: null, last };
@@ -85,6 +89,7 @@ function checkAfterLeaving(enqueue: Enqueue, context: SupervisorContext, jobId: 
 
 /** Removes a job that has not run and tells its route why. */
 function deny(enqueue: Enqueue, jobs: Record<string, JobRecord>, jobId: string, code: DenialCode, message: string, retryAfterSeconds?: number) {
+  if (jobs[jobId]?.switchBound) enqueue.cancel(boundTimer(jobId));
   delete jobs[jobId];
   const denied: SupervisorEmitted = { type: 'gpu.denied', jobId, code, message };
   enqueue.emit(retryAfterSeconds === undefined ? denied : { ...denied, retryAfterSeconds });
@@ -102,6 +107,7 @@ function refusal(context: SupervisorContext, job: JobSpec): 'endpoint_stopped' |
 
 /** A job runs on a worker loaded (or loading) with its profile: no start, the worker's GPUs. */
 function grantOn(enqueue: Enqueue, jobs: Record<string, JobRecord>, workers: Record<WorkerKind, WorkerRecord>, job: JobRecord, worker: WorkerKind) {
+  if (job.switchBound) enqueue.cancel(boundTimer(job.spec.id));
   const gpus = workers[worker].plan?.gpus ?? [];
   jobs[job.spec.id] = { ...job, phase: 'running', worker, gpus };
   enqueue.emit({ type: 'gpu.granted', jobId: job.spec.id, worker, generation: workers[worker].generation, start: null, gpus });
@@ -284,13 +290,24 @@ export const supervisorMachine = setup({
       if (!job || job.phase === 'running') return;
       if (event.type === 'job.queued') {
         if (job.phase !== 'submitted') return;
-        enqueue.assign({ jobs: { ...context.jobs, [event.jobId]: { ...job, phase: 'waiting', ticket: event.ticket } } });
+        // Swap-aware order: a chat may be overtaken by chats for another loaded profile until its
+        // bound, the longer of the setting and the last measured chat load.
+        let switchBound: JobRecord['switchBound'];
+        if (context.scheduling.order === 'swap-aware' && job.spec.kind === 'chat' && job.spec.source !== 'preload') {
+          const ms = Math.max(context.scheduling.switchMaxWaitMs, context.chatLoadMs ?? 0);
+          switchBound = { ms, reached: false };
+          enqueue.raise({ type: 'switch.bound', jobId: event.jobId }, { delay: ms, id: boundTimer(event.jobId) });
+        }
+        enqueue.assign({ jobs: { ...context.jobs, [event.jobId]: { ...job, phase: 'waiting', ticket: event.ticket, ...(switchBound ? { switchBound } : {}) } } });
         enqueue.emit({ type: 'job.queued', jobId: event.jobId, position: event.position });
         return;
       }
       const jobs = { ...context.jobs };
       if (event.type === 'job.rejected') deny(enqueue, jobs, event.jobId, event.code, DENIALS[event.code](context), event.retryAfterSeconds);
-      else delete jobs[event.jobId];
+      else {
+        if (job.switchBound) enqueue.cancel(boundTimer(event.jobId));
+        delete jobs[event.jobId];
+      }
       enqueue.assign({ jobs, checking: checkAfterLeaving(enqueue, context, event.jobId) });
     }),
     release: enqueueActions(({ context, event, enqueue }) => {
@@ -300,6 +317,7 @@ export const supervisorMachine = setup({
       const jobs = { ...context.jobs };
       delete jobs[event.jobId];
       if (job.phase !== 'running') toQueue(enqueue, { type: 'job.cancel', jobId: event.jobId });
+      if (job.phase !== 'running' && job.switchBound) enqueue.cancel(boundTimer(event.jobId));
       const workers = { ...context.workers };
       const kind = job.worker;
       // loading | cancel in the chat test | own start | unloaded: the start is aborted.
@@ -322,6 +340,7 @@ export const supervisorMachine = setup({
           break;
         case 'worker.loaded':
           if (current.state === 'loading') workers[event.kind] = { ...current, state: 'loaded' };
+          if (event.kind === 'chat' && event.loadMs !== undefined) enqueue.assign({ chatLoadMs: event.loadMs });
           break;
         case 'worker.unloaded':
           // Only the unload we asked for ends a worker (or a lost one's process that ended at last).
@@ -427,6 +446,13 @@ export const supervisorMachine = setup({
         enqueue.emit({ type: 'gpu.granted', jobId: event.jobId, worker: 'image', generation: image.generation, start: image.plan, gpus: job.gpus, step: 'image' });
       }
       enqueue.assign({ workers, jobs: { ...context.jobs, [event.jobId]: { ...job, steps: { ...job.steps, image: next } } } });
+    }),
+    /** A waiting switch has waited its bound: from now on nothing overtakes it. */
+    switchBound: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'switch.bound');
+      const job = context.jobs[event.jobId];
+      if (!job?.switchBound || job.phase === 'running') return;
+      enqueue.assign({ jobs: { ...context.jobs, [event.jobId]: { ...job, switchBound: { ...job.switchBound, reached: true } } } });
     }),
     unloadAll: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'workers.unloadAll');
@@ -543,6 +569,7 @@ export const supervisorMachine = setup({
       } else {
         workers[spec.kind] = loadingWorker(spec.kind, generation, spec, verdict.plan);
         jobs[jobId] = { ...job, phase: 'running', worker: spec.kind, gpus };
+        if (job.switchBound) enqueue.cancel(boundTimer(jobId));
       }
       toQueue(enqueue, { type: 'job.dispatch', jobId });
       const granted = { type: 'gpu.granted', jobId, worker: spec.kind, generation, start: verdict.plan, gpus } as const;
@@ -574,6 +601,8 @@ export const supervisorMachine = setup({
     accepting: true,
     unloadWaiters: [],
     listenerInput: input.listener,
+    scheduling: { ...DEFAULT_SCHEDULING, ...input.scheduling },
+    chatLoadMs: null,
     limits: {
       maxWaiting: input.queue?.maxWaiting ?? QUEUE_LIMITS.maxWaiting,
       maxWaitMs: input.queue?.maxWaitMs ?? QUEUE_LIMITS.maxWaitMs,
@@ -685,6 +714,11 @@ export const supervisorMachine = setup({
           actions: ['enhancerDone', 'schedule'],
           description:
             'image | enhancer answered | the job holds every GPU | enhancer unloaded, image worker started: the enhancer ends before the image worker starts, and nothing else slips in between; an enhancer on the CPU held no GPU: the image step now waits for every GPU in its job\'s place',
+        },
+        'switch.bound': {
+          actions: ['switchBound', 'schedule'],
+          description:
+            'a request for a different profile | its bound passed (swap-aware order) | | chats for the loaded profile no longer overtake it: it goes first once the running answers end ("cannot be overtaken indefinitely by new chats")',
         },
         'workers.unloadAll': {
           actions: ['unloadAll', 'replyUnloadWaiters'],

@@ -136,6 +136,11 @@ export interface JobRecord {
   /** Its place in the queue's FIFO order once the queue took it (`job.queued`): a lower ticket waited first. */
   ticket?: number;
   /**
+   * A chat job under the swap-aware order: how long chats for another loaded profile may overtake
+   * it (set when it is queued), and whether that bound has passed (then nothing overtakes it).
+   */
+  switchBound?: { ms: number; reached: boolean };
+  /**
    * image with an enhancer step: the enhancer start it holds, and what follows once the enhancer
    * has answered (`enhancer.done`); null otherwise. `image` is
    * - `{ generation, plan }`: an enhancer on the GPUs; the job holds every GPU from its grant, and
@@ -202,9 +207,24 @@ export type StartVerdict =
   /** It would fit once these idle workers of ours are unloaded (an incompatible GPU profile change). */
   | { verdict: 'unload-first'; kinds: WorkerKind[]; message: string };
 
+/**
+ * How chats for the loaded profile may overtake a waiting switch (spec 3.2: "cannot be overtaken
+ * indefinitely by new chats"). `swap-aware`: while a chat for another profile waits, requests for
+ * the loaded profile still take its free slots, until the switch has waited `switchMaxWaitMs` (or
+ * the last chat worker's measured load time, if longer) or the loaded profile has nothing queued;
+ * `strict`: FIFO, a waiting switch holds every later chat back.
+ */
+export interface SchedulingPolicy {
+  order: 'swap-aware' | 'strict';
+  switchMaxWaitMs: number;
+}
+
+export const DEFAULT_SCHEDULING: SchedulingPolicy = { order: 'swap-aware', switchMaxWaitMs: 30_000 };
+
 export interface SupervisorInput {
   listener: ListenerInput;
   queue?: Omit<QueueInput, 'reportToParent'>;
+  scheduling?: Partial<SchedulingPolicy>;
   /** The worker machines' limits (tests shorten the load limit and the grace before SIGKILL). */
   workers?: Partial<Record<WorkerKind, WorkerLimits>>;
 }
@@ -238,6 +258,9 @@ export interface SupervisorContext {
   unloadWaiters: string[];
   listenerInput: ListenerInput;
   limits: { maxWaiting: number; maxWaitMs: number; retryAfterSeconds: number };
+  scheduling: SchedulingPolicy;
+  /** How long the last chat worker start took to load (its engine's own measure), or null before one. */
+  chatLoadMs: number | null;
 }
 
 export type SupervisorEvent =
@@ -254,7 +277,8 @@ export type SupervisorEvent =
   | { type: 'job.dispatched'; jobId: string }
   /** From the worker adapters, each about the start `generation` (from the grant or the unload command). */
   | { type: 'worker.started'; kind: WorkerKind; generation: number; pid: number }
-  | { type: 'worker.loaded'; kind: WorkerKind; generation: number }
+  /** `loadMs`: how long the start took from its spawn to ready, as its engine measured it. */
+  | { type: 'worker.loaded'; kind: WorkerKind; generation: number; loadMs?: number }
   | { type: 'worker.unloaded'; kind: WorkerKind; generation: number }
   /** Its process outlived SIGKILL: the worker is lost, its memory stays reserved. */
   | { type: 'worker.lost'; kind: WorkerKind; generation: number; pid: number | null }
@@ -276,6 +300,8 @@ export type SupervisorEvent =
   | { type: 'worker.unloadRequest'; kind: WorkerKind; requestId: string }
   /** An image job's enhancer has answered (4.7): it is ended, and the job's image start follows. */
   | { type: 'enhancer.done'; jobId: string }
+  /** A waiting chat job's overtaking bound has passed (swap-aware order): nothing overtakes it any more. */
+  | { type: 'switch.bound'; jobId: string }
   /** Raised by the supervisor itself: the job under check left. */
   | { type: 'check.abandoned' };
 

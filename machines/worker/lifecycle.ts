@@ -26,7 +26,7 @@ export type LifecycleEvent<L extends LaunchBase> =
   | { type: 'worker.unload'; generation: number; reason: string }
   /** From the engine process actor. */
   | { type: 'engine.spawned'; pid: number; port?: number }
-  | { type: 'engine.ready' }
+  | { type: 'engine.ready'; loadMs?: number }
   | { type: 'engine.exited'; report: ExitReport };
 
 /** Sent by the machine to its engine process actor. */
@@ -34,7 +34,7 @@ export type EngineCommand = { type: 'engine.stop' } | { type: 'engine.kill' };
 
 export type LifecycleEmitted<K extends string> =
   | { type: 'worker.started'; kind: K; generation: number; pid: number }
-  | { type: 'worker.loaded'; kind: K; generation: number }
+  | { type: 'worker.loaded'; kind: K; generation: number; loadMs?: number }
   | { type: 'worker.exited'; kind: K; generation: number; cause: string; message: string }
   /** The unload the supervisor ordered is done: the process is gone (or the start never began). */
   | { type: 'worker.unloaded'; kind: K; generation: number }
@@ -158,7 +158,10 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
         generation: generationOf(context),
         pid: event.type === 'engine.spawned' ? event.pid : 0,
       })),
-      reportLoaded: enqueueActions(({ context, enqueue }) => tell(enqueue, context, { type: 'worker.loaded', kind: spec.kind, generation: generationOf(context) })),
+      reportLoaded: enqueueActions(({ context, event, enqueue }) => {
+        const loadMs = event.type === 'engine.ready' ? event.loadMs : undefined;
+        tell(enqueue, context, { type: 'worker.loaded', kind: spec.kind, generation: generationOf(context), ...(loadMs === undefined ? {} : { loadMs }) });
+      }),
       noteUnload: assign(({ event }: Ctx) => (event.type === 'worker.unload' ? { stopping: { reason: event.reason, failure: null } } : {})),
       noteLoadTimeout: assign(({ context }: Ctx) => ({
         stopping: {

@@ -81,7 +81,7 @@ function memoryOf(worker: StatusView['workers'][number], gpus: StatusView['gpus'
 function jobLine(job: JobStatus, profiles: Map<string, ProfileView>): string {
   const where = job.position === null ? job.phase : `${job.phase} #${job.position}`;
   const times = job.running_ms === null ? `waited ${job.waited_ms} ms` : `waited ${job.waited_ms} ms, running ${job.running_ms} ms`;
-  return `  ${where}  ${job.kind}  ${profileLabel(job.profile_id, profiles)}  ${job.source}  ${times}`;
+  return `  ${where}  ${job.kind}  ${profileLabel(job.profile_id, profiles)}  ${job.source}  ${times}${job.reason ? `  (${job.reason})` : ''}`;
 }
 
 export function formatStatus(report: StatusReport): string {

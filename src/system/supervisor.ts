@@ -49,6 +49,7 @@ export function createSupervisor(deps: SupervisorDeps): SupervisorActor {
           drainLimitMs: config.drainLimitMs,
         },
         workers: Object.fromEntries(WORKER_KINDS.map((kind) => [kind, deps.workerMachines[kind].limits])),
+        scheduling: config.scheduling,
       },
       inspect: deps.inspect,
     },

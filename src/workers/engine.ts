@@ -30,7 +30,8 @@ import { ProcessRecord } from './leftovers.js';
 import { endReport, Tail, WORKER_PROCESS } from './process.js';
 
 /** What an engine actor sends its machine. */
-export type EngineEvent = { type: 'engine.spawned'; pid: number; port?: number } | { type: 'engine.ready' } | { type: 'engine.exited'; report: ExitReport };
+/** `engine.ready`'s `loadMs`: from the start's preparation to ready, as measured here (the supervisor's swap bound reads it). */
+export type EngineEvent = { type: 'engine.spawned'; pid: number; port?: number } | { type: 'engine.ready'; loadMs?: number } | { type: 'engine.exited'; report: ExitReport };
 
 /** How much of a process's output is kept for the diagnosis (RAM only). */
 const TAIL_BYTES = 16 * 1024;
@@ -139,9 +140,11 @@ export function runEngine(
     }
     child.kill(name);
   };
+  const began = performance.now();
+  const ready = () => send({ type: 'engine.ready', loadMs: Math.round(performance.now() - began) });
   const handle: EngineHandle = {
     ready: () => {
-      if (!exited && !stopRequested) send({ type: 'engine.ready' });
+      if (!exited && !stopRequested) ready();
     },
     fail: (message) => {
       failure = message;
@@ -169,7 +172,7 @@ export function runEngine(
       hooks.cleanup?.();
       return undefined;
     }
-    if ('ready' in prepared) return send({ type: 'engine.ready' });
+    if ('ready' in prepared) return ready();
     oomBefore = await readOomKills().catch(() => null);
     if (stopped || stopRequested) return hooks.cleanup?.();
     group = prepared.group === true;
@@ -183,7 +186,7 @@ export function runEngine(
       exited = true;
       void record?.remove();
       const instead = await hooks.exitedAs?.(result, stopRequested);
-      if (instead === 'ready') return send({ type: 'engine.ready' });
+      if (instead === 'ready') return ready();
       if (instead) return end(instead);
       const exitCode = result.exitCode ?? null;
       const exitSignal = result.signal ?? null;

@@ -19,6 +19,7 @@ const job = (over: Partial<JobStatus>): JobStatus => ({
   reservation: { worker: null, gpus: [] },
   memory: null,
   progress: null,
+  reason: null,
   ...over,
 });
 
@@ -54,7 +55,7 @@ t.test('workers with state and memory, the queue, blocked profiles', async (t) =
       ],
       gpus: [{ uuid: 'GPU-a', name: 'sim', memoryTotalMiB: 24576, memoryFreeMiB: 20000, processes: [{ pid: 41873, usedMiB: 4100, own: true }] }],
       queue: {
-        waiting: [job({})],
+        waiting: [job({}), job({ job_id: 'j-3', profile_id: 'p-big', position: 2, waited_ms: 12_000, reason: "behind the loaded profile's requests, at most 18 s more" })],
         running: [job({ job_id: 'j-2', phase: 'running', position: null, waited_ms: 3, running_ms: 5120, source: 'test' })],
       },
       profiles: [profile('p-chat', 'qwen', []), profile('p-big', 'big', ['model file missing: /m/big.gguf', 'runtime missing: llama-server'], false)],
@@ -71,9 +72,10 @@ t.test('workers with state and memory, the queue, blocked profiles', async (t) =
       '    memory: forecast RAM 762 MiB, GPU GPU-a 4391 MiB; GPU in use GPU-a 4100 MiB; goes when idle: a new revision of its profile',
       '  stt  loading  p-gone  no process yet  since -',
       '    memory: no forecast (CPU worker or not planned)',
-      'queue: 1 waiting, 1 running',
+      'queue: 2 waiting, 1 running',
       '  running  chat  qwen (p-chat)  test  waited 3 ms, running 5120 ms',
       '  waiting #1  chat  qwen (p-chat)  api  waited 1840 ms',
+      "  waiting #2  chat  big (p-big)  api  waited 12000 ms  (behind the loaded profile's requests, at most 18 s more)",
       'profiles: 2 (1 published, 1 blocked)',
       '  blocked: big (p-big, chat): model file missing: /m/big.gguf; runtime missing: llama-server',
       '',

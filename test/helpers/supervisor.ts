@@ -12,6 +12,7 @@ import {
   type GpuView,
   type JobSpec,
   type ModelShape,
+  type SchedulingPolicy,
   type StartFacts,
   type SupervisorEmitted,
   type SupervisorEvent,
@@ -97,6 +98,8 @@ export interface HarnessOptions {
   /** Workers answer `worker.unload` and a granted start on their own (default true). */
   autoWorkers?: boolean;
   maxWaiting?: number;
+  /** The queue order (default: the supervisor's, swap-aware with a 30 s bound). */
+  scheduling?: Partial<SchedulingPolicy>;
   /** Kinds whose process outlives SIGKILL: their unload is answered with `worker.lost`, not `worker.unloaded`. */
   stuck?: WorkerKind[];
   /** The actor system's inspection observer (the metrics' hook). */
@@ -162,6 +165,7 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     input: {
       listener: { address: { host: '127.0.0.1', port: 8120 }, portRange: { first: 1024, last: 65535 }, rememberedRunning: false, drainLimitMs: 1000 },
       queue: options.maxWaiting === undefined ? {} : { maxWaiting: options.maxWaiting },
+      ...(options.scheduling ? { scheduling: options.scheduling } : {}),
     },
   });
   const emitted: SupervisorEmitted[] = [];

@@ -5,6 +5,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import type { InspectionEvent } from 'xstate';
 import { runsAtOnce } from '../../machines/supervisor/index.js';
+import { diagnostics } from '../../src/system/observe/diagnostics.js';
 import { GIB, gpu, model, supervisorHarness, type SupervisorHarness } from '../helpers/supervisor.js';
 
 interface Row {
@@ -102,9 +103,9 @@ const chatRows: Row[] = [
     },
   },
   {
-    row: '3.2 a waiting switch cannot be overtaken indefinitely by new chats: later same-profile chats queue behind it',
+    row: '3.2 strict order: a waiting switch is not overtaken at all: later same-profile chats queue behind it',
     async run(t) {
-      const h = supervisorHarness();
+      const h = supervisorHarness({ scheduling: { order: 'strict' } });
       const running = await h.submit({ profileId: 'a', slots: 4 });
       const sw = await h.submit({ profileId: 'b' });
       const later = [await h.submit({ profileId: 'a', slots: 4 }), await h.submit({ profileId: 'a', slots: 4 })];
@@ -114,6 +115,81 @@ const chatRows: Row[] = [
       t.notOk(h.granted(later[0]!), 'a waits for b to finish');
       await h.release(sw);
       t.ok(h.granted(later[0]!) && h.granted(later[1]!), 'then a loads again for both');
+    },
+  },
+  {
+    row: '3.2 swap-aware | a request for a different profile waits | chats for the loaded profile take its free slots until the switch has waited its bound, then it goes first and nothing overtakes it',
+    async run(t) {
+      const h = supervisorHarness({ scheduling: { switchMaxWaitMs: 30_000 } });
+      const running = await h.submit({ profileId: 'a', slots: 2 });
+      const sw = await h.submit({ profileId: 'b' });
+      t.same(h.context().jobs[sw]?.switchBound, { ms: 30_000, reached: false }, 'the bound is given when it is queued');
+      const a1 = await h.submit({ profileId: 'a', slots: 2 });
+      t.same(h.outcome(a1), ['job.queued', 'granted'], 'a free slot of a is taken past the waiting switch');
+      const a2 = await h.submit({ profileId: 'a', slots: 2 });
+      const a3 = await h.submit({ profileId: 'a', slots: 2 });
+      t.same([h.outcome(a2), h.outcome(a3)], [['job.queued'], ['job.queued']], 'both slots busy: they wait, in their order');
+      const reasons = () => diagnostics(h.context(), { now: h.clock.now(), times: () => undefined, since: () => null }).queue.waiting.map((j) => [j.job_id, j.reason]);
+      t.same(reasons(), [[sw, "behind the loaded profile's requests, at most 30 s more"], [a2, null], [a3, null]], 'the queue view says why the switch waits');
+      await h.release(running);
+      t.same([h.outcome(a2), h.outcome(a3), h.outcome(sw)], [['job.queued', 'granted'], ['job.queued'], ['job.queued']], 'the freed slot goes to the first of a, not past it');
+      h.clock.increment(29_999);
+      await h.settle();
+      t.same(reasons()[0], [sw, "behind the loaded profile's requests, at most 1 s more"]);
+      await h.release(a1);
+      t.same(h.outcome(a3), ['job.queued', 'granted'], 'still within the bound');
+      const a4 = await h.submit({ profileId: 'a', slots: 2 });
+      h.clock.increment(1);
+      await h.settle();
+      t.same(h.context().jobs[sw]?.switchBound, { ms: 30_000, reached: true });
+      t.same(reasons()[0], [sw, null], 'past its bound it waits in plain FIFO order');
+      await h.release(a2);
+      t.same(h.outcome(a4), ['job.queued'], 'the bound has passed: the free slot is not taken past the switch');
+      t.same(h.unloads('chat'), [], 'a3 still answers');
+      await h.release(a3);
+      t.same(h.unloads('chat').map((u) => u.code), ['profile_switch']);
+      t.same(h.outcome(sw), ['job.queued', 'granted +start'], 'the switch goes first once the running answers ended');
+      t.same(h.outcome(a4), ['job.queued'], 'a waits for b');
+    },
+  },
+  {
+    row: '3.2 swap-aware | the loaded profile has no request left in the queue | the switch goes at once (its running answers end first)',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit({ profileId: 'a', slots: 2 });
+      const sw = await h.submit({ profileId: 'b' });
+      await h.release(running);
+      t.same(h.outcome(sw), ['job.queued', 'granted +start'], 'nobody of a waits: no reason to hold the switch');
+      t.same(h.unloads('chat').map((u) => u.code), ['profile_switch']);
+    },
+  },
+  {
+    row: '3.2 swap-aware | two switches wait | chats for the loaded profile overtake both within their bounds; the first switch goes first; images, TTS and chats of other profiles keep their order',
+    async run(t) {
+      const h = supervisorHarness();
+      const running = await h.submit({ profileId: 'a', slots: 2 });
+      const b = await h.submit({ profileId: 'b' });
+      const c = await h.submit({ profileId: 'c' });
+      const image = await h.submit({ kind: 'image', profileId: 'img' });
+      const a1 = await h.submit({ profileId: 'a', slots: 2 });
+      t.same(h.outcome(a1), ['job.queued'], 'an image waits before it: the chat keeps the FIFO order behind the image');
+      await h.release(running);
+      t.same(h.outcome(b), ['job.queued', 'granted +start'], 'with only the image ahead of a1, nothing of a is free to overtake: b goes');
+      t.same([h.outcome(c), h.outcome(image), h.outcome(a1)], [['job.queued'], ['job.queued'], ['job.queued']]);
+      await h.release(b);
+      t.same(h.outcome(c), ['job.queued', 'granted +start'], 'then c, in its order');
+    },
+  },
+  {
+    row: '3.2 swap-aware | the bound is the longer of the setting and the last measured chat load',
+    async run(t) {
+      const h = supervisorHarness({ autoWorkers: false, scheduling: { switchMaxWaitMs: 1000 } });
+      const first = await h.submit({ profileId: 'a', slots: 2 });
+      await h.send({ type: 'worker.loaded', kind: 'chat', generation: h.gen('chat'), loadMs: 45_000 });
+      t.equal(h.context().chatLoadMs, 45_000);
+      const sw = await h.submit({ profileId: 'b' });
+      t.same(h.context().jobs[sw]?.switchBound, { ms: 45_000, reached: false });
+      await h.release(first);
     },
   },
   {
@@ -489,6 +565,8 @@ const enhancerRows: Row[] = [
       await h.send({ type: 'enhancer.done', jobId: image });
       t.same(h.unloads('enhancer').length, 1, 'the enhancer ends');
       t.same(h.outcome(image), ['job.queued', 'granted'], 'the image step waits for the running chats');
+      const running = diagnostics(h.context(), { now: h.clock.now(), times: () => undefined, since: () => null }).queue.running.find((j) => j.job_id === image);
+      t.equal(running?.reason, 'its prompt enhancer answered on the CPU: the image step waits for every GPU', 'the queue view says why');
       const after = await h.submit({ slots: 2 });
       t.same(h.outcome(after), ['job.queued'], 'a later chat waits behind the image step: it keeps its job\'s place');
       await h.release(chat);
@@ -956,7 +1034,7 @@ const queueRows: Row[] = [
       const later = await h.submit({ profileId: 'a', slots: 4 });
       t.same(h.outcome(running), ['job.queued', 'granted']);
       t.same(h.outcome(sw), ['job.queued'], 'the switch to b waits for the running chats of a');
-      t.same(h.outcome(later), ['job.queued'], 'a free slot of a is not taken past the waiting switch to b');
+      t.same(h.outcome(later), ['job.queued', 'granted'], 'swap-aware: a free slot of a is taken past the waiting switch to b, through the queue');
       await h.release(stt);
       t.ok(h.granted(sttNext));
     },

@@ -153,6 +153,7 @@ function Queue({ s }: { s: EndpointStatus }) {
                   <td>
                     {j.phase}
                     {j.progress ? ` (step ${j.progress.step}/${j.progress.steps})` : ''}
+                    {j.reason ? <div class="hint">{j.reason}</div> : null}
                   </td>
                   <td>{j.position ?? '—'}</td>
                   <td>{duration(j.waited_ms)}</td>

@@ -2,7 +2,7 @@
 // each job's phase, wait time, reservations and GPU occupancy; each started worker's memory
 // forecast with the reserve per GPU, the RAM budget and the GPU layer limit. A projection of the
 // supervisor's context, nothing more; forecasts are labelled as predictions.
-import { waitingOrder, type JobRecord, type JobSource, type StartPlan, type SupervisorContext, type WorkerKind, type WorkerRecord } from '../../../machines/supervisor/index.js';
+import { overtakenSwitches, waitingOrder, type JobRecord, type JobSource, type StartPlan, type SupervisorContext, type WorkerKind, type WorkerRecord } from '../../../machines/supervisor/index.js';
 import type { BuildStatus } from '../catalog/builds.js';
 import type { JobTimes } from '../scheduler.js';
 import type { WorkerStatus } from '../workers.js';
@@ -39,6 +39,11 @@ export interface JobStatus {
   memory: PlanStatus | null;
   /** An image job: the steps its image process has done, as it printed them. */
   progress: { step: number; steps: number } | null;
+  /**
+   * Why it waits where the order is not plain FIFO: a switch that chats for the loaded profile
+   * overtake (swap-aware order), or an image job's image step after its enhancer on the CPU.
+   */
+  reason: string | null;
 }
 
 export interface QueueStatus {
@@ -104,12 +109,22 @@ interface Clocks {
   build?: (kind: WorkerKind, generation: number) => BuildStatus | null;
 }
 
-function jobStatus(id: string, job: JobRecord, workers: Record<WorkerKind, WorkerRecord>, clocks: Clocks, position: number | null): JobStatus {
+/** The waiting switch's reason: how much longer chats for the loaded profile may go first. */
+function overtakenReason(job: JobRecord, waitedMs: number): string {
+  const left = Math.max(0, Math.ceil(((job.switchBound?.ms ?? 0) - waitedMs) / 1000));
+  return `behind the loaded profile's requests, at most ${left} s more`;
+}
+
+function jobStatus(id: string, job: JobRecord, workers: Record<WorkerKind, WorkerRecord>, clocks: Clocks, position: number | null, overtaken = false): JobStatus {
   const times = clocks.times(id);
   const submitted = times?.submittedAt ?? job.spec.at;
   const granted = times?.grantedAt ?? null;
   let phase: JobStatus['phase'] = job.phase === 'checking' ? 'checking' : 'waiting';
   if (job.phase === 'running') phase = job.worker && workers[job.worker].state === 'loading' ? 'starting' : 'running';
+  const waited = Math.max(0, (granted ?? clocks.now) - submitted);
+  let reason: string | null = null;
+  if (overtaken) reason = overtakenReason(job, waited);
+  else if (job.phase === 'running' && job.steps?.image === 'due') reason = 'its prompt enhancer answered on the CPU: the image step waits for every GPU';
   return {
     job_id: id,
     kind: job.spec.kind,
@@ -118,16 +133,18 @@ function jobStatus(id: string, job: JobRecord, workers: Record<WorkerKind, Worke
     source: job.spec.source,
     phase,
     position,
-    waited_ms: Math.max(0, (granted ?? clocks.now) - submitted),
+    waited_ms: waited,
     running_ms: granted === null ? null : Math.max(0, clocks.now - granted),
     reservation: { worker: job.worker, gpus: job.gpus },
     memory: job.worker && workers[job.worker].plan ? planStatus(workers[job.worker].plan!) : null,
     progress: job.spec.kind === 'image' && job.phase === 'running' ? (clocks.progress?.(workers.image.generation) ?? null) : null,
+    reason,
   };
 }
 
 export function diagnostics(context: SupervisorContext, clocks: Clocks): { queue: QueueStatus; workers: SupervisedWorker[] } {
-  const waiting = waitingOrder(context.jobs).map((id, index) => jobStatus(id, context.jobs[id]!, context.workers, clocks, index + 1));
+  const overtaken = new Set(overtakenSwitches(context));
+  const waiting = waitingOrder(context.jobs).map((id, index) => jobStatus(id, context.jobs[id]!, context.workers, clocks, index + 1, overtaken.has(id)));
   const running = Object.entries(context.jobs)
     .filter(([, job]) => job.phase === 'running')
     .map(([id, job]) => jobStatus(id, job, context.workers, clocks, null));
