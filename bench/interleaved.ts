@@ -8,9 +8,10 @@
 // - `againstService()`: once against the real service (in this process, with its real workers
 //   and HTTP), with the stand-in llama-server taking FAKE_LLAMA_LOAD_MS to become healthy.
 //
-// Printed per run: swaps (chat worker starts) per 100 requests, the total time, and per profile
-// the wait of each request (from its submission until its answer began: queue, switch and load)
-// at p50, p95 and max.
+// Printed per run: swaps (chat worker starts) per 100 requests, the total time, the longest wait
+// of a switch until its grant (simulated runs: what the swap bound limits), and
+// per profile the wait of each request (from its submission until its answer began: queue,
+// switch and load) at p50, p95 and max.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -41,6 +42,8 @@ export interface Outcome {
   totalMs: number;
   /** Per profile: each request's wait until its answer began. */
   waits: Record<string, number[]>;
+  /** The longest wait of a switch (a request whose grant starts the worker) until its grant: what the bound limits. Simulated runs only. */
+  maxGrantWaitMs: number | null;
   denied: number;
 }
 
@@ -56,7 +59,7 @@ export async function simulate(order: SchedulingPolicy['order'], w: Workload, sw
   /** When each chat worker start is ready (its load ends). */
   const readyAt = new Map<number, number>();
   const submitted = new Map<string, { profile: string; at: number; client: () => void }>();
-  const outcome: Outcome = { order, requests: 0, swaps: 0, totalMs: 0, waits: Object.fromEntries(w.profiles.map((p) => [p, []])), denied: 0 };
+  const outcome: Outcome = { order, requests: 0, swaps: 0, totalMs: 0, waits: Object.fromEntries(w.profiles.map((p) => [p, []])), maxGrantWaitMs: 0, denied: 0 };
 
   h.actor.on('*', (event) => {
     if (event.type === 'gpu.granted') {
@@ -72,6 +75,7 @@ export async function simulate(order: SchedulingPolicy['order'], w: Workload, sw
           h.actor.send({ type: 'worker.loaded', kind: 'chat', generation, loadMs: w.loadMs });
         });
       }
+      if (event.start) outcome.maxGrantWaitMs = Math.max(outcome.maxGrantWaitMs ?? 0, now - job.at);
       const begins = Math.max(now, readyAt.get(event.generation) ?? now);
       outcome.waits[job.profile]!.push(begins - job.at);
       later(begins - now + w.answerMs, () => {
@@ -139,7 +143,7 @@ export async function againstService(order: SchedulingPolicy['order'], w: Worklo
   };
   const log = createLogger({ level: 'warn', destination: { write: (line: string) => void process.stderr.write(line) } });
   const { service } = await startService(loadConfig({ stateDir: path.join(root, 'state') }, env), { log, adminPort: 0 });
-  const outcome: Outcome = { order, requests: 0, swaps: 0, totalMs: 0, waits: Object.fromEntries(w.profiles.map((p) => [p, []])), denied: 0 };
+  const outcome: Outcome = { order, requests: 0, swaps: 0, totalMs: 0, waits: Object.fromEntries(w.profiles.map((p) => [p, []])), maxGrantWaitMs: null, denied: 0 };
   try {
     const model = await writeTinyModel(path.join(root, 'tiny.gguf'));
     for (const name of w.profiles) {
@@ -194,13 +198,14 @@ const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
 /** One table row per outcome: swaps per 100 requests, total time, and the waits per profile. */
 export function swapTable(title: string, outcomes: Outcome[]): string {
-  const lines = [title, '  order        requests  swaps/100  total     per profile: wait p50 / p95 / max'];
+  const lines = [title, '  order        requests  swaps/100  total     switch, max to grant  per profile: wait p50 / p95 / max'];
   for (const o of outcomes) {
     const per = Object.entries(o.waits)
       .map(([profile, waits]) => `${profile} ${seconds(percentile(waits, 50))} / ${seconds(percentile(waits, 95))} / ${seconds(Math.max(0, ...waits))}`)
       .join('   ');
     const swaps = o.requests > 0 ? ((o.swaps * 100) / o.requests).toFixed(1) : '-';
-    lines.push(`  ${o.order.padEnd(11)}  ${String(o.requests).padStart(8)}  ${swaps.padStart(9)}  ${seconds(o.totalMs).padStart(8)}  ${per}${o.denied > 0 ? `  (${o.denied} refused)` : ''}`);
+    const grant = o.maxGrantWaitMs === null ? '-' : seconds(o.maxGrantWaitMs);
+    lines.push(`  ${o.order.padEnd(11)}  ${String(o.requests).padStart(8)}  ${swaps.padStart(9)}  ${seconds(o.totalMs).padStart(8)}  ${grant.padStart(20)}  ${per}${o.denied > 0 ? `  (${o.denied} refused)` : ''}`);
   }
   const [strict, aware] = outcomes;
   if (strict && aware && aware.swaps > 0) lines.push(`  swaps fall by ${(strict.swaps / aware.swaps).toFixed(1)}x; total time ${(strict.totalMs / aware.totalMs).toFixed(2)}x shorter`);
