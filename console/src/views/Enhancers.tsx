@@ -44,14 +44,29 @@ function Install({ task, title, view, busy }: { task: 't2i' | 'i2i'; title: stri
   );
 }
 
+/** Where the enhancer may run (CONTRACT 8): every GPU, the CPU alone, or one GPU of the inventory. */
+function deviceChoices(device: string): Array<[string, string]> {
+  const gpus = status.value?.gpus ?? [];
+  const choices: Array<[string, string]> = [
+    ['auto', 'every GPU (rest in RAM)'],
+    ['cpu', 'CPU only (chat and TTS stay loaded)'],
+    ...gpus.map((g): [string, string] => [g.uuid, `${g.name} ${g.uuid}`]),
+  ];
+  // A GPU no longer in the inventory stays shown: the job is refused until it is back or changed.
+  if (!choices.some(([value]) => value === device)) choices.push([device, `${device} (not present)`]);
+  return choices;
+}
+
 function Switches({ profile }: { profile: ProfileView }) {
   const chosen = (profile as { prompt_enhancer?: { t2i: string | null; i2i: string | null; device: string } }).prompt_enhancer;
-  const save = (task: 't2i' | 'i2i', on: boolean) =>
+  const device = chosen?.device ?? 'auto';
+  const post = (change: Record<string, unknown>, done: string) =>
     attempt('Enhancer choice', async () => {
-      const next = { t2i: chosen?.t2i ? chosen.t2i : false, i2i: chosen?.i2i ? chosen.i2i : false, device: chosen?.device ?? 'auto', [task]: on ? null : false };
+      const next = { t2i: chosen?.t2i ? chosen.t2i : false, i2i: chosen?.i2i ? chosen.i2i : false, device, ...change };
       await api('POST', '/api/v1/profiles/prompt-enhancer', { id: profile.id, revision: profile.revision, prompt_enhancer: next });
-      notify('info', `${profile.name}: ${task} enhancer ${on ? 'on' : 'off'}.`);
+      notify('info', `${profile.name}: ${done}.`);
     });
+  const save = (task: 't2i' | 'i2i', on: boolean) => post({ [task]: on ? null : false }, `${task} enhancer ${on ? 'on' : 'off'}`);
   return (
     <tr data-profile={profile.name}>
       <th scope="row">{profile.name}</th>
@@ -62,6 +77,15 @@ function Switches({ profile }: { profile: ProfileView }) {
           </label>
         </td>
       ))}
+      <td>
+        <select aria-label={`Enhancer device of ${profile.name}`} value={device} onChange={(e) => void post({ device: e.currentTarget.value }, `enhancer device ${e.currentTarget.value}`)}>
+          {deviceChoices(device).map(([value, label]) => (
+            <option key={value} value={value}>
+              {label}
+            </option>
+          ))}
+        </select>
+      </td>
       <td>{profile.blockers.filter((b) => b.startsWith('prompt enhancer')).join('; ') || '—'}</td>
     </tr>
   );
@@ -104,7 +128,7 @@ export function Enhancers() {
         {profiles.length === 0 ? (
           <p class="empty">No image profile.</p>
         ) : (
-          <Table head={['Profile', 't2i', 'i2i', 'Enhancer blockers']}>
+          <Table head={['Profile', 't2i', 'i2i', 'Runs on', 'Enhancer blockers']}>
             {profiles.map((p) => (
               <Switches key={`${p.id}-${p.revision}`} profile={p} />
             ))}
