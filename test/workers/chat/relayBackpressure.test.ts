@@ -1,7 +1,8 @@
 // Backpressure in the SSE relay: a client that stops reading pauses the worker's response, so the
 // service holds about one buffer of the answer rather than all of it; reading again resumes the
 // worker and every byte arrives in order. The worker here is a local HTTP server that writes a
-// long SSE answer as fast as its socket takes it.
+// long SSE answer, larger than the kernel's socket buffers, as fast as its socket takes it.
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
@@ -10,7 +11,19 @@ import { CHAT_LIMITS, relayStream, type OpenedChat } from '../../../src/workers/
 import { until } from '../../helpers/until.js';
 
 const EVENT = Buffer.from(`data: ${JSON.stringify({ choices: [{ delta: { content: 'x'.repeat(1000) } }] })}\n\n`);
-const EVENTS = 4096; // about 4 MiB in all
+
+/** The most the kernel may buffer on a loopback connection (both sockets' autotuned maximum), from /proc. */
+function socketBufferMax(): number {
+  const max = (file: string) => Number(readFileSync(file, 'utf8').trim().split(/\s+/)[2] ?? 0) || 0;
+  try {
+    return max('/proc/sys/net/ipv4/tcp_rmem') + max('/proc/sys/net/ipv4/tcp_wmem');
+  } catch {
+    return 16 * 1024 * 1024;
+  }
+}
+// More than the kernel can hold in flight (32 MiB + 4 MiB here), so that a worker which finished
+// sending could only mean that the relay kept reading: at least 4 MiB, and 8 MiB beyond the buffers.
+const EVENTS = Math.max(4096, Math.ceil((socketBufferMax() + 8 * 1024 * 1024) / EVENT.length));
 
 t.test('a client that stops reading pauses the worker; reading again delivers every byte', async (t) => {
   let sent = 0;
