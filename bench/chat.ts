@@ -28,7 +28,10 @@
 //
 // The own-cost part also streams OWN_STREAM_TOKENS tokens from the stand-in (one write a timer
 // tick apart) on each of the three sides and reports this process's CPU time per token: what the
-// service's relay costs per token beyond the client's own parsing.
+// service's relay costs per token beyond the client's own parsing. A fourth side sends the same
+// requests through the service's other door, OpenAI's Responses API (`POST /v1/responses`, which
+// translates each request and each answer): its cost over chat completions', request by request
+// and token by token, has a target of its own (within 0.1 ms of chat completions per request).
 //
 // Run: npm run bench:chat [-- ROUNDS] (it measures the code as built: tsc compiles the service and
 // the bench into dist/ first; under tsx, esbuild's name helpers cost ~0.05 ms per request more).
@@ -77,8 +80,8 @@ const TOKEN = 'sd-bench-token-0123456789abcdefghijklmnop';
 /** The whole run's limit (about a minute on an idle 2-core machine). */
 const RUN_LIMIT_MS = 8 * 60_000;
 
-type SideName = 'direct' | 'direct again' | 'service' | ReferenceProxy['name'];
-const side = (name: SideName, port: number, headers: Record<string, string>): Side => makeSide(name, port, headers, SLOTS);
+type SideName = 'direct' | 'direct again' | 'service' | 'service, Responses API' | ReferenceProxy['name'];
+const side = (name: SideName, port: number, headers: Record<string, string>, door: Side['door'] = 'chat'): Side => makeSide(name, port, headers, SLOTS, door);
 const stream = (s: Side, maxTokens: number) => streamChat(s, NAME, maxTokens);
 
 const share = (total: number, round: number) => Math.floor((total * (round + 1)) / ROUNDS) - Math.floor((total * round) / ROUNDS);
@@ -130,7 +133,7 @@ async function startProfile(): Promise<{ stop(): Promise<void> } | undefined> {
  * The service's own cost against a stand-in worker that answers at once: the same keep-alive
  * client, requests in turn to the stand-in itself, to it again (the A/A floor) and to the service.
  */
-async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string[] }> {
+async function ownCost(root: string): Promise<{ figures: Figure[]; doors: Figure[]; floor: string[] }> {
   const fake = path.join(ROOT, 'test/fixtures/fake-llama-server.mjs');
   const model = await writeTinyModel(path.join(root, 'own.gguf'));
   // The worker's environment is an allowlist: the stand-in's mode travels in a wrapper script.
@@ -157,16 +160,20 @@ async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string
     const until = Date.now() + 10_000;
     while (!own.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
     await healthy(standPort, stand, 10_000);
-    const sides = [side('direct', standPort, {}), side('direct again', standPort, {}), side('service', own.inferenceAddress()?.port ?? 0, { authorization: `Bearer ${TOKEN}` })] as const;
+    const servicePort = own.inferenceAddress()?.port ?? 0;
+    const sides = [side('direct', standPort, {}), side('direct again', standPort, {}), side('service', servicePort, { authorization: `Bearer ${TOKEN}` })] as const;
+    // The same requests through the Responses API, translated there and back.
+    const responses = side('service, Responses API', servicePort, { authorization: `Bearer ${TOKEN}` }, 'responses');
+    const doors = [...sides, responses];
     // The floor: the same requests through three proxies that only forward (bench/proxies.ts).
     const floors = references.proxies.map((proxy) => side(proxy.name, proxy.port, {}));
-    const measured = [...sides, ...floors];
+    const measured = [...doors, ...floors];
     const body = { model: NAME, messages: MESSAGES, max_tokens: 1 };
     for (let i = 0; i < 100; i++) for (const s of measured) await chat(s, body);
     // This process's CPU time around each request: the client's share is the same on every side,
     // so the service's difference is its own CPU work per request, which other processes on the
     // machine do not stretch as they stretch latencies.
-    const cpu = new Map(sides.map((s) => [s, 0]));
+    const cpu = new Map(doors.map((s) => [s, 0]));
     const profiler = await startProfile();
     for (let i = 0; i < OWN_REQUESTS; i++) {
       for (const s of turn(measured, i)) {
@@ -179,9 +186,9 @@ async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string
     await profiler?.stop();
     // The relay's cost per token: streams of OWN_STREAM_TOKENS tokens, one write a tick apart, this
     // process's CPU time per token (the client's parsing is the same on every side).
-    const tokenCpu = new Map(sides.map((s) => [s, [] as number[]]));
+    const tokenCpu = new Map(doors.map((s) => [s, [] as number[]]));
     for (let i = 0; i < OWN_STREAMS; i++) {
-      for (const s of turn(sides, i)) {
+      for (const s of turn(doors, i)) {
         const before = process.cpuUsage();
         const streamed = await stream(s, OWN_STREAM_TOKENS);
         const used = process.cpuUsage(before);
@@ -205,11 +212,29 @@ async function ownCost(root: string): Promise<{ figures: Figure[]; floor: string
       line(sides[2], 'the service'),
       `  the service beyond the listener proxy: ${signed(added(sides[2], 50) - added(listener, 50))} ms at p50, ${signed(perRequest(sides[2]) - perRequest(listener))} ms CPU per request`,
     ];
+    // The Responses door against chat completions, both through the service: `direct` is chat
+    // completions, `service` the Responses API, and A/A the run's own noise floor (direct again
+    // over direct, on top of chat completions).
+    const noise = (pick: (s: Side) => number) => pick(sides[2]) + pick(sides[1]) - pick(sides[0]);
+    const door = (label: string, pick: (s: Side) => number, digits: number, limit?: number): Figure => ({
+      label,
+      direct: pick(sides[2]),
+      again: noise(pick),
+      service: pick(responses),
+      digits,
+      ...(limit === undefined ? {} : { target: { kind: 'added' as const, limit } }),
+    });
     return {
       figures: [
         ...spread('own cost: latency (ms)', (s) => s.latencies, sides, 3, { 50: { kind: 'added', limit: 0.3 }, 99: { kind: 'added', limit: 0.6 } }),
         { label: 'own cost: CPU per request (ms)', direct: perRequest(sides[0]), again: perRequest(sides[1]), service: perRequest(sides[2]), digits: 3 },
         { label: `own cost: CPU per streamed token (µs)`, direct: perToken(sides[0]), again: perToken(sides[1]), service: perToken(sides[2]), digits: 1 },
+      ],
+      doors: [
+        door('Responses: latency p50 (ms)', (s) => percentile(s.latencies, 50), 3, 0.1),
+        door('Responses: latency p99 (ms)', (s) => percentile(s.latencies, 99), 3),
+        door('Responses: CPU per request (ms)', perRequest, 3, 0.1),
+        door('Responses: CPU per token (µs)', perToken, 1),
       ],
       floor,
     };
@@ -345,6 +370,8 @@ try {
   console.log(`\nservice's own cost against an instant stand-in worker (test/fixtures/fake-llama-server.mjs, ${OWN_REQUESTS} requests per side); ${conditions()}`);
   if (!report(own.figures)) met = false;
   console.log(own.floor.join('\n'));
+  console.log(`\nthe Responses API over chat completions, both through the service (direct: chat completions; service: /v1/responses; A/A: the run's noise floor)`);
+  if (!report(own.doors)) met = false;
   if (!met) process.exitCode = 1;
 } catch (error) {
   if (tail.length > 0) console.error(`direct llama-server output (tail):\n${tail.join('').slice(-4000)}`);

@@ -32,6 +32,8 @@ export interface Side {
   name: string;
   port: number;
   headers: Record<string, string>;
+  /** The door its requests take: chat completions, or OpenAI's Responses API (the service only). */
+  door: 'chat' | 'responses';
   /** Keep-alive connections for the non-streamed requests. */
   agent: http.Agent;
   /** The keep-alive connections an agent keeps (the slot count). */
@@ -55,10 +57,11 @@ const keepAlive = (sockets: number) => {
   return agent;
 };
 
-export const side = (name: string, port: number, headers: Record<string, string>, sockets: number): Side => ({
+export const side = (name: string, port: number, headers: Record<string, string>, sockets: number, door: Side['door'] = 'chat'): Side => ({
   name,
   port,
   headers,
+  door,
   agent: keepAlive(sockets),
   sockets,
   latencies: [],
@@ -85,8 +88,19 @@ export function closeAgents(): void {
  * long as it is used, so more keep-alive clients than threads starve the rest); resolves with its
  * time in ms.
  */
+/** A chat completion request as the side's door takes it: the Responses API's for the same request. */
+const asked = (s: Side, body: Record<string, unknown>): { path: string; payload: Buffer } =>
+  s.door === 'chat'
+    ? { path: '/v1/chat/completions', payload: Buffer.from(JSON.stringify(body)) }
+    : {
+        path: '/v1/responses',
+        payload: Buffer.from(
+          JSON.stringify({ model: body.model, input: body.messages, max_output_tokens: body.max_tokens, ...(body.stream === true ? { stream: true } : {}) }),
+        ),
+      };
+
 export function chat(s: Side, body: Record<string, unknown>, fresh = false): Promise<number> {
-  const payload = Buffer.from(JSON.stringify(body));
+  const { path, payload } = asked(s, body);
   return new Promise((resolve, fail) => {
     const start = performance.now();
     const timer = setTimeout(() => {
@@ -101,7 +115,7 @@ export function chat(s: Side, body: Record<string, unknown>, fresh = false): Pro
       {
         host: '127.0.0.1',
         port: s.port,
-        path: '/v1/chat/completions',
+        path,
         method: 'POST',
         agent: fresh ? false : s.agent,
         headers: { ...s.headers, 'content-type': 'application/json', 'content-length': payload.length, ...(fresh ? { connection: 'close' } : {}) },
@@ -134,9 +148,7 @@ export interface Streamed {
 
 /** One streamed request for `model` on a fresh connection, read to its end. */
 export function stream(s: Side, model: string, maxTokens: number): Promise<Streamed> {
-  const payload = Buffer.from(
-    JSON.stringify({ model, messages: MESSAGES, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } }),
-  );
+  const { path, payload } = asked(s, { model, messages: MESSAGES, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } });
   return new Promise((resolve, fail) => {
     const start = performance.now();
     let firstMs = NaN;
@@ -151,18 +163,27 @@ export function stream(s: Side, model: string, maxTokens: number): Promise<Strea
       fail(error);
     };
     const event = (text: string) => {
-      if (!text.startsWith('data: ') || text === 'data: [DONE]') return;
-      const chunk = JSON.parse(text.slice(6)) as { choices?: Array<{ delta?: { role?: string; content?: string | null } }>; usage?: { completion_tokens?: number }; error?: unknown };
-      if (chunk.error) throw new Error(`${s.name}: stream error ${JSON.stringify(chunk.error)}`);
+      // A Responses event has its `event:` line first; its data is the line after.
+      const data = s.door === 'responses' ? text.slice(text.indexOf('\n') + 1) : text;
+      if (!data.startsWith('data: ') || data === 'data: [DONE]') return;
+      const chunk = JSON.parse(data.slice(6)) as {
+        choices?: Array<{ delta?: { role?: string; content?: string | null } }>;
+        usage?: { completion_tokens?: number };
+        error?: unknown;
+        type?: string;
+        response?: { usage?: { output_tokens?: number }; error?: unknown };
+      };
+      if (chunk.error || chunk.type === 'response.failed') throw new Error(`${s.name}: stream error ${JSON.stringify(chunk.error ?? chunk.response?.error)}`);
       const delta = chunk.choices?.[0]?.delta;
-      if (Number.isNaN(firstMs) && delta && (delta.role || delta.content)) firstMs = performance.now() - start;
+      if (Number.isNaN(firstMs) && ((delta && (delta.role || delta.content)) || chunk.type === 'response.output_text.delta')) firstMs = performance.now() - start;
       if (chunk.usage?.completion_tokens !== undefined) tokens = chunk.usage.completion_tokens;
+      if (chunk.response?.usage?.output_tokens !== undefined) tokens = chunk.response.usage.output_tokens;
     };
     const request = http.request(
       {
         host: '127.0.0.1',
         port: s.port,
-        path: '/v1/chat/completions',
+        path,
         method: 'POST',
         agent: false,
         headers: { ...s.headers, 'content-type': 'application/json', 'content-length': payload.length, accept: 'text/event-stream' },

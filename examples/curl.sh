@@ -1,6 +1,6 @@
 #!/bin/sh
-# The inference API with curl: health, the model lists, a chat answer, a streamed answer, and
-# speech into a WAV file in a new temporary folder.
+# The inference API with curl: health, the model lists, a chat answer, a streamed answer, the
+# same through the Responses API, and speech into a WAV file in a new temporary folder.
 # Run: TOKEN=sd-... sh examples/curl.sh     (API for another inference address)
 set -eu
 
@@ -23,6 +23,12 @@ curl -s "$API/v1/chat/completions" -H "Authorization: Bearer $TOKEN" -H 'Content
 curl -N -s "$API/v1/chat/completions" -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
   -d '{"model":"tiny-chat","messages":[{"role":"user","content":"Hello"}],"max_tokens":3,
        "stream":true,"stream_options":{"include_usage":true}}'
+
+curl -s "$API/v1/responses" -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+  -d '{"model":"tiny-chat","instructions":"Be brief.","input":"Hello","max_output_tokens":8}'
+
+curl -N -s "$API/v1/responses" -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+  -d '{"model":"tiny-chat","input":"Hello","max_output_tokens":2,"stream":true}'
 
 curl -s "$API/v1/audio/speech" -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
   -d '{"model":"speaker","input":"Guten Morgen!","voice":"nova"}' -o morgen.wav

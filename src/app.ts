@@ -38,6 +38,7 @@ import { adminEndpointRoutes } from './routes/admin/endpoint.js';
 import { adminProfileRoutes } from './routes/admin/profiles.js';
 import { adminSessionRoutes } from './routes/admin/session.js';
 import { chatRoutes } from './routes/inference/chat.js';
+import { responsesRoutes } from './routes/inference/responses.js';
 import { healthRoutes } from './routes/inference/health.js';
 import { speechRoutes } from './routes/inference/speech.js';
 import { transcriptionRoutes } from './routes/inference/transcriptions.js';
@@ -162,6 +163,7 @@ export async function buildInferenceApp(service: Service): Promise<App> {
   await app.register(healthRoutes, { service });
   await app.register(modelRoutes, { service });
   await app.register(chatRoutes, { service, limits: service.chatLimits });
+  await app.register(responsesRoutes, { service, limits: service.chatLimits });
   // Multipart forms (transcriptions): one file of at most 8 MiB, a few short fields.
   await app.register(fastifyMultipart, { limits: { fileSize: TRANSCRIPTION_WAV.maxBytes, files: 1, fields: 10, fieldSize: 1024, parts: 12 } });
   await app.register(transcriptionRoutes, { service });

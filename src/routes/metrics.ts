@@ -116,12 +116,21 @@ function recordUsage(series: ChatSeries, usage: AnswerUsage | undefined): void {
   if (usage.perSecond !== undefined && usage.perSecond > 0) series.tokensPerSecond.observe(usage.perSecond);
 }
 
+/** How a door other than chat completions rewrites the worker's events as they pass (the Responses API). */
+export interface StreamTranslation {
+  /** This door's events for a chunk of the worker's whole events. */
+  chunk(events: Buffer): string;
+  /** This door's last events, once the worker's stream is over. */
+  end(): string;
+}
+
 /**
  * A chat stream's own output stream (the route writes the relayed events into it, Fastify sends
- * it): passes every chunk unchanged, notes the first one's time and reads the usage from the end.
- * Being the stream itself, it costs no stream of its own in between, on every token. Its series
- * are looked up when they are recorded: a profile deleted or renamed while it streams has had its
- * series removed, and a child bound before would bring them back.
+ * it): passes every chunk on (unchanged, or as its door's `translation` of it), notes the first
+ * one's time and reads the usage from the worker's last chunks. Being the stream itself, it costs
+ * no stream of its own in between, on every token. Its series are looked up when they are
+ * recorded: a profile deleted or renamed while it streams has had its series removed, and a child
+ * bound before would bring them back.
  */
 export class ChatStreamTap extends Transform {
   #first = true;
@@ -131,6 +140,7 @@ export class ChatStreamTap extends Transform {
   constructor(
     readonly reply: FastifyReply,
     readonly series: () => ChatSeries,
+    readonly translation?: StreamTranslation,
   ) {
     super();
   }
@@ -142,20 +152,34 @@ export class ChatStreamTap extends Transform {
     }
     this.#previous = this.#last;
     this.#last = chunk;
-    done(null, chunk);
+    if (!this.translation) {
+      done(null, chunk);
+      return;
+    }
+    const translated = this.translation.chunk(chunk);
+    done(null, translated === '' ? undefined : translated);
   }
 
   override _flush(done: TransformCallback): void {
     const parts = [this.#previous, this.#last].filter((part): part is Buffer => part !== undefined);
     recordUsage(this.series(), answerUsage(Buffer.concat(parts).subarray(-TAIL_BYTES)));
-    done();
+    const last = this.translation?.end();
+    done(null, last === '' ? undefined : last);
   }
 }
 
-/** The output stream of one chat stream, measuring it as it passes (see ChatStreamTap). */
-export function chatStreamTap(metrics: Metrics, profiles: ProfileStore, request: FastifyRequest, reply: FastifyReply): ChatStreamTap {
+/** The output stream of one chat stream on its route, measuring it as it passes (see ChatStreamTap). */
+export function chatStreamTap(metrics: Metrics, profiles: ProfileStore, request: FastifyRequest, reply: FastifyReply, translation?: StreamTranslation): ChatStreamTap {
   const model = modelLabel(request, profiles);
-  return new ChatStreamTap(reply, () => metrics.chat(CHAT_ROUTE, model));
+  const route = request.routeOptions.url ?? CHAT_ROUTE;
+  return new ChatStreamTap(reply, () => metrics.chat(route, model), translation);
+}
+
+/** A buffered chat answer (the worker's chat completion) measured: its first byte is the whole answer, so its time is now; its usage is at its end. */
+export function measureAnswer(metrics: Metrics, profiles: ProfileStore, request: FastifyRequest, reply: FastifyReply, answer: Buffer | string): void {
+  const series = metrics.chat(request.routeOptions.url ?? CHAT_ROUTE, modelLabel(request, profiles));
+  series.firstToken.observe(reply.elapsedTime / 1000);
+  recordUsage(series, answerUsage(Buffer.isBuffer(answer) ? answer.subarray(-TAIL_BYTES) : Buffer.from(answer.slice(-TAIL_BYTES))));
 }
 
 /**
@@ -167,9 +191,7 @@ export function chatAnswerMetrics(metrics: Metrics, profiles: ProfileStore) {
   // The callback form: no promise per response on the inference listener's path.
   return (request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (error: null, payload: unknown) => void): void => {
     if (reply.statusCode === 200 && request.routeOptions.url === CHAT_ROUTE && (Buffer.isBuffer(payload) || typeof payload === 'string')) {
-      const series = metrics.chat(CHAT_ROUTE, modelLabel(request, profiles));
-      series.firstToken.observe(reply.elapsedTime / 1000);
-      recordUsage(series, answerUsage(Buffer.isBuffer(payload) ? payload.subarray(-TAIL_BYTES) : Buffer.from(payload.slice(-TAIL_BYTES))));
+      measureAnswer(metrics, profiles, request, reply, payload);
     }
     done(null, payload);
   };

@@ -1,6 +1,7 @@
 // The operator's chat test (spec 2.5, 4.7) against the real llama-server: timings and usage from
-// the final stream reply, cancel while streaming and during its own model start, the explicit
-// unload (refused with active requests), the route errors, and nothing of prompt or answer in the log.
+// the final stream reply, through either door (chat completions or the Responses API), cancel
+// while streaming and during its own model start, the explicit unload (refused with active
+// requests), the route errors, and nothing of prompt or answer in the log.
 import { chmod, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +12,7 @@ import { until } from '../helpers/until.js';
 
 interface Job {
   id: string;
+  api: string;
   phase: string;
   answer: string;
   finish_reason: string | null;
@@ -70,6 +72,20 @@ t.test('a chat test reports timings and usage; a cancel leaves them empty; unloa
   t.equal(again.phase, 'done');
   t.ok((again.usage?.cached_tokens ?? 0) > 0, 'the second run reused context');
   t.ok((again.timings.prefill?.tokens ?? Infinity) < (again.usage?.prompt_tokens ?? 0), 'prefill counts only the computed tokens, usage the whole input');
+  t.equal(done.api, 'chat_completions', 'the default door is chat completions');
+
+  // The other door: the answer, its end and its usage from the Responses events; the worker's timings.
+  const viaResponses = await b.admin('POST', '/api/v1/chat-tests/start', {
+    profile_id: id,
+    messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: PROMPT }],
+    max_tokens: 8,
+    api: 'responses',
+  });
+  t.equal(viaResponses.status, 202);
+  const door = await ended(b);
+  t.match(door, { api: 'responses', phase: 'done', finish_reason: 'max_output_tokens', usage: { completion_tokens: 8 }, timings: { generation: { tokens: 8 } } }, 'a test through the Responses API');
+  t.ok(door.answer.length > 0, `with its answer (${JSON.stringify(door.answer)})`);
+  t.ok((door.usage?.prompt_tokens ?? 0) > (again.usage?.prompt_tokens ?? 0), 'the system message reached the worker');
 
   // A long test: the unload is refused while it runs, the cancel closes its connection.
   const long = await b.admin('POST', '/api/v1/chat-tests/start', { profile_id: id, messages: [{ role: 'user', content: 'go on' }], max_tokens: 4000 });
@@ -173,6 +189,7 @@ t.test('chat test route errors', async (t) => {
   t.same(await start({ profile_id: missingFile, messages }), [409, 'profile_not_executable'], 'a profile with a blocker');
   t.same(await start({ profile_id: chat, messages: [] }), [400, 'invalid_value'], 'at least one message');
   t.same(await start({ profile_id: chat, messages, temperature: 1 }), [400, 'unknown_parameter']);
+  t.same(await start({ profile_id: chat, messages, api: 'assistants' }), [400, 'invalid_value'], 'chat_completions or responses only');
   t.same(await start({ profile_id: chat, messages: [{ role: 'user', content: [{ type: 'image_url' }] }] }), [400, 'invalid_value'], 'text messages only');
   const cancel = await b.admin('POST', '/api/v1/chat-tests/cancel', {});
   t.same(((await cancel.json()) as { cancelled: boolean }).cancelled, false, 'nothing to cancel');

@@ -2,7 +2,7 @@
 // real `service-deck serve` (built dist/ and dist/console), the tiny chat model on the real
 // llama-server and the stand-in sd-cli. Everything goes through the page: login, a chat profile
 // created from the schema form and published, the listener started, a chat test whose tokens
-// appear as they stream, the worker in the overview and its state chart in its loaded state,
+// appear as they stream (and one more through the Responses API), the worker in the overview and its state chart in its loaded state,
 // unpublish, logout; an image test with its progress, a 409 while busy, then the picture. The
 // page's console shows no error, and no request leaves the service's origin.
 // SERVICE_DECK_SCREENSHOTS=docs/screenshots writes the README's screenshots.
@@ -84,6 +84,18 @@ t.test('the console in chromium: every admin task of a chat profile, live overvi
   t.match(facts, /Usage\d+ prompt \+ \d+ completion = \d+ tokens/, 'usage shown');
   t.equal(await page.locator('.msg.user').count(), 1, 'the question is in the conversation');
   await shot(page, 'chat-test');
+
+  // The same conversation through the other door, OpenAI's Responses API.
+  await page.getByLabel('API', { exact: true }).selectOption({ label: 'Responses API (/v1/responses)' });
+  await page.getByLabel('Max tokens').fill('32');
+  await page.getByLabel('Message', { exact: true }).fill('And through the other door');
+  await page.getByRole('button', { name: 'Send' }).click();
+  await page.locator('.msg.assistant:not(.streaming)').nth(1).waitFor({ timeout: 120_000 });
+  await page.getByText('Responses API (/v1/responses)', { exact: true }).last().waitFor();
+  const doorFacts = await page.locator('.facts').textContent();
+  t.match(doorFacts, /APIResponses API \(\/v1\/responses\)Phasedone/, 'the second test went through the Responses API');
+  t.match(doorFacts, /Usage\d+ prompt \+ 32 completion = \d+ tokens/, 'its usage shown');
+  t.equal(await page.locator('.msg.user').count(), 2, 'both questions are in the conversation');
 
   // Overview: the chat worker, loaded.
   await goTo(page, 'Overview');

@@ -13,7 +13,7 @@ import { docBlocks, examplesDir } from '../helpers/docBlocks.js';
 import { llamaServerPath } from '../helpers/llama.js';
 import { spawnCli } from '../helpers/spawn.js';
 
-// The demo's start and twelve scripts, some of which start a worker: about a minute on 2 cores.
+// The demo's start and thirteen scripts, some of which start a worker: about a minute on 2 cores.
 t.setTimeout(300_000);
 
 /** Each example, how it is run, and what its output must show. */
@@ -26,6 +26,7 @@ const EXAMPLES: Array<{ file: string; expect: RegExp[] }> = [
   { file: 'stream.mjs', expect: [/completion_tokens: 32/] },
   { file: 'tools.mjs', expect: [/get_weather\(\{ ?"city" ?: ?"Berlin" ?\}\)/, /\d+ call\(s\) answered; the model says:/] },
   { file: 'structured.mjs', expect: [/\{ pick: '(yes|no)' \}/, /^high$/m] },
+  { file: 'responses.mjs', expect: [/^incomplete \{/m, /output_tokens: 32/, /^incomplete: 32 tokens$/m, /get_weather\(\{ ?"city" ?: ?"Berlin" ?\}\)/, /\d+ call\(s\) answered; the model says:/] },
   { file: 'errors.mjs', expect: [/^400 invalid_value n$/m, /^404 model_not_found$/m, /^401 invalid_api_key$/m] },
   { file: 'models.mjs', expect: [/^tiny-chat$/m, /owned_by: 'service-deck'/, /\/images\/models \[\]/, /\/audio\/speech\/models \[ 'speaker' \]/, /\/audio\/transcriptions\/models \[ 'listener' \]/] },
   { file: 'speech.mjs', expect: [/morning\.wav: \d{4,} bytes at 22050 Hz/, /hello\.wav: \d{4,} bytes at 22050 Hz/] },
@@ -39,7 +40,15 @@ const EXAMPLES: Array<{ file: string; expect: RegExp[] }> = [
   },
   {
     file: 'curl.sh',
-    expect: [/\{"status":"ok","endpoint":"running"\}/, /"id":"tiny-chat"/, /"object":"chat\.completion"/, /^data: \[DONE\]$/m, /speech: .*morgen\.wav \(\d{4,} bytes\)/],
+    expect: [
+      /\{"status":"ok","endpoint":"running"\}/,
+      /"id":"tiny-chat"/,
+      /"object":"chat\.completion"/,
+      /^data: \[DONE\]$/m,
+      /"object":"response",.*"status":"incomplete"/,
+      /^event: response\.incomplete$/m,
+      /speech: .*morgen\.wav \(\d{4,} bytes\)/,
+    ],
   },
 ];
 

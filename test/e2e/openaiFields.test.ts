@@ -22,6 +22,8 @@ import { IMAGE_EDIT_FIELDS, IMAGE_GENERATION_FIELDS, generationSchema } from '..
 import { SPEECH_EXTENSIONS, SPEECH_FIELDS, speechRequestSchema } from '../../src/workers/speech/speech.schema.js';
 import { TRANSCRIPTION_FIELDS } from '../../src/workers/speech/transcription.schema.js';
 import { CHAT_EXTENSIONS, CHAT_FIELDS, chatRequestSchema, upstreamBody } from '../../src/workers/chat/chat.schema.js';
+import { chatRequestOf } from '../../src/workers/chat/responses.js';
+import { RESPONSES_FIELDS, responsesRequestSchema } from '../../src/workers/chat/responses.schema.js';
 import { FATES, type Fate, type FieldFates } from '../../src/workers/fields.js';
 import { chatParamsSchema } from '../../src/store/profile.schema.js';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
@@ -56,9 +58,13 @@ interface RequestTable {
   refusedValues: Array<[string, Body]>;
   /** Files of a multipart form, by field. */
   files?: Record<string, Buffer>;
+  /** How a stream of the route ends (chat completions: `data: [DONE]`). */
+  streamEnd?: RegExp;
 }
 
 const tools = [{ type: 'function', function: { name: 'weather', description: 'the weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+/** The same function as a Responses API tool. */
+const responseTools = [{ type: 'function', name: 'weather', description: 'the weather', parameters: { type: 'object', properties: { city: { type: 'string' } } }, strict: false }];
 
 /** The plausible values of the fields image generations and edits share. */
 const IMAGE_PLAUSIBLE: Record<string, Body> = {
@@ -138,6 +144,54 @@ const TABLES: RequestTable[] = [
       ['n', { n: 2 }],
       ['store', { store: true }],
       ['modalities', { modalities: ['text', 'audio'] }],
+    ],
+  },
+  {
+    schema: 'CreateResponse',
+    route: '/v1/responses',
+    multipart: false,
+    fates: RESPONSES_FIELDS,
+    schemaKeys: Object.keys(responsesRequestSchema.shape),
+    // OpenAI's least max_output_tokens is 16.
+    base: (model) => ({ model, input: 'Hello', max_output_tokens: 16 }),
+    streamEnd: /^event: response\.(completed|incomplete)$/m,
+    plausible: {
+      model: {},
+      input: { input: [{ role: 'developer', content: 'Be brief.' }, { role: 'user', content: 'Hello' }] },
+      instructions: { instructions: 'Be brief.' },
+      temperature: { temperature: 0.7 },
+      top_p: { top_p: 0.9 },
+      top_logprobs: { include: ['message.output_text.logprobs'], top_logprobs: 2 },
+      include: { include: ['message.output_text.logprobs'] },
+      max_output_tokens: { max_output_tokens: 20 },
+      tools: { tools: responseTools },
+      tool_choice: { tools: responseTools, tool_choice: 'auto' },
+      parallel_tool_calls: { tools: responseTools, parallel_tool_calls: false },
+      text: { text: { format: { type: 'json_object' }, verbosity: 'low' } },
+      reasoning: { reasoning: { effort: 'low', summary: 'auto' } },
+      stream: { stream: true },
+      stream_options: { stream: true, stream_options: { include_obfuscation: false } },
+      truncation: { truncation: 'disabled' },
+      store: { store: false },
+      background: { background: false },
+      metadata: { metadata: { team: 'docs' } },
+      user: { user: 'user-1234' },
+      safety_identifier: { safety_identifier: 'a1b2c3' },
+      prompt_cache_key: { prompt_cache_key: 'faq-bot' },
+      prompt_cache_retention: { prompt_cache_retention: '24h' },
+      prompt_cache_options: { prompt_cache_options: { ttl: '30m' } },
+      service_tier: { service_tier: 'flex' },
+      max_tool_calls: { max_tool_calls: 2 },
+      previous_response_id: { previous_response_id: 'resp_123' },
+      conversation: { conversation: 'conv_123' },
+      prompt: { prompt: { id: 'pmpt_123' } },
+      context_management: { context_management: [{ type: 'compaction', compact_threshold: 2000 }] },
+      moderation: { moderation: { model: 'omni-moderation-latest' } },
+    },
+    refusedValues: [
+      ['store', { store: true }],
+      ['background', { background: true }],
+      ['truncation', { truncation: 'auto' }],
     ],
   },
   {
@@ -294,14 +348,19 @@ t.test('each field alone gets its fate at the route: accepted up to the profile 
   }
 });
 
-t.test('the chat worker gets the passed fields, and none of the ignored ones', async (t) => {
-  const chat = TABLES[0]!;
+t.test('the chat worker gets the passed fields, and none of the ignored ones, through either door', async (t) => {
   const profile = { name: 'tiny', params: chatParamsSchema.parse({ model: '/m.gguf' }) };
-  for (const [field, fate] of Object.entries(CHAT_FIELDS) as Array<[string, Fate]>) {
-    if (fate !== 'passed' && fate !== 'ignored') continue;
-    const body = upstreamBody(chatRequestSchema.parse({ ...chat.base('tiny'), ...chat.plausible[field] }), profile);
-    if (fate === 'passed') t.same(body[field], chat.plausible[field]![field], `${field} reaches the worker as it was sent`);
-    else t.notOk(field in body, `${field} does not reach the worker`);
+  const doors = [
+    { table: TABLES[0]!, body: (request: Body) => upstreamBody(chatRequestSchema.parse(request), profile) },
+    { table: TABLES[1]!, body: (request: Body) => upstreamBody(chatRequestOf(responsesRequestSchema.parse(request)), profile) },
+  ];
+  for (const { table, body: upstream } of doors) {
+    for (const [field, fate] of Object.entries(table.fates) as Array<[string, Fate]>) {
+      if (fate !== 'passed' && fate !== 'ignored') continue;
+      const body = upstream({ ...table.base('tiny'), ...table.plausible[field] });
+      if (fate === 'passed') t.same(body[field], table.plausible[field]![field], `${table.route} ${field} reaches the worker as it was sent`);
+      else t.notOk(field in body, `${table.route} ${field} does not reach the worker`);
+    }
   }
 });
 
@@ -318,10 +377,11 @@ function everyAccepted(table: RequestTable, model: string, without: string[] = [
  * reaches the client as invalid_value, as any request error of the worker): the chat request goes
  * once without the stream, and once streamed without the logprobs.
  */
-const realRequests = (table: RequestTable, model: string): Body[] =>
-  table.schema === 'CreateChatCompletionRequest'
-    ? [everyAccepted(table, model, ['stream', 'stream_options']), everyAccepted(table, model, ['logprobs', 'top_logprobs'])]
-    : [everyAccepted(table, model)];
+const realRequests = (table: RequestTable, model: string): Body[] => {
+  if (table.schema === 'CreateChatCompletionRequest') return [everyAccepted(table, model, ['stream', 'stream_options']), everyAccepted(table, model, ['logprobs', 'top_logprobs'])];
+  if (table.schema === 'CreateResponse') return [everyAccepted(table, model, ['stream', 'stream_options']), everyAccepted(table, model, ['include', 'top_logprobs'])];
+  return [everyAccepted(table, model)];
+};
 
 async function publish(t: Test, b: Built, profile: Body): Promise<void> {
   const created = await b.admin('POST', '/api/v1/profiles', profile);
@@ -342,13 +402,13 @@ t.test('every accepted field at once, through the real workers: 200', async (t) 
   await publish(t, b, { name: 'painter', category: 'image', params: { model: painterModel, width: 64, height: 64, steps: 2, referenceImages: 4 } });
   await publish(t, b, { name: 'speaker', category: 'tts', params: {} });
   await publish(t, b, { name: 'listener', category: 'stt', params: { defaultLanguage: 'en' } });
-  const models: Record<string, string> = { CreateChatCompletionRequest: 'tiny', CreateImageRequest: 'service-image', CreateImageEditRequest: 'service-image', CreateSpeechRequest: 'speaker', CreateTranscriptionRequest: 'listener' };
+  const models: Record<string, string> = { CreateChatCompletionRequest: 'tiny', CreateResponse: 'tiny', CreateImageRequest: 'service-image', CreateImageEditRequest: 'service-image', CreateSpeechRequest: 'speaker', CreateTranscriptionRequest: 'listener' };
   for (const table of TABLES) {
     for (const body of realRequests(table, models[table.schema]!)) {
       const response = await send(b, table, body);
       const text = Buffer.from(await response.arrayBuffer()).toString('utf8');
       t.equal(response.status, 200, `${table.route} with ${Object.keys(body).join(', ')}: 200 (${response.status === 200 ? 'ok' : text})`);
-      if (body.stream === true) t.match(text, /data: \[DONE\]/, 'the stream ran to its end');
+      if (body.stream === true) t.match(text, table.streamEnd ?? /data: \[DONE\]/, 'the stream ran to its end');
     }
   }
 });

@@ -112,3 +112,26 @@ export function requestFields(name: string): string[] {
   if (fields.size === 0) throw new Error(`${name} has no fields in ${OPENAPI_FILE}`);
   return [...fields].sort();
 }
+
+/**
+ * The `type` values of a union schema's branches (oneOf/anyOf, through $refs and nested unions):
+ * `Tool` gives `function`, `file_search`, `web_search`, …; a branch without a `type` gives none.
+ */
+export function unionTypes(name: string): string[] {
+  const document = JSON.parse(readFileSync(documentFile(), 'utf8')) as Record<string, unknown>;
+  const types = new Set<string>();
+  const visit = (node: Record<string, unknown>) => {
+    if (typeof node.$ref === 'string') return visit(resolveRef(document, node.$ref));
+    const branches = [...((node.oneOf as Array<Record<string, unknown>> | undefined) ?? []), ...((node.anyOf as Array<Record<string, unknown>> | undefined) ?? [])];
+    if (branches.length > 0) {
+      for (const branch of branches) visit(branch);
+      return;
+    }
+    let type = (node.properties as Record<string, Record<string, unknown>> | undefined)?.type;
+    if (type && Array.isArray(type.anyOf)) type = (type.anyOf as Array<Record<string, unknown>>)[0];
+    for (const value of (type?.enum as unknown[] | undefined) ?? []) if (typeof value === 'string') types.add(value);
+  };
+  visit(resolveRef(document, `#/components/schemas/${name}`));
+  if (types.size === 0) throw new Error(`${name} has no typed branches in ${OPENAPI_FILE}`);
+  return [...types].sort();
+}

@@ -1,7 +1,8 @@
 // The chat test (spec 4.7): through the admin API only, the same scheduler and worker as the API,
 // no publication needed. The conversation lives only in this page's memory (a module signal: gone
 // at reload or logout); the server holds only the current job. Tokens appear as the event stream
-// brings them; cancel, unload, timings and usage are shown.
+// brings them; cancel, unload, timings and usage are shown. A test goes through either door of
+// the chat worker: chat completions, or OpenAI's Responses API.
 import { signal } from '@preact/signals';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api } from '../api.js';
@@ -28,11 +29,18 @@ session.subscribe((state) => {
 
 const ENDED = new Set(['done', 'cancelled', 'failed']);
 
+/** The doors a test may take, as the admin API names them. */
+const APIS: Array<[ChatTestJob['api'], string]> = [
+  ['chat_completions', 'Chat completions (/v1/chat/completions)'],
+  ['responses', 'Responses API (/v1/responses)'],
+];
+
 function Measurements({ job }: { job: ChatTestJob }) {
   const { prefill, generation } = job.timings;
   return (
     <Facts
       items={[
+        ['API', APIS.find(([value]) => value === job.api)?.[1] ?? job.api],
         ['Phase', job.phase + (job.position !== null ? ` (position ${job.position})` : '')],
         ['Prefill', prefill ? `${prefill.tokens} tokens in ${duration(prefill.ms)} (${prefill.tokens_per_second} tokens/s)` : '—'],
         ['Generation', generation ? `${generation.tokens} tokens in ${duration(generation.ms)} (${generation.tokens_per_second} tokens/s)` : '—'],
@@ -48,6 +56,7 @@ export function ChatTest() {
   const [text, setText] = useState('');
   const [system, setSystem] = useState('');
   const [maxTokens, setMaxTokens] = useState(256);
+  const [door, setDoor] = useState<ChatTestJob['api']>('chat_completions');
   const job = chatTest.value;
   const ours = job && job.id === pending.value?.jobId ? job : null;
   const running = job !== null && !ENDED.has(job.phase);
@@ -76,7 +85,7 @@ export function ChatTest() {
     const content = text.trim();
     if (!content || !profileId) return;
     const messages: Message[] = [...(system.trim() ? [{ role: 'system' as const, content: system.trim() }] : []), ...history.value, { role: 'user', content }];
-    const started = await attempt('Chat test', () => api<{ job: ChatTestJob }>('POST', '/api/v1/chat-tests/start', { profile_id: profileId, messages, max_tokens: maxTokens }));
+    const started = await attempt('Chat test', () => api<{ job: ChatTestJob }>('POST', '/api/v1/chat-tests/start', { profile_id: profileId, messages, max_tokens: maxTokens, api: door }));
     if (!started) return;
     pending.value = { jobId: started.job.id, question: { role: 'user', content } };
     lastJob.value = started.job.id;
@@ -159,6 +168,17 @@ export function ChatTest() {
         <div class="field">
           <label for="chat-system">System message (optional)</label>
           <textarea id="chat-system" rows={2} value={system} onInput={(e) => setSystem(e.currentTarget.value)} />
+        </div>
+        <div class="field">
+          <label for="chat-api">API</label>
+          <select id="chat-api" value={door} onChange={(e) => setDoor(e.currentTarget.value as ChatTestJob['api'])}>
+            {APIS.map(([value, label]) => (
+              <option key={value} value={value}>
+                {label}
+              </option>
+            ))}
+          </select>
+          <small class="hint">The same worker through either door.</small>
         </div>
         <div class="field">
           <label for="chat-max-tokens">Max tokens</label>

@@ -8,7 +8,7 @@ import { waitFor } from 'xstate';
 import { z } from 'zod';
 import type { SupervisorEmitted } from '../../../machines/supervisor/index.js';
 import { ask } from '../../system/ask.js';
-import { CHAT_TEST_MAX_TOKENS } from '../../workers/chat/chatTests.js';
+import { CHAT_TEST_APIS, CHAT_TEST_MAX_TOKENS } from '../../workers/chat/chatTests.js';
 import type { Service } from '../../service.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
@@ -26,6 +26,8 @@ const startBody = z.strictObject({
     .array(z.strictObject({ role: z.enum(['system', 'user', 'assistant']), content: z.string() }))
     .min(1, 'at least one message'),
   max_tokens: z.number().int().min(1).max(CHAT_TEST_MAX_TOKENS, `at most ${CHAT_TEST_MAX_TOKENS}`).default(512),
+  /** The door: chat completions, or OpenAI's Responses API. */
+  api: z.enum(CHAT_TEST_APIS).default('chat_completions'),
 });
 
 export const adminChatTestRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
@@ -36,10 +38,10 @@ export const adminChatTestRoutes: FastifyPluginAsync<{ service: Service }> = asy
   app.get('/api/v1/chat-tests', async () => ({ job: tests.current() }));
 
   app.post('/api/v1/chat-tests/start', { schema: { body: startBody } }, async (request, reply) => {
-    const { profile_id: id, messages, max_tokens: maxTokens } = request.body;
+    const { profile_id: id, messages, max_tokens: maxTokens, api } = request.body;
     const profile = await testProfile(service, id, 'chat');
     if (tests.running()) throw errors.conflict('chat_test_running', 'A chat test is running: cancel it or wait for its end.');
-    const job = tests.start(profile, messages, maxTokens);
+    const job = tests.start(profile, messages, maxTokens, api);
     return reply.code(202).send({ job });
   });
 

@@ -25,11 +25,13 @@ function isJson(text: string): boolean {
   }
 }
 
+/** A tool call's arguments: the worker parses them to render them into the prompt, so anything but JSON would fail there. */
+export const toolArguments = z.string().refine(isJson, 'the arguments must be a JSON text');
+
 const toolCall = z.strictObject({
   id: z.string().min(1),
   type: z.literal('function'),
-  // The worker parses the arguments to render them into the prompt: anything but JSON would fail there.
-  function: z.strictObject({ name: z.string().min(1), arguments: z.string().refine(isJson, 'the arguments must be a JSON text') }),
+  function: z.strictObject({ name: z.string().min(1), arguments: toolArguments }),
 });
 
 const message = z.discriminatedUnion('role', [
@@ -46,7 +48,7 @@ const message = z.discriminatedUnion('role', [
   z.strictObject({ role: z.literal('tool'), content, tool_call_id: z.string().min(1) }),
 ]);
 
-const functionName = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a function name: letters, digits, _ and -, at most 64');
+export const functionName = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a function name: letters, digits, _ and -, at most 64');
 
 const tool = z.strictObject({
   type: z.literal('function'),
@@ -63,13 +65,15 @@ const toolChoice = z.union([
   z.strictObject({ type: z.literal('function'), function: z.strictObject({ name: functionName }) }),
 ]);
 
+export const schemaName = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a schema name: letters, digits, _ and -, at most 64');
+
 const responseFormat = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('text') }),
   z.strictObject({ type: z.literal('json_object') }),
   z.strictObject({
     type: z.literal('json_schema'),
     json_schema: z.strictObject({
-      name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a schema name: letters, digits, _ and -, at most 64'),
+      name: schemaName,
       description: z.string().optional(),
       schema: z.record(z.string(), z.unknown()).optional(),
       strict: z.boolean().nullish(),
@@ -81,7 +85,10 @@ const responseFormat = z.discriminatedUnion('type', [
 export const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'] as const;
 export type ReasoningEffort = (typeof REASONING_EFFORTS)[number];
 
-const maxTokens = z.number().int().min(1).max(1_048_576).nullish();
+/** `ultra` is this endpoint's own name for the highest effort (`max` for the worker). */
+export const reasoningEffort = z.enum([...REASONING_EFFORTS, 'ultra']);
+
+export const maxTokens = z.number().int().min(1).max(1_048_576).nullish();
 
 export const chatRequestSchema = z.strictObject({
   model: z.string().min(1),
@@ -109,7 +116,7 @@ export const chatRequestSchema = z.strictObject({
   response_format: responseFormat.nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.strictObject({ include_usage: z.boolean().optional(), include_obfuscation: z.boolean().optional() }).nullish(),
-  reasoning_effort: z.enum([...REASONING_EFFORTS, 'ultra']).nullish(),
+  reasoning_effort: reasoningEffort.nullish(),
   // Text is the only output: audio output is refused.
   modalities: z
     .array(z.enum(['text', 'audio']))

@@ -10,6 +10,9 @@
 // - Cancel closes only this test's connection; during its own model start it aborts that start;
 //   while it waits in the queue it leaves the queue. Measurements stay empty after a cancel.
 // - Every change of the job (phase, position, each streamed piece of the answer) emits `change`.
+// - `api` picks the door the test goes through: chat completions, or OpenAI's Responses API
+//   (responses.ts translates the request, and the worker's stream into Responses events, from
+//   which the answer, its end and its usage are read; the timings are the worker's either way).
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { EventEmitter } from 'eventemitter3';
@@ -20,6 +23,8 @@ import { chatRequestSchema, upstreamBody } from './chat.schema.js';
 import { CHAT_LIMITS, openChat, refusal, relayStream, type ChatLimits } from './chatRequest.js';
 import { jobFailure } from '../lease.js';
 import { SseReader } from './sse.js';
+import { chatRequestOf, ResponseAnswer } from './responses.js';
+import { responsesRequestSchema } from './responses.schema.js';
 
 export const CHAT_TEST_MAX_TOKENS = 4096;
 
@@ -39,14 +44,20 @@ export interface ChatTestUsage {
 
 export type ChatTestPhase = 'waiting' | 'starting' | 'running' | 'done' | 'cancelled' | 'failed';
 
+/** The door a chat test goes through: `/v1/chat/completions` or `/v1/responses`. */
+export const CHAT_TEST_APIS = ['chat_completions', 'responses'] as const;
+export type ChatTestApi = (typeof CHAT_TEST_APIS)[number];
+
 export interface ChatTestJob {
   id: string;
   profile_id: string;
   revision: number;
+  api: ChatTestApi;
   phase: ChatTestPhase;
   max_tokens: number;
   /** The streamed answer so far (RAM only). */
   answer: string;
+  /** Chat completions' finish_reason; through the Responses API, the Response's incomplete reason or status. */
   finish_reason: string | null;
   timings: { prefill: Throughput | null; generation: Throughput | null };
   usage: ChatTestUsage | null;
@@ -77,6 +88,28 @@ interface StreamChunk {
   timings?: { prompt_n?: number; prompt_ms?: number; prompt_per_second?: number; predicted_n?: number; predicted_ms?: number; predicted_per_second?: number };
 }
 
+/** The Responses events a test reads (responses.ts). */
+interface ResponsesEvent {
+  type?: string;
+  delta?: string;
+  response?: {
+    status?: string;
+    incomplete_details?: { reason?: string } | null;
+    usage?: { input_tokens?: number; output_tokens?: number; total_tokens?: number; input_tokens_details?: { cached_tokens?: number } };
+    error?: { message?: string } | null;
+  };
+}
+
+/** The worker's request of a test through `api`, and what turns its stream into that door's events (none for chat completions). */
+function testRequest(api: ChatTestApi, profile: ChatProfile, messages: TestMessage[], maxTokens: number): { body: Record<string, unknown>; door?: ResponseAnswer } {
+  if (api === 'chat_completions') {
+    return { body: upstreamBody(chatRequestSchema.parse({ model: profile.name, messages, max_tokens: maxTokens, stream: true }), profile, { includeUsage: true }) };
+  }
+  const request = responsesRequestSchema.parse({ model: profile.name, input: messages, max_output_tokens: maxTokens, stream: true });
+  const body = upstreamBody(chatRequestOf(request), profile, { includeUsage: true });
+  return { body, door: new ResponseAnswer(request, profile.name, body) };
+}
+
 export class ChatTests extends EventEmitter<{ change: [] }> {
   #job: ChatTestJob | null = null;
   #abort: AbortController | null = null;
@@ -103,11 +136,12 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
   }
 
   /** Starts a test job; the caller checked that no job runs. */
-  start(profile: ChatProfile, messages: TestMessage[], maxTokens: number): ChatTestJob {
+  start(profile: ChatProfile, messages: TestMessage[], maxTokens: number, api: ChatTestApi = 'chat_completions'): ChatTestJob {
     const job: ChatTestJob = {
       id: randomUUID(),
       profile_id: profile.id,
       revision: profile.revision,
+      api,
       phase: 'waiting',
       max_tokens: maxTokens,
       answer: '',
@@ -149,8 +183,7 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
   }
 
   async #run(job: ChatTestJob, profile: ChatProfile, messages: TestMessage[], signal: AbortSignal): Promise<void> {
-    const request = chatRequestSchema.parse({ model: profile.name, messages, max_tokens: job.max_tokens, stream: true });
-    const body = upstreamBody(request, profile, { includeUsage: true });
+    const { body, door } = testRequest(job.api, profile, messages, job.max_tokens);
     try {
       const opened = await openChat(this.service, profile, body, {
         source: 'test',
@@ -184,11 +217,12 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
           } catch {
             return;
           }
-          for (const choice of chunk.choices ?? []) {
+          // Through the Responses API, the answer, its end and its usage come from its events (responsesReader).
+          for (const choice of door ? [] : (chunk.choices ?? [])) {
             if (choice.delta?.content) job.answer += choice.delta.content;
             if (choice.finish_reason) job.finish_reason = choice.finish_reason;
           }
-          if (chunk.usage) {
+          if (chunk.usage && !door) {
             job.usage = {
               prompt_tokens: chunk.usage.prompt_tokens ?? 0,
               completion_tokens: chunk.usage.completion_tokens ?? 0,
@@ -205,17 +239,37 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
           }
           this.emit('change');
         });
+        const responsesReader = new SseReader((data) => {
+          const event = JSON.parse(data) as ResponsesEvent;
+          if (event.type === 'response.output_text.delta' && event.delta) job.answer += event.delta;
+          const response = event.response;
+          if (event.type === 'response.completed' || event.type === 'response.incomplete') job.finish_reason = response?.incomplete_details?.reason ?? response?.status ?? null;
+          if (event.type === 'response.failed') failed = { code: 'worker_failed', message: response?.error?.message ?? 'The chat worker failed.' };
+          if (response?.usage) {
+            job.usage = {
+              prompt_tokens: response.usage.input_tokens ?? 0,
+              completion_tokens: response.usage.output_tokens ?? 0,
+              total_tokens: response.usage.total_tokens ?? 0,
+              cached_tokens: response.usage.input_tokens_details?.cached_tokens ?? null,
+            };
+          }
+          this.emit('change');
+        });
         const sink = new Writable({ write: (_chunk, _encoding, next) => next() });
         await relayStream(opened, sink, {
           limits: this.limits,
           signal,
           log: this.service.log,
           profile,
-          onChunk: (chunk) => reader.push(chunk),
+          onChunk: (chunk) => {
+            reader.push(chunk);
+            if (door) responsesReader.push(Buffer.from(door.chunk(chunk)));
+          },
           onError: (error) => {
             failed = { code: error.code, message: error.message };
           },
         });
+        if (door && !signal.aborted && !failed) responsesReader.push(Buffer.from(door.end()));
         if (signal.aborted) this.#end(job, 'cancelled');
         else if (failed) this.#end(job, 'failed', failed);
         else this.#end(job, 'done');

@@ -1,0 +1,69 @@
+// What the two doors into the chat worker share, POST /v1/chat/completions (chat.ts) and
+// POST /v1/responses (responses.ts): the profile look-up, the reasoning headers, and one request's
+// way through the scheduler and the chat worker (src/workers/chat/chatRequest.ts): a buffered
+// answer whole, or a stream chunk by chunk as the worker sends it, never buffered, measured as it
+// passes, with the SSE limits and the client's leaving as chat completions have them.
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Service } from '../../service.js';
+import type { ChatProfile } from '../../workers/chat/chat.js';
+import { bufferedAnswer, openChat, relayStream, type ChatLimits } from '../../workers/chat/chatRequest.js';
+import { effectiveEffort, type ChatRequest } from '../../workers/chat/chat.schema.js';
+import { chatStreamTap, type StreamTranslation } from '../metrics.js';
+
+/** Spec 4.2: the three headers of an answer whose request set a reasoning effort. */
+export function reasoningHeaders(requested: ChatRequest['reasoning_effort']): Record<string, string> {
+  const effective = effectiveEffort(requested);
+  if (effective === null || requested === undefined || requested === null) return {};
+  return {
+    'x-service-reasoning-requested': requested,
+    'x-service-reasoning-effective': effective,
+    'x-service-reasoning-semantics': 'model-template-hint',
+  };
+}
+
+/** What one door into the chat worker sends it and how it answers (chat completions, the Responses API: responses.ts). */
+export interface ChatDoor {
+  profile: ChatProfile;
+  /** The worker's request body. */
+  upstream: Record<string, unknown>;
+  stream: boolean;
+  /** The answer's own headers (the reasoning headers). */
+  headers: Record<string, string>;
+  /** A buffered answer (the worker's chat completion) as this door sends it. */
+  json(answer: Buffer): Buffer;
+  /** A stream's events as this door sends them; without it, the worker's events as they are. */
+  events?: () => StreamTranslation;
+}
+
+/** The published, executable chat profile `model` names (404 model_not_found otherwise). */
+export async function chatProfile(service: Service, model: string): Promise<ChatProfile> {
+  // Known at once when nothing the profile needs changed since it was last checked.
+  return (service.catalog.readyNow('chat', model) ?? (await service.catalog.require('chat', model))) as ChatProfile;
+}
+
+/**
+ * One request through a door into the chat worker: the job is reserved and sent (openChat); a
+ * buffered answer, or the worker's error, comes back whole; a stream goes out chunk by chunk as
+ * the worker sends it, never buffered, measured as it passes, its reservation kept to its end.
+ * `signal` is the request's clientGone signal.
+ */
+export async function answerChat(service: Service, limits: ChatLimits, request: FastifyRequest, reply: FastifyReply, signal: AbortSignal, door: ChatDoor): Promise<FastifyReply> {
+  const { profile, stream } = door;
+  const opened = await openChat(service, profile, door.upstream, { source: 'api', stream, signal, limits });
+  if (!stream || opened.response.statusCode !== 200) {
+    // The answer, or the worker's error, is in memory: the worker's part is done.
+    const answer = await bufferedAnswer(opened, signal, limits, request.log, profile);
+    return reply.code(200).headers(door.headers).type('application/json').send(door.json(answer));
+  }
+
+  // SSE: the headers go out with the worker's first chunk, then every chunk as it comes; the
+  // reservation is kept until the end.
+  // The output stream measures itself for the metrics as the events pass (no extra stream per token).
+  const out = chatStreamTap(service.metrics, service.profiles, request, reply, door.events?.());
+  void relayStream(opened, out, { limits, signal, log: request.log, profile }).finally(() => opened.lease.release());
+  return reply
+    .code(200)
+    .headers({ ...door.headers, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' })
+    .type('text/event-stream; charset=utf-8')
+    .send(out);
+}

@@ -1,0 +1,44 @@
+// POST /v1/responses: OpenAI's Responses API on the chat profiles, a second door to the chat worker
+// beside chat completions (chat.ts; what both share is chatDoor.ts). The route validates the
+// strict request (src/workers/chat/responses.schema.ts), resolves the profile as chat completions
+// do, and sends the chat completion request it stands for (src/workers/chat/responses.ts) the
+// same way: the same queue, reservation, limits, abort-on-leave and metrics. The answer comes back
+// as OpenAI's Response: one JSON object, or a stream of its events, relayed as the worker's chunks
+// come.
+import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { Service } from '../../service.js';
+import { CHAT_LIMITS, type ChatLimits } from '../../workers/chat/chatRequest.js';
+import { upstreamBody } from '../../workers/chat/chat.schema.js';
+import { chatRequestOf, ResponseAnswer } from '../../workers/chat/responses.js';
+import { responsesRequestSchema } from '../../workers/chat/responses.schema.js';
+import { clientGone } from '../client.js';
+import { measureAnswer } from '../metrics.js';
+import { answerChat, chatProfile, reasoningHeaders } from './chatDoor.js';
+
+export const responsesRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLimits }> = async (base, { service, limits = CHAT_LIMITS }) => {
+  const app = base.withTypeProvider<ZodTypeProvider>();
+
+  app.post('/v1/responses', { schema: { body: responsesRequestSchema } }, async (request, reply) => {
+    // First, so that a client that leaves at any later point is noticed.
+    const signal = clientGone(reply);
+    const body = request.body;
+    const profile = await chatProfile(service, body.model);
+    const chat = chatRequestOf(body);
+    // The usage always comes at a stream's end: response.completed carries it.
+    const upstream = upstreamBody(chat, profile, { includeUsage: true });
+    const answer = new ResponseAnswer(body, profile.name, upstream);
+    return answerChat(service, limits, request, reply, signal, {
+      profile,
+      upstream,
+      stream: body.stream === true,
+      headers: reasoningHeaders(chat.reasoning_effort),
+      json: (completion) => {
+        // Measured as the worker wrote it: its usage and timings are the chat completion's.
+        measureAnswer(service.metrics, service.profiles, request, reply, completion);
+        return answer.completion(completion);
+      },
+      events: () => answer,
+    });
+  });
+};
