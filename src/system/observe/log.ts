@@ -44,6 +44,12 @@ export const SENSITIVE_KEYS = new Set([
   'tool_calls',
   'functions',
   'grammar',
+  // What a Responses API request and answer carry beside `input`: the instructions, the output
+  // items, a function call's arguments and a tool's output.
+  'instructions',
+  'output',
+  'output_text',
+  'arguments',
 ]);
 
 const REDACT_PATHS = [...SENSITIVE_KEYS].flatMap((key) =>

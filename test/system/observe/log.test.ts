@@ -3,7 +3,7 @@
 import t from 'tap';
 import { createLogger } from '../../../src/system/observe/log.js';
 
-t.test("a request's content logged by mistake is redacted: prompt, schema, tools, grammar", async (t) => {
+t.test("a request's content logged by mistake is redacted: prompt, schema, tools, grammar, the Responses API's instructions and output", async (t) => {
   const lines: string[] = [];
   const log = createLogger({ level: 'debug', destination: { write: (line: string) => void lines.push(line) } });
   const MARK = 'ZQXmark9183';
@@ -14,6 +14,10 @@ t.test("a request's content logged by mistake is redacted: prompt, schema, tools
     tool_calls: [{ id: MARK }],
     functions: [{ name: MARK }],
     grammar: `root ::= "${MARK}"`,
+    instructions: MARK,
+    output: [{ type: 'function_call', arguments: MARK }],
+    output_text: MARK,
+    arguments: `{"city":"${MARK}"}`,
   };
   log.info(content, 'fields of its own');
   log.warn({ request: content }, 'one level down');
