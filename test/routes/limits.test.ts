@@ -145,7 +145,7 @@ t.test('unknown routes are 404 unknown_route on both listeners, after the token 
   for (const [method, url] of [
     ['GET', '/v1/nothing-here'],
     ['GET', '/'],
-    ['POST', '/v1/responses'],
+    ['POST', '/v1/assistants'],
     ['POST', '/v1/embeddings'],
     ['POST', '/v1/models'],
     ['DELETE', '/v1/models'],

@@ -14,6 +14,7 @@ t.test('no token, cookie, password or prompt reaches the log', async (t) => {
   await b.api('GET', '/v1/models', undefined, { cookie: cookieValue });
   await b.api('POST', '/v1/chat/completions', { model: 'x', messages: [{ role: 'user', content: PROMPT }] });
   await b.api('POST', `/v1/responses/${PROMPT}`, { input: PROMPT });
+  await b.api('POST', '/v1/responses', { model: 'x', input: PROMPT, instructions: PROMPT });
   await b.api('GET', '/v1/models', undefined, { authorization: 'Bearer wrong-token-5521' });
   await b.admin('POST', '/api/v1/session', { password: `${PASSWORD}-wrong` });
   await b.login();
