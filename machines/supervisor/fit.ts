@@ -367,15 +367,16 @@ function attempt(facts: StartFacts, input: CheckInput, leaving: WorkerKind[]): A
   return facts.demand.kind === 'chat' ? chatAttempt(facts, facts.demand, room, foreign) : fixedAttempt(facts, facts.demand, room, foreign);
 }
 
-/**
- * The facts as the enhancer sees them (CONTRACT section 8): every GPU for `auto`, none for `cpu`,
- * its one GPU for a UUID; or why it cannot run where it was put.
- */
-export function enhancerFacts(facts: StartFacts, device: string): StartFacts | { missing: string } {
-  if (device === 'auto') return facts;
-  if (device === 'cpu') return { ...facts, gpus: [] };
-  const gpus = facts.gpus.filter((g) => g.uuid === device);
-  return gpus.length > 0 ? { ...facts, gpus } : { missing: `its GPU ${device} is not present` };
+/** The GPUs the enhancer sees (CONTRACT section 8): every one for `auto`, none for `cpu`, its one GPU for a UUID (none when absent). */
+export function enhancerGpus<G extends { uuid: string }>(gpus: G[], device: string): G[] {
+  return device === 'auto' ? gpus : gpus.filter((g) => g.uuid === device);
+}
+
+/** The facts as the enhancer sees them, or why it cannot run where it was put. */
+function enhancerFacts(facts: StartFacts, device: string): StartFacts | { missing: string } {
+  const gpus = enhancerGpus(facts.gpus, device);
+  if (device !== 'auto' && device !== 'cpu' && gpus.length === 0) return { missing: `its GPU ${device} is not present` };
+  return { ...facts, gpus };
 }
 
 const FORECAST_NOTE = " (a forecast from the model's metadata and the probe, not a proof)";

@@ -51,10 +51,15 @@ export type PlanView = Pick<SupervisorContext, 'jobs' | 'workers' | 'checking' |
  * the queue gave each (the queue keeps the order; the supervisor keeps no copy of it).
  */
 export function waitingOrder(jobs: Record<string, JobRecord>): string[] {
+  return byTicket(jobs, (job) => job.phase !== 'running');
+}
+
+/** The jobs `include` picks, in the queue's order (their tickets). */
+function byTicket(jobs: Record<string, JobRecord>, include: (job: JobRecord) => boolean): string[] {
   const queued: Array<[string, number]> = [];
   for (const id in jobs) {
     const job = jobs[id]!;
-    if (job.phase !== 'running' && job.ticket !== undefined) queued.push([id, job.ticket]);
+    if (include(job) && job.ticket !== undefined) queued.push([id, job.ticket]);
   }
   return queued.sort((a, b) => a[1] - b[1]).map(([id]) => id);
 }
@@ -84,25 +89,15 @@ function needsOf(job: JobRecord): readonly string[] {
   return job.phase !== 'running' && enhancerOnCpu(job.spec) ? ['image'] : NEEDS[job.spec.kind];
 }
 
-/**
- * The order `plan()` serves: the queue's (`waitingOrder`), with every image step that waits for
- * the GPUs in its job's place (its ticket from the queue).
- */
-function planOrder(jobs: Record<string, JobRecord>): string[] {
-  const queued: Array<[string, number]> = [];
-  for (const id in jobs) {
-    const job = jobs[id]!;
-    if ((job.phase !== 'running' || imageStepDue(job)) && job.ticket !== undefined) queued.push([id, job.ticket]);
-  }
-  return queued.sort((a, b) => a[1] - b[1]).map(([id]) => id);
-}
+/** A job `plan()` still has to place: waiting, submitted or in its memory check, or an image step waiting for the GPUs. */
+const queuedNow = (job: JobRecord): boolean => job.phase !== 'running' || imageStepDue(job);
 
-/** Whether anyone is queued: a job waiting, submitted or in its memory check, or an image step waiting for the GPUs. */
+/** The order `plan()` serves: the queue's (`waitingOrder`), with every image step that waits for the GPUs in its job's place. */
+const planOrder = (jobs: Record<string, JobRecord>): string[] => byTicket(jobs, queuedNow);
+
+/** Whether anyone is queued (see `queuedNow`). */
 function anyQueued(jobs: Record<string, JobRecord>): boolean {
-  for (const id in jobs) {
-    const job = jobs[id]!;
-    if (job.phase !== 'running' || imageStepDue(job)) return true;
-  }
+  for (const id in jobs) if (queuedNow(jobs[id]!)) return true;
   return false;
 }
 

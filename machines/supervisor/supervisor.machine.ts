@@ -158,10 +158,8 @@ export function checkInput(context: SupervisorContext): CheckInput | undefined {
  * The memory check of a running image job's image step (its enhancer on the CPU has answered):
  * the image worker starts on every GPU, or the job's reservation is taken back with the refusal.
  */
-function imageStepVerdict(enqueue: Enqueue, context: SupervisorContext, jobId: string, facts: StartFacts, input: CheckInput) {
+function imageStepVerdict(enqueue: Enqueue, context: SupervisorContext, workers: Record<WorkerKind, WorkerRecord>, jobId: string, facts: StartFacts, input: CheckInput) {
   const jobs = { ...context.jobs };
-  const workers = { ...context.workers };
-  releaseLost(workers, facts.gpus);
   const job = jobs[jobId]!;
   // Chat or TTS may have started while the facts were gathered: the step waits again.
   if (admitImageStep({ ...context, workers }).type !== 'start') {
@@ -520,7 +518,7 @@ export const supervisorMachine = setup({
       const jobs = { ...context.jobs };
       const job = jobs[jobId]!;
       if (input.step === 'image') {
-        imageStepVerdict(enqueue, context, jobId, params.facts, input);
+        imageStepVerdict(enqueue, context, workers, jobId, params.facts, input);
         return;
       }
       // The world may have moved while the facts were gathered: only a start that is still due goes ahead.

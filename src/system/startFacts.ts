@@ -9,7 +9,7 @@
 import { stat } from 'node:fs/promises';
 import { fromCallback, fromPromise } from 'xstate';
 import type { BuildFit, CheckInput, GpuView, StartDemand, StartFacts, SupervisorEvent } from '../../machines/supervisor/index.js';
-import { FIT_TOOL_MISSING, MIB } from '../../machines/supervisor/index.js';
+import { enhancerGpus, FIT_TOOL_MISSING, MIB } from '../../machines/supervisor/index.js';
 import { runFitParams } from '../adapters/fitParams.js';
 import { modelFacts, readGgufInfo } from '../adapters/gguf.js';
 import { probeGpus, type Gpu } from '../adapters/gpus.js';
@@ -131,8 +131,8 @@ export async function gatherStartFacts(input: CheckInput, deps: FactsDeps, signa
   let enhancer: Extract<StartDemand, { kind: 'chat' }> | undefined;
   let enhancerProblem: string | undefined;
   if (step) {
-    const device = step.device;
-    const seen = device === 'auto' ? gpus : gpus.filter((g) => g.uuid === device);
+    const { device } = step;
+    const seen = enhancerGpus(gpus, device);
     const env = device === 'auto' || seen.length === 0 ? deps.config.env : { ...deps.config.env, CUDA_VISIBLE_DEVICES: device };
     const params = { model: step.model, projector: step.mmproj, context: step.context, slots: 1, gpuSplit: null, gpuLayers: null };
     enhancer = await chatDemand(params, seen, deps, signal, env).catch((error: unknown) => {

@@ -118,6 +118,15 @@ async function apiError(request: Promise<unknown>) {
 }
 const promptOf = (run: Run) => run.args[run.args.indexOf('-p') + 1];
 
+/** A published chat profile `talker` on the tiny model, its worker loaded by one answer. */
+async function loadChat(t: Test, b: Built, client: OpenAI): Promise<void> {
+  const dir = await tempDir(t);
+  const chatModel = await tinyModelIn(dir, 'chat.gguf');
+  const chat = (await (await b.admin('POST', '/api/v1/profiles', { name: 'talker', category: 'chat', params: { model: chatModel, context: 512 } })).json()) as { id: string };
+  await b.admin('POST', '/api/v1/endpoint/profile', { id: chat.id, enabled: true });
+  await client.chat.completions.create({ model: 'talker', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+}
+
 /** The pids the enhancer started, and whether any was still alive when the image process appeared. */
 function watchOrder(b: Built) {
   const enhancerPids: number[] = [];
@@ -142,11 +151,7 @@ function watchOrder(b: Built) {
 
 t.test('t2i: the rewrite reaches sd-cli, the enhancer ends first, chat is unloaded once', async (t) => {
   const { b, model, client } = await setUp(t);
-  const dir = await tempDir(t);
-  const chatModel = await tinyModelIn(dir, 'chat.gguf');
-  const chat = (await (await b.admin('POST', '/api/v1/profiles', { name: 'talker', category: 'chat', params: { model: chatModel, context: 512 } })).json()) as { id: string };
-  await b.admin('POST', '/api/v1/endpoint/profile', { id: chat.id, enabled: true });
-  await client.chat.completions.create({ model: 'talker', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+  await loadChat(t, b, client);
   const unloads: string[] = [];
   const starts: string[] = [];
   b.service.supervisor.on('worker.unload', (e) => unloads.push(e.kind));
@@ -225,11 +230,7 @@ t.test('the enhancer device on a simulated inventory: "cpu" sees no GPU and leav
     { uuid: 'GPU-bbbbbbbb-0000-0000-0000-000000000002', name: 'sim', memoryTotalMiB: 24576 },
   ]);
   const { b, model, profile, client } = await setUp(t, { gpus, device: 'cpu', tasks: { t2i: true, i2i: false } });
-  const dir = await tempDir(t);
-  const chatModel = await tinyModelIn(dir, 'chat.gguf');
-  const chat = (await (await b.admin('POST', '/api/v1/profiles', { name: 'talker', category: 'chat', params: { model: chatModel, context: 512 } })).json()) as { id: string };
-  await b.admin('POST', '/api/v1/endpoint/profile', { id: chat.id, enabled: true });
-  await client.chat.completions.create({ model: 'talker', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+  await loadChat(t, b, client);
   const events: string[] = [];
   b.service.supervisor.on('worker.unload', (e) => events.push(`unload ${e.kind}`));
   b.service.supervisor.on('gpu.granted', (e) => events.push(`grant ${e.worker}${e.step ? ' image step' : ''} gpus=${e.gpus.length}`));

@@ -80,9 +80,9 @@ t.test(`${SEQUENCES} random sequences of ${STEPS} steps keep every scheduling in
   let imageGrants = 0;
   /** Image steps granted after an enhancer on the CPU, and chats granted while one ran. */
   let imageSteps = 0;
+  let chatsBesideCpuEnhancer = 0;
   /** Switches overtaken within their bound (swap-aware runs). */
   let overtakes = 0;
-  let chatsBesideCpuEnhancer = 0;
   let chatUnloadsForImages = 0;
   /** Waiting requests a profile change made stale: the profile_changed invariant is not vacuous. */
   let staleWaiting = 0;

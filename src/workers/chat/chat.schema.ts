@@ -90,6 +90,10 @@ export const reasoningEffort = z.enum([...REASONING_EFFORTS, 'ultra']);
 
 export const maxTokens = z.number().int().min(1).max(1_048_576).nullish();
 
+/** Both doors (chat completions, the Responses API): `stream_options` only with `stream: true`. */
+export const streamOptionsOnlyWhenStreaming = (r: { stream_options?: unknown; stream?: boolean | null }): boolean => r.stream_options == null || r.stream === true;
+export const STREAM_OPTIONS_ISSUE = { path: ['stream_options'], message: 'stream_options is only allowed when stream is true' };
+
 export const chatRequestSchema = z.strictObject({
   model: z.string().min(1),
   messages: z.array(message).min(1, 'at least one message'),
@@ -139,10 +143,7 @@ export const chatRequestSchema = z.strictObject({
   moderation: refusedField('moderation', 'nothing moderates the request or the answer'),
   functions: refusedField('functions', 'send tools (the deprecated functions are not translated)'),
   function_call: refusedField('function_call', 'send tool_choice (the deprecated function_call is not translated)'),
-}).refine((r) => r.stream_options == null || r.stream === true, {
-  path: ['stream_options'],
-  message: 'stream_options is only allowed when stream is true',
-});
+}).refine(streamOptionsOnlyWhenStreaming, STREAM_OPTIONS_ISSUE);
 
 export type ChatRequest = z.output<typeof chatRequestSchema>;
 

@@ -11,7 +11,7 @@
 // unknown_parameter). `null` counts as not set, as in OpenAI's schema.
 import { z } from 'zod';
 import { notOffered, refusedField, type FieldFates } from '../fields.js';
-import { functionName, maxTokens, reasoningEffort, schemaName, toolArguments } from './chat.schema.js';
+import { functionName, maxTokens, reasoningEffort, schemaName, STREAM_OPTIONS_ISSUE, streamOptionsOnlyWhenStreaming, toolArguments } from './chat.schema.js';
 
 /** Why whatever needs a response kept is refused. */
 const STATELESS = 'the service keeps nothing after an answer; send the whole conversation in input, with the function_call and function_call_output items';
@@ -255,10 +255,7 @@ export const responsesRequestSchema = z
     context_management: refusedField('context_management', 'the service keeps no conversation to compact'),
     moderation: refusedField('moderation', 'nothing moderates the request or the answer'),
   })
-  .refine((r) => r.stream_options == null || r.stream === true, {
-    path: ['stream_options'],
-    message: 'stream_options is only allowed when stream is true',
-  });
+  .refine(streamOptionsOnlyWhenStreaming, STREAM_OPTIONS_ISSUE);
 
 export type ResponsesRequest = z.output<typeof responsesRequestSchema>;
 
