@@ -204,7 +204,10 @@ function watchEnhancerProcess(b: Built) {
     try {
       const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
       if (!args.includes('--api-key-file')) return false;
-      const env = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+      const environ = readFileSync(`/proc/${pid}/environ`, 'utf8');
+      // In the instant of an exec the environment may read empty: read again.
+      if (environ === '') return false;
+      const env = environ.split('\0');
       const cuda = env.find((line) => line.startsWith('CUDA_VISIBLE_DEVICES='));
       const chat = b.service.chat.actor.getSnapshot().context.pid;
       seen.push({ args, cudaVisible: cuda?.slice('CUDA_VISIBLE_DEVICES='.length), chatAlive: chat !== null && alive(chat) });
