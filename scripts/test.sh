@@ -56,6 +56,39 @@ not_run=$(awk '
     print "  " prefix name
   }
 ' "$log")
+# Every failed assertion, named the same way, with the first lines of what tap printed under it
+# (wanted, found, where), and under a failed subtest or file why it ended: a CI log shows only its
+# end, so the failures are repeated there.
+failures=$(awk '
+  {
+    line = $0
+    match(line, /^ */)
+    depth = int(RLENGTH / 4)
+    text = substr(line, RLENGTH + 1)
+  }
+  keep > 0 {
+    if (text == "...") { keep = 0; next }
+    # A key of the block sits two spaces in from the "not ok" line; its value lines further in.
+    match(line, /^ */)
+    if (RLENGTH == base + 2) skip = text ~ /^(source|stack|columnNumber|typeName|isToplevel|stdio|cwd|externalID|command|args):/
+    if (skip || shown >= 20) next
+    # Under a failed subtest or file only what says why it ended; under an assertion the rest.
+    if (keep == 1 || text ~ /^(message|signal|exitCode|expired|timeout|error):/) { print "      " substr(line, base + 3); shown++ }
+    next
+  }
+  text ~ /^# Subtest: / { path[depth] = substr(text, 12); next }
+  text ~ /^not ok [0-9]+/ && text !~ /# (SKIP|TODO)/ {
+    name = text
+    sub(/^not ok [0-9]+ (- )?/, "", name)
+    prefix = ""
+    for (i = 0; i < depth; i++) if (i in path) prefix = prefix path[i] " > "
+    print "  " prefix name
+    keep = name ~ /# time=/ ? 2 : 1
+    base = depth * 4
+    shown = 0
+    skip = 0
+  }
+' "$log")
 rm -f "$log" "$rc_file"
 if [ -z "$tap_status" ]; then
   echo "== tap printed no summary: counted as one failure"
@@ -74,6 +107,10 @@ else
     echo "== tap exited with status ${tap_rc:-unknown} but counted no failure: counted as one failure"
     failed=$((failed + 1))
   fi
+fi
+if [ -n "$failures" ]; then
+  echo "== failed:"
+  printf '%s\n' "$failures"
 fi
 if [ -n "$not_run" ]; then
   echo "== skipped or todo:"
