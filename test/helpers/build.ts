@@ -157,7 +157,14 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
       (init.headers as Record<string, string>)['content-type'] ??= 'application/json';
       init.body = typeof body === 'string' || body instanceof Uint8Array ? (body as string) : JSON.stringify(body);
     }
-    return fetch(`${base}${url}`, init);
+    return fetch(`${base}${url}`, init).catch((error: unknown) => {
+      // A connection that failed (refused, reset) says which request it was and what the service
+      // logged just before, the cause kept for failureOf(); an abort stays as it is.
+      if (!(error instanceof TypeError) || error.cause === undefined) throw error;
+      const cause = error.cause as { code?: string; message?: string };
+      const recent = logLines.slice(-6).map((line) => `  ${line.trim().slice(0, 400)}`);
+      throw new Error(`${method} ${url}: ${cause.code ?? cause.message ?? error.message}; the service's last log lines:\n${recent.join('\n')}`, { cause });
+    });
   };
 
   const built: Built = {
