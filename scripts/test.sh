@@ -2,7 +2,8 @@
 # The whole test suite (`npm test`): set-up, type check, lint, then every tap test (or the tap
 # arguments given, e.g. one file). Ends with the line "N passed, N failed, N skipped": the tap
 # assertions plus one each for the type check and the lint; skipped and todo tests count as
-# skipped and are named above that line. Exits non-zero when anything failed or tap itself did.
+# skipped and are named above that line, like every failed assertion. Exits non-zero when anything
+# failed or tap itself did.
 set -u
 cd "$(dirname "$0")/.."
 
