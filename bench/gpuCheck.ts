@@ -23,7 +23,7 @@
 // builds it and sets SERVICE_DECK_CACHE_DIR to where llama-server was built).
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
-import { appendFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -314,7 +314,7 @@ async function fitStep(admin: Admin, gpus: SmiGpu[]): Promise<Loaded> {
   const step = begin('4 fit: the memory check and llama-fit-params against the memory in use');
   const made = performance.now();
   const model = await writeTinyModel(path.join(work, 'model.gguf'), MODEL);
-  const modelMiB = (await readFile(model).then((b) => b.length)) / 2 ** 20;
+  const modelMiB = (await stat(model)).size / 2 ** 20;
   const generateMs = performance.now() - made;
   step.notes.push(`model ${MODEL.embedding}x${MODEL.layers} blocks, ${modelMiB.toFixed(0)} MiB of f32 weights, generated in ${(generateMs / 1000).toFixed(1)} s`);
   await admin.publish({ name: NAME, category: 'chat', params: { model, context: CONTEXT, slots: SLOTS, gpuSplit: null, gpuLayers: null } });

@@ -144,10 +144,13 @@ if [ "$resume" = 0 ]; then
   fi
   generator_flags=
   [ -z "$generator" ] || generator_flags="-G $generator"
+  # The version llama-server prints: the source's own commit. A tarball has no .git, and llama.cpp's
+  # CMake asks git from the source folder, which would find the repository around the cache (a
+  # checkout holding .gpu-cache/) and print that one's commit and count: git stops at $work.
   # shellcheck disable=SC2086
-  cmake $generator_flags -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  GIT_CEILING_DIRECTORIES=$work cmake $generator_flags -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON $cuda_flags $ggml_cpu_flags >"$work/configure.log" 2>&1 || {
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMIT="$(printf '%s' "$commit" | cut -c1-7)" $cuda_flags $ggml_cpu_flags >"$work/configure.log" 2>&1 || {
     tail -n 30 "$work/configure.log" >&2
     die "cmake could not configure llama.cpp (log above)"
   }
