@@ -4,6 +4,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+// The types file, not the machine's index: the CLI reads this module for every command, xstate for none.
+import { SWITCH_MAX_WAIT_CAP_MS } from '../machines/supervisor/supervisor.types.js';
 
 export type InspectMode = 'off' | 'log' | 'stately';
 
@@ -81,7 +83,8 @@ export interface Config {
   /**
    * The queue's order for chats (`SERVICE_DECK_QUEUE_ORDER`: `swap-aware`, the default, or
    * `strict`) and how long a waiting switch may be overtaken by chats for the loaded profile
-   * (`SERVICE_DECK_SWITCH_MAX_WAIT_MS`, 30000; the last measured chat load counts if longer).
+   * (`SERVICE_DECK_SWITCH_MAX_WAIT_MS`, 30000; the switch target's last measured load counts if
+   * longer; at most SWITCH_MAX_WAIT_CAP_MS, 120000: a larger setting is refused).
    */
   scheduling: { order: 'swap-aware' | 'strict'; switchMaxWaitMs: number };
   /** How often the programs of loaded workers are looked at for a new build (spec 3.5, 9). */
@@ -227,7 +230,12 @@ function parseScheduling(env: NodeJS.ProcessEnv): Config['scheduling'] {
   const order = (env.SERVICE_DECK_QUEUE_ORDER ?? '').trim() || 'swap-aware';
   if (order !== 'swap-aware' && order !== 'strict') throw new ConfigError(`SERVICE_DECK_QUEUE_ORDER: "${order}" is not one of swap-aware, strict`);
   const bound = (env.SERVICE_DECK_SWITCH_MAX_WAIT_MS ?? '').trim();
-  return { order, switchMaxWaitMs: bound === '' ? 30_000 : parseWhole(bound, 'SERVICE_DECK_SWITCH_MAX_WAIT_MS', 'milliseconds') };
+  const switchMaxWaitMs = bound === '' ? 30_000 : parseWhole(bound, 'SERVICE_DECK_SWITCH_MAX_WAIT_MS', 'milliseconds');
+  // Refused rather than lowered in silence: the operator asked for a wait the service will not give.
+  if (switchMaxWaitMs > SWITCH_MAX_WAIT_CAP_MS) {
+    throw new ConfigError(`SERVICE_DECK_SWITCH_MAX_WAIT_MS: ${switchMaxWaitMs} is above ${SWITCH_MAX_WAIT_CAP_MS}, the longest a waiting model switch may be overtaken (milliseconds)`);
+  }
+  return { order, switchMaxWaitMs };
 }
 
 /** The checkout or installed package this module belongs to (src/ runs under tsx, dist/src/ built). */

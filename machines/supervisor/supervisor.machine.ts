@@ -44,7 +44,7 @@ import type {
   WorkerKind,
   WorkerRecord,
 } from './supervisor.types.js';
-import { DEFAULT_SCHEDULING, WORKER_KINDS } from './supervisor.types.js';
+import { DEFAULT_SCHEDULING, SWITCH_MAX_WAIT_CAP_MS, WORKER_KINDS } from './supervisor.types.js';
 
 /** The supervisor's command to a worker machine. */
 type WorkerCommand = { type: 'worker.unload'; generation: number; reason: string };
@@ -289,10 +289,14 @@ export const supervisorMachine = setup({
       if (event.type === 'job.queued') {
         if (job.phase !== 'submitted') return;
         // Swap-aware order: a chat may be overtaken by chats for another loaded profile until its
-        // bound, the longer of the setting and the last measured chat load.
+        // bound: the longer of the setting and its own profile's last measured load (what the
+        // switch will cost), never above the cap, so that a slow load elsewhere or a large setting
+        // cannot hold it back until the queue's wait runs out.
         let switchBound: JobRecord['switchBound'];
         if (context.scheduling.order === 'swap-aware' && job.spec.kind === 'chat' && job.spec.source !== 'preload') {
-          const ms = Math.max(context.scheduling.switchMaxWaitMs, context.chatLoadMs ?? 0);
+          const measured = context.chatLoads[job.spec.profileId];
+          const loadMs = measured?.revision === job.spec.revision ? measured.ms : 0;
+          const ms = Math.min(SWITCH_MAX_WAIT_CAP_MS, Math.max(context.scheduling.switchMaxWaitMs, loadMs));
           switchBound = { ms, reached: false };
           enqueue.raise({ type: 'switch.bound', jobId: event.jobId }, { delay: ms, id: boundTimer(event.jobId) });
         }
@@ -338,7 +342,9 @@ export const supervisorMachine = setup({
           break;
         case 'worker.loaded':
           if (current.state === 'loading') workers[event.kind] = { ...current, state: 'loaded' };
-          if (event.kind === 'chat' && event.loadMs !== undefined) enqueue.assign({ chatLoadMs: event.loadMs });
+          if (event.kind === 'chat' && event.loadMs !== undefined && current.profileId !== null && current.revision !== null) {
+            enqueue.assign({ chatLoads: { ...context.chatLoads, [current.profileId]: { revision: current.revision, ms: event.loadMs } } });
+          }
           break;
         case 'worker.unloaded':
           // Only the unload we asked for ends a worker (or a lost one's process that ended at last).
@@ -600,7 +606,7 @@ export const supervisorMachine = setup({
     unloadWaiters: [],
     listenerInput: input.listener,
     scheduling: { ...DEFAULT_SCHEDULING, ...input.scheduling },
-    chatLoadMs: null,
+    chatLoads: {},
     limits: {
       maxWaiting: input.queue?.maxWaiting ?? QUEUE_LIMITS.maxWaiting,
       maxWaitMs: input.queue?.maxWaitMs ?? QUEUE_LIMITS.maxWaitMs,

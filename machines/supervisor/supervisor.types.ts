@@ -211,8 +211,9 @@ export type StartVerdict =
  * How chats for the loaded profile may overtake a waiting switch (spec 3.2: "cannot be overtaken
  * indefinitely by new chats"). `swap-aware`: while a chat for another profile waits, requests for
  * the loaded profile still take its free slots, until the switch has waited `switchMaxWaitMs` (or
- * the last chat worker's measured load time, if longer) or the loaded profile has nothing queued;
- * `strict`: FIFO, a waiting switch holds every later chat back.
+ * the switch target's own last measured load time, if longer; never more than
+ * SWITCH_MAX_WAIT_CAP_MS) or the loaded profile has nothing queued; `strict`: FIFO, a waiting
+ * switch holds every later chat back.
  */
 export interface SchedulingPolicy {
   order: 'swap-aware' | 'strict';
@@ -220,6 +221,13 @@ export interface SchedulingPolicy {
 }
 
 export const DEFAULT_SCHEDULING: SchedulingPolicy = { order: 'swap-aware', switchMaxWaitMs: 30_000 };
+
+/**
+ * The longest a waiting switch may be overtaken (CONTRACT 9), whatever the setting or the measured
+ * load: well below the queue's 600 s wait, so that steady traffic for the loaded profile can delay
+ * a switch but never turn it into a queue_timeout. A larger setting is refused at start.
+ */
+export const SWITCH_MAX_WAIT_CAP_MS = 120_000;
 
 export interface SupervisorInput {
   listener: ListenerInput;
@@ -259,8 +267,12 @@ export interface SupervisorContext {
   listenerInput: ListenerInput;
   limits: { maxWaiting: number; maxWaitMs: number; retryAfterSeconds: number };
   scheduling: SchedulingPolicy;
-  /** How long the last chat worker start took to load (its engine's own measure), or null before one. */
-  chatLoadMs: number | null;
+  /**
+   * Per chat profile: how long its last worker start took to load (its engine's own measure) and
+   * for which revision. A switch to that profile and revision is bounded by it if longer than the
+   * setting; another revision may load a different model, so its measure does not count for it.
+   */
+  chatLoads: Record<string, { revision: number; ms: number }>;
 }
 
 export type SupervisorEvent =

@@ -104,6 +104,8 @@ export interface HarnessOptions {
   stuck?: WorkerKind[];
   /** The actor system's inspection observer (the metrics' hook). */
   inspect?: (event: InspectionEvent) => void;
+  /** What the engine measured for a start of the worker kind with this profile (`worker.loaded`'s `loadMs`; none by default). */
+  loadMs?: (kind: WorkerKind, profileId: string | null) => number | undefined;
 }
 
 export function supervisorHarness(options: HarnessOptions = {}) {
@@ -179,7 +181,8 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     else if (event.type === 'gpu.granted' && event.start) start = { kind: event.worker, generation: event.generation };
     if (start) {
       actor.send({ type: 'worker.started', ...start, pid: ++pid });
-      actor.send({ type: 'worker.loaded', ...start });
+      const loadMs = options.loadMs?.(start.kind, actor.getSnapshot().context.workers[start.kind].profileId);
+      actor.send({ type: 'worker.loaded', ...start, ...(loadMs === undefined ? {} : { loadMs }) });
     }
   });
   actor.start();

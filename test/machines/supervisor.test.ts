@@ -4,7 +4,7 @@
 import t from 'tap';
 import type { Test } from 'tap';
 import type { InspectionEvent } from 'xstate';
-import { runsAtOnce } from '../../machines/supervisor/index.js';
+import { runsAtOnce, SWITCH_MAX_WAIT_CAP_MS } from '../../machines/supervisor/index.js';
 import { diagnostics } from '../../src/system/observe/diagnostics.js';
 import { GIB, gpu, model, supervisorHarness, type SupervisorHarness } from '../helpers/supervisor.js';
 
@@ -181,15 +181,60 @@ const chatRows: Row[] = [
     },
   },
   {
-    row: '3.2 swap-aware | the bound is the longer of the setting and the last measured chat load',
+    row: "3.2 swap-aware | the bound is the longer of the setting and the switch target's own last measured load, of its revision; without one, the setting",
     async run(t) {
-      const h = supervisorHarness({ autoWorkers: false, scheduling: { switchMaxWaitMs: 1000 } });
-      const first = await h.submit({ profileId: 'a', slots: 2 });
-      await h.send({ type: 'worker.loaded', kind: 'chat', generation: h.gen('chat'), loadMs: 45_000 });
-      t.equal(h.context().chatLoadMs, 45_000);
+      const h = supervisorHarness({ scheduling: { switchMaxWaitMs: 1000 }, loadMs: (_kind, profileId) => (profileId === 'a' ? 45_000 : 5000) });
+      const running = await h.submit({ profileId: 'a', slots: 2 });
+      t.same(h.context().chatLoads, { a: { revision: 1, ms: 45_000 } }, "a's load is measured");
+      const b = await h.submit({ profileId: 'b' });
+      t.same(h.context().jobs[b]?.switchBound, { ms: 1000, reached: false }, 'b has no measured load: the setting, not the 45 s of a');
+      await h.release(running);
+      t.same(h.outcome(b), ['job.queued', 'granted +start']);
+      const a = await h.submit({ profileId: 'a' });
+      t.same(h.context().jobs[a]?.switchBound, { ms: 45_000, reached: false }, "a's own 45 s, not the 5 s of the last load (b's)");
+      await h.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
+      const a2 = await h.submit({ profileId: 'a', revision: 2 });
+      t.same(h.context().jobs[a2]?.switchBound, { ms: 1000, reached: false }, 'a new revision may load another model: the setting until its own load is measured');
+    },
+  },
+  {
+    row: '3.2 swap-aware | a slow load or a large setting | the bound is at most 120 s: then nothing overtakes the switch, which waits only for the running answers',
+    async run(t) {
+      const h = supervisorHarness({ scheduling: { switchMaxWaitMs: 1000 }, loadMs: (_kind, profileId) => (profileId === 'b' ? 600_000 : 2000) });
+      await h.release(await h.submit({ profileId: 'b' }));
+      const chatA = () => h.submit({ profileId: 'a', slots: 2 });
+      const running = [await chatA(), await chatA()];
       const sw = await h.submit({ profileId: 'b' });
-      t.same(h.context().jobs[sw]?.switchBound, { ms: 45_000, reached: false });
-      await h.release(first);
+      const queuedAt = h.clock.now();
+      t.same(h.context().jobs[sw]?.switchBound, { ms: SWITCH_MAX_WAIT_CAP_MS, reached: false }, "b's own 600 s load is capped");
+      // Steady traffic for a: a new chat every 10 s, one answer of a ending every 10 s, up to 1 ms before the cap.
+      const steps = [...Array<number>(11).fill(10_000), 9999];
+      let overtakes = 0;
+      for (const ms of steps) {
+        const next = await chatA();
+        h.clock.increment(ms);
+        await h.settle();
+        await h.release(running.shift()!);
+        if (h.granted(next)) overtakes += 1;
+        running.push(next);
+      }
+      t.equal(overtakes, steps.length, 'every freed slot went to a while the switch waited less than 120 s');
+      t.equal(h.clock.now() - queuedAt, SWITCH_MAX_WAIT_CAP_MS - 1);
+      const late = await chatA();
+      h.clock.increment(1);
+      await h.settle();
+      t.same(h.context().jobs[sw]?.switchBound, { ms: SWITCH_MAX_WAIT_CAP_MS, reached: true });
+      await h.release(running.shift()!);
+      t.same(h.outcome(late), ['job.queued'], 'at 120 s the freed slot is not taken past the switch');
+      t.notOk(h.granted(sw), 'the last running answer of a goes on');
+      await h.release(running.shift()!);
+      t.same(h.outcome(sw), ['job.queued', 'granted +start'], 'the switch goes once the running answers ended, not after its 600 s load');
+      t.equal(h.clock.now() - queuedAt, SWITCH_MAX_WAIT_CAP_MS);
+
+      const large = supervisorHarness({ scheduling: { switchMaxWaitMs: 600_000 } });
+      await large.submit({ profileId: 'a' });
+      const other = await large.submit({ profileId: 'b' });
+      t.same(large.context().jobs[other]?.switchBound, { ms: SWITCH_MAX_WAIT_CAP_MS, reached: false }, 'a setting above the cap (refused at start by the config) is capped by the machine as well');
     },
   },
   {
