@@ -1,12 +1,15 @@
 // POST /v1/audio/speech with the official openai client: espeak-ng speaks, the answer is a valid
 // RIFF WAV; the English round trip goes on through /v1/audio/transcriptions (resampled to 16 kHz
-// mono) and its word accuracy is measured; every rule of spec 4.5 refuses with a 400.
+// mono) and its word accuracy is measured; every rule of spec 4.5 refuses with a 400; a new
+// revision of a loaded TTS or STT profile restarts its worker once the running answer has ended.
+import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
 import OpenAI, { toFile } from 'openai';
 import t from 'tap';
 import { encodeWav, pcm16, readWav, resample } from '../../src/adapters/wav.js';
-import { build, tempDir, TOKEN } from '../helpers/build.js';
-import { espeakRecorder, pocketsphinxPath, wordAccuracy } from '../helpers/speech.js';
-import { alive, until } from '../helpers/until.js';
+import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
+import { espeakRecorder, pocketsphinxPath, speech, wordAccuracy } from '../helpers/speech.js';
+import { alive, ended, stopProcess, until } from '../helpers/until.js';
 
 
 async function setUp(t: Parameters<typeof build>[0]) {
@@ -147,4 +150,74 @@ t.test('every rule of spec 4.5 refuses with a 400', async (t) => {
   }
   const language = ((await (await b.api('POST', '/v1/audio/speech', { model: 'speaker', input: 'x', language: 'Klingon' })).json()) as { error: { message: string } }).error.message;
   t.match(language, /German.*English/, 'the refusal names the supported languages');
+});
+
+interface SpeechStatus {
+  workers: Array<{ kind: string; profile_id: string | null; revision: number | null; state: string; pid: number | null; stale: string | null; active_jobs: number }>;
+  queue: { running: Array<{ kind: string; profile_id: string }> };
+}
+const speechStatus = async (b: Built) => (await (await b.admin('GET', '/api/v1/endpoint')).json()) as SpeechStatus;
+
+t.test('a new revision of a loaded TTS or STT profile restarts that worker with the stored parameters, once its running answer has ended (spec 2.1 revision)', async (t) => {
+  const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
+  await b.startEndpoint();
+  const pcm = await speech(await tempDir(t), 'good morning how are you');
+  const recording = encodeWav(new Int16Array(pcm.buffer, pcm.byteOffset, pcm.byteLength / 2), 16_000);
+  const transcribe = () => {
+    const form = new FormData();
+    form.set('model', 'listener');
+    form.set('language', 'en');
+    form.set('file', new Blob([recording]), 'speech.wav');
+    return fetch(`${b.apiUrl()}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` }, body: form });
+  };
+  // The TTS worker of a speech server (a process kept running while loaded, as llama-server is for
+  // chat) and the pocketsphinx STT engine: each has a process the restart must replace. The
+  // speech server's command line is a stored parameter its new process shows; pocketsphinx's
+  // engine takes none.
+  const server = fileURLToPath(new URL('../fixtures/fake-speech-server.mjs', import.meta.url));
+  const kinds = [
+    {
+      kind: 'tts',
+      profile: { name: 'speaker', category: 'tts', params: { backend: 'openai-server', command: [process.execPath, server, '--port', '{port}'] } },
+      edit: { command: [process.execPath, server, '--port', '{port}', '--host', '{host}'] },
+      stored: ['--host', '127.0.0.1'],
+      ask: () => b.api('POST', '/v1/audio/speech', { model: 'speaker', input: 'Guten Morgen' }),
+    },
+    { kind: 'stt', profile: { name: 'listener', category: 'stt', params: { defaultLanguage: 'en' } }, edit: { defaultLanguage: 'auto' }, stored: null, ask: transcribe },
+  ] as const;
+  for (const { kind, profile, edit, stored, ask } of kinds) {
+    const created = await b.admin('POST', '/api/v1/profiles', profile);
+    const id = ((await created.json()) as { id: string }).id;
+    t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200);
+    t.equal((await ask()).status, 200, `${kind}: the first request loads the worker`);
+    const worker = async () => (await speechStatus(b)).workers.find((w) => w.kind === kind);
+    const loaded = (await worker())!;
+    t.match(loaded, { profile_id: id, revision: 1, state: 'loaded', stale: null }, `${kind}: loaded at revision 1`);
+    t.ok(loaded.pid && alive(loaded.pid), `${kind}: its process ${loaded.pid} runs`);
+
+    // The worker's process is held still, so that the answer is running when the save comes.
+    await stopProcess(loaded.pid!);
+    const running = ask();
+    await until(`the ${kind} answer to run`, async () => ((await speechStatus(b)).queue.running.some((job) => job.kind === kind) ? true : undefined));
+    const read = (await (await b.admin('GET', `/api/v1/profiles/${id}`)).json()) as { params: Record<string, unknown> };
+    const saved = await b.admin('PUT', `/api/v1/profiles/${id}`, { ...read, params: { ...read.params, ...edit } });
+    t.equal(saved.status, 200, `${kind}: revision 2 saved`);
+    t.match(await worker(), { revision: 1, pid: loaded.pid, state: 'loaded', active_jobs: 1, stale: /new revision \(2\)/ }, `${kind}: the worker of revision 1 stays while its answer runs, and goes when idle`);
+    t.ok(alive(loaded.pid!), `${kind}: the running answer's process was not ended`);
+    process.kill(loaded.pid!, 'SIGCONT');
+    t.equal((await running).status, 200, `${kind}: the running answer finished with its adopted profile`);
+
+    const restarted = await until(`the ${kind} worker at revision 2, without a request`, async () => {
+      const w = await worker();
+      return w?.revision === 2 && w.state === 'loaded' ? w : undefined;
+    });
+    t.not(restarted.pid, loaded.pid, `${kind}: in a new process`);
+    t.ok(ended(loaded.pid!), `${kind}: the process of revision 1 was ended first`);
+    if (stored) {
+      const args = (await readFile(`/proc/${restarted.pid}/cmdline`, 'utf8')).split('\0');
+      t.equal(args[args.indexOf(stored[0]) + 1], stored[1], `${kind}: the new process runs with the stored ${stored.join(' ')}`);
+    }
+    t.equal((await ask()).status, 200);
+    t.equal((await worker())?.pid, restarted.pid, `${kind}: the next request is answered by the restarted worker, not another start`);
+  }
 });

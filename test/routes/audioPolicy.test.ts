@@ -2,8 +2,9 @@
 // the record in audio-policy.json (0600) across a restart; and each mode on the real workers:
 // warm preloads the STT engine (pocketsphinx) and the espeak-ng TTS worker while the endpoint runs,
 // reloads after the endpoint stop and start, per_request ends the engine process after each
-// transcription, and a missing runtime stays saved with its error in `errors` until a retry finds it.
-import { chmod, readFile, stat, writeFile } from 'node:fs/promises';
+// transcription, a missing runtime stays saved with its error in `errors` until a retry finds it,
+// and no choice changes a model profile.
+import { chmod, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
@@ -154,6 +155,52 @@ t.test('warm: the STT engine and the TTS worker load while the endpoint runs, wi
   await until('per_request to unload the idle engine', async () => (alive(again.pid!) ? undefined : true));
   t.equal(await worker(b, 'stt'), undefined);
   t.equal((await worker(b, 'tts'))?.state, 'loaded', 'the TTS policy is independent');
+});
+
+t.test('a policy change changes no model profile: params, revision and publication stay as they were, in the API and on disk (spec 3.6)', async (t) => {
+  const b = await build(t, { env: { SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_GPUS: 'none' } });
+  await b.startEndpoint();
+  const chat = await profile(b, { name: 'words', category: 'chat', params: { model: '/nonexistent.gguf', context: 4096 } });
+  const image = await profile(b, { name: 'pictures', category: 'image', params: { model: '/nonexistent/flux.gguf', steps: 8 } });
+  const speaker = await profile(b, { name: 'speaker', category: 'tts', params: { speed: 1.25 } });
+  const quiet = await profile(b, { name: 'quiet', category: 'tts', params: { voice: 'nova' } });
+  const listener = await profile(b, { name: 'listener', category: 'stt', params: { defaultLanguage: 'en' } });
+  // One profile at a later revision; quiet stays unpublished.
+  const read = (await (await b.admin('GET', `/api/v1/profiles/${speaker}`)).json()) as { params: Record<string, unknown> };
+  t.equal((await b.admin('PUT', `/api/v1/profiles/${speaker}`, { ...read, params: { ...read.params, voice: 'echo' } })).status, 200);
+  for (const id of [chat, image, speaker, listener]) t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200);
+  const names: Record<string, string> = { [speaker]: 'speaker', [quiet]: 'quiet', [listener]: 'listener' };
+
+  /** Every profile as the API shows it, the bytes of every profile file, and the saved publication. */
+  const profilesNow = async () => {
+    const dir = path.join(b.stateDir, 'profiles');
+    const files: Record<string, string> = {};
+    for (const name of (await readdir(dir)).sort()) files[name] = await readFile(path.join(dir, name), 'utf8');
+    const endpoint = JSON.parse(await readFile(path.join(b.stateDir, 'endpoint.json'), 'utf8')) as { published: string[] };
+    return { api: ((await (await b.admin('GET', '/api/v1/profiles')).json()) as { profiles: unknown[] }).profiles, files, published: endpoint.published };
+  };
+  const before = await profilesNow();
+  t.equal(Object.keys(before.files).length, 5, 'five profile files');
+  t.match(before.api, [{ id: chat }, { id: image }, { id: speaker, revision: 2, published: true }, { id: quiet, revision: 1, published: false }, { id: listener }]);
+  t.same([...before.published].sort(), [chat, image, speaker, listener].sort());
+
+  // Each choice is given time to act (a preload loads its worker, per_request unloads the idle
+  // engine) before the profiles are compared.
+  const changes: Array<[{ kind: string; mode: string; profile_id: string | null }, (view: View, w: Awaited<ReturnType<typeof worker>>) => boolean]> = [
+    [{ kind: 'tts', mode: 'warm', profile_id: speaker }, (view, w) => view.states.tts === 'warm.held' && w?.profile_id === speaker],
+    [{ kind: 'stt', mode: 'warm', profile_id: listener }, (view, w) => view.states.stt === 'warm.held' && w?.profile_id === listener],
+    [{ kind: 'tts', mode: 'warm', profile_id: quiet }, (view, w) => view.states.tts === 'warm.held' && w?.profile_id === quiet],
+    [{ kind: 'stt', mode: 'per_request', profile_id: listener }, (view, w) => view.states.stt === 'per_request' && w === undefined],
+    [{ kind: 'tts', mode: 'per_request', profile_id: null }, (view, w) => view.states.tts === 'per_request' && w === undefined],
+    [{ kind: 'tts', mode: 'auto', profile_id: null }, (view) => view.states.tts === 'auto'],
+    [{ kind: 'stt', mode: 'auto', profile_id: null }, (view) => view.states.stt === 'auto'],
+  ];
+  for (const [choice, settled] of changes) {
+    const what = `${choice.kind} ${choice.mode}${choice.profile_id ? ` ${names[choice.profile_id]}` : ''}`;
+    t.equal((await b.admin('POST', '/api/v1/audio-policy', choice)).status, 200, `${what}: saved`);
+    await until(`${what} to take effect`, async () => (settled(await policy(b), await worker(b, choice.kind)) ? true : undefined));
+    t.strictSame(await profilesNow(), before, `${what}: every profile as it was`);
+  }
 });
 
 t.test('per_request: the STT engine process ends after each transcription; the next one starts another', async (t) => {
