@@ -156,6 +156,8 @@ async function ownCost(root: string): Promise<{ figures: Figure[]; doors: Figure
   try {
     const profile = await own.profiles.create({ name: NAME, category: 'chat', params: { model, context: CONTEXT, slots: SLOTS, gpuSplit: null, gpuLayers: null, sampling: {} } });
     await own.profiles.setPublished(profile.id, true);
+    // The Responses door is an extension, off by default (CONTRACT section 9): on for its figures.
+    await own.extensions.set({ responses: true });
     own.listener.send({ type: 'endpoint.start' });
     const until = Date.now() + 10_000;
     while (!own.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The inference API with curl: health, the model lists, a chat answer, a streamed answer, the
-# same through the Responses API, and speech into a WAV file in a new temporary folder.
+# same through the Responses API (once an operator turned it on), and speech into a WAV file in a
+# new temporary folder.
 # Run: TOKEN=sd-... sh examples/curl.sh     (API for another inference address)
 set -eu
 
@@ -24,6 +25,8 @@ curl -N -s "$API/v1/chat/completions" -H "Authorization: Bearer $TOKEN" -H 'Cont
   -d '{"model":"tiny-chat","messages":[{"role":"user","content":"Hello"}],"max_tokens":3,
        "stream":true,"stream_options":{"include_usage":true}}'
 
+# The Responses API is off until an operator turns it on (service-deck extensions enable responses);
+# while off, these two answer 404 like an unknown route.
 curl -s "$API/v1/responses" -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
   -d '{"model":"tiny-chat","instructions":"Be brief.","input":"Hello","max_output_tokens":8}'
 

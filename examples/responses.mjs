@@ -3,12 +3,25 @@
 // through the client's `responses.stream()` helper, and a function-tool round trip (the call comes
 // back as a `function_call` item, its result goes back as a `function_call_output` item). The
 // service keeps nothing between requests: each one sends the whole conversation in `input`.
+// The Responses API goes beyond the specification, so it is off until an operator turns it on:
+//   node bin/service-deck.js extensions enable responses     (or the console's overview)
 // Run: TOKEN=sd-... node examples/responses.mjs     (MODEL=<profile name> for another chat profile)
 import OpenAI from 'openai';
 
 const { API = 'http://127.0.0.1:8120', TOKEN, MODEL = 'tiny-chat' } = process.env;
 if (!TOKEN) throw new Error('Set TOKEN to the API token that `npm run demo` printed (see examples/README.md).');
 const client = new OpenAI({ baseURL: `${API}/v1`, apiKey: TOKEN });
+
+// While the Responses API is off, the route answers 404 like an unknown route: say how to turn it on.
+try {
+  await client.responses.create({ model: MODEL, input: 'Hello', max_output_tokens: 1 });
+} catch (error) {
+  if (error instanceof OpenAI.NotFoundError && error.code === 'unknown_route') {
+    console.error('The Responses API is off on this endpoint: turn it on with `node bin/service-deck.js extensions enable responses`, then run this again.');
+    process.exit(1);
+  }
+  throw error;
+}
 
 // one answer: output_text is the text of its message items
 const answer = await client.responses.create({ model: MODEL, instructions: 'Be brief.', input: 'Hello', max_output_tokens: 32 });

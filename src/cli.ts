@@ -1,6 +1,6 @@
 // The `service-deck` command (CONTRACT section 1): serve, demo, set-password, rotate-token,
 // rotate-metrics-token, install/update (the installation step: the inference port range, spec 8),
-// and the admin commands status, profiles and enhancers, which talk to the
+// and the admin commands status, profiles, enhancers and extensions, which talk to the
 // running service on loopback or read the state directory of a stopped one (src/cli/). Every
 // command names the state directory it acted on; a bad option, command or argument prints the
 // usage on stderr and exits 2.
@@ -41,8 +41,13 @@ commands:
   enhancers install <t2i|i2i>          download a task's enhancer in the service and follow it
                                        (Ctrl-C stops following; the download goes on)
   enhancers cancel                     stop the running install (its partial files are removed)
-  Changing profiles and enhancers needs the running service; status, profiles list and show
-  also read the state directory of a stopped one.
+  extensions [list]                    what goes beyond the specification, each off by default:
+                                       responses (POST /v1/responses, OpenAI's Responses API)
+  extensions enable <name>             turn an extension on (from the next request, kept across
+                                       restarts)
+  extensions disable <name>            turn an extension off again
+  Changing profiles, enhancers and extensions needs the running service; status, profiles list
+  and show, and extensions list also read the state directory of a stopped one.
 
 options:
   --state-dir DIR    state directory (default $SERVICE_DECK_STATE_DIR or ~/.local/state/service-deck)
@@ -53,10 +58,10 @@ options:
                      range, else $SERVICE_DECK_API_PORTS, else 1024-65535)
   --api-port PORT    inference port of the first start (default $SERVICE_DECK_API_PORT or 8120);
                      later starts keep the port saved in endpoint.json (install and update save it)
-  --json             status, profiles and enhancers: JSON on stdout
+  --json             status, profiles, enhancers and extensions: JSON on stdout
   --file FILE        profiles create and edit: the profile as JSON (- for standard input)
-  --password-stdin   status, profiles and enhancers: read the operator password from stdin
-                     (else $SERVICE_DECK_ADMIN_PASSWORD, else asked on a terminal)
+  --password-stdin   status, profiles, enhancers and extensions: read the operator password from
+                     stdin (else $SERVICE_DECK_ADMIN_PASSWORD, else asked on a terminal)
   -h, --help         this text
 `;
 
@@ -188,6 +193,10 @@ export async function main(argv: string[]): Promise<number> {
     case 'enhancers': {
       const { enhancersCommand } = await import('./cli/enhancers.js');
       return enhancersCommand(configOf(options), rest, { json, credential });
+    }
+    case 'extensions': {
+      const { extensionsCommand } = await import('./cli/extensions.js');
+      return extensionsCommand(configOf(options), rest, { json, credential });
     }
     case 'profiles': {
       const { profilesCommand } = await import('./cli/profiles.js');

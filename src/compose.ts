@@ -44,6 +44,7 @@ import { Metrics } from './system/observe/metrics.js';
 import { Scheduler } from './system/scheduler.js';
 import { SessionStore } from './system/sessions.js';
 import { endpointStatus, statusWord } from './system/observe/status.js';
+import { Extensions } from './system/extensions.js';
 import { createSupervisor, type SupervisorDeps } from './system/supervisor.js';
 import { restartOnNewRevision } from './system/reload.js';
 import { WorkerHooks } from './system/workers.js';
@@ -182,6 +183,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
   const record = endpoint.record;
   const config = portRangeInForce(loaded, record, log);
 
+  const extensions = new Extensions(endpoint, log);
   const host = new HostFacts(config.stateDir);
   const enhancers = await EnhancerInstalls.open({
     dir: path.join(config.stateDir, 'enhancers'),
@@ -271,6 +273,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     logs: options.tail ?? new LogTail(),
     secrets,
     endpoint,
+    extensions,
     profiles,
     catalog,
     sessions,
@@ -327,6 +330,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
         workers: hooks,
         catalog,
         builds,
+        extensions,
         boundPort: () => inference.address()?.port,
         stopSince: () => stopSince(),
         since: (kind) => hooks.since(kind),

@@ -20,6 +20,7 @@ import type { Metrics } from './system/observe/metrics.js';
 import type { Scheduler, SupervisorActor } from './system/scheduler.js';
 import type { SessionStore } from './system/sessions.js';
 import type { EndpointStatus } from './system/observe/status.js';
+import type { Extensions } from './system/extensions.js';
 import type { WorkerHooks } from './system/workers.js';
 import type { ChatWorker } from './workers/chat/chat.js';
 import type { ChatLimits } from './workers/chat/chatRequest.js';
@@ -41,6 +42,8 @@ export interface Service {
   logs: LogTail;
   secrets: SecretStore;
   endpoint: EndpointStore;
+  /** The operator's switches for what goes beyond the specification, off by default (CONTRACT section 9). */
+  extensions: Extensions;
   profiles: ProfileStore;
   catalog: Catalog;
   sessions: SessionStore;

@@ -152,6 +152,11 @@ const USAGE_CASES: Array<[string[], string]> = [
   [['enhancers', 'install'], 'enhancers install needs the task: t2i or i2i'],
   [['enhancers', 'install', 'x2y'], 'enhancers install needs the task: t2i or i2i (got "x2y")'],
   [['enhancers', 'cancel', 'now'], 'enhancers cancel takes no argument (got "now")'],
+  [['extensions', 'frob'], 'extensions: unknown subcommand "frob" (one of list, enable, disable)'],
+  [['extensions', 'enable'], 'extensions enable needs the extension: responses'],
+  [['extensions', 'disable', 'assistants'], 'extensions disable needs the extension: responses (got "assistants")'],
+  [['extensions', 'enable', 'responses', 'now'], 'extensions enable: unexpected argument "now"'],
+  [['extensions', 'list', 'x'], 'extensions list takes no argument (got "x")'],
   [['status', 'now'], 'status: unexpected argument "now"'],
   [['serve', '--api-port', '80'], '--api-port: 80 is outside the allowed ports 1024-65535'],
   [['serve', '--api-ports', '8120-8124', '--api-port', '8125'], '--api-port: 8125 is outside the allowed ports 8120-8124'],
@@ -367,6 +372,38 @@ t.test('enhancers install follows the download in the service; a second install 
   t.same(stillOpen(), [], 'each command logged out');
 });
 
+t.test('extensions: listed off, enabled and disabled through the running service, which serves by the switch at once', async (t) => {
+  const sessionsBefore = opened.length;
+  const responses = () => b.api('POST', '/v1/responses', { model: 'talker', input: 'x' });
+  const listed = await cli(t, ['extensions'], withPassword);
+  t.equal(listed.code, 0, listed.stderr);
+  t.same(listed.stdout.trimEnd().split('\n').slice(1), ["responses: off (POST /v1/responses, OpenAI's Responses API; 404 while off)"], 'off on a default install');
+  t.equal((await responses()).status, 404, 'and the route answers 404');
+
+  const enabled = await cli(t, ['extensions', 'enable', 'responses'], withPassword);
+  t.equal(enabled.code, 0, enabled.stderr);
+  t.same(enabled.stdout.trimEnd().split('\n').slice(1), [
+    "responses: on (POST /v1/responses, OpenAI's Responses API)",
+    'responses is on from the next request, and stays so across restarts',
+  ]);
+  t.equal(b.service.extensions.isOn('responses'), true, 'the service has it on');
+  // Served now: talker's model file is missing, so the Responses door gets as far as its profile look-up.
+  const served = (await (await responses()).json()) as { error: { code: string } };
+  t.equal(served.error.code, 'model_not_found', 'the route is served: the door looked the profile up');
+
+  const json = await cli(t, ['extensions', '--json'], withPassword);
+  t.equal(json.code, 0, json.stderr);
+  t.match(JSON.parse(json.stdout), { state_dir: b.stateDir, service: { running: true }, extensions: { responses: true } });
+  const disabled = await cli(t, ['extensions', 'disable', 'responses', '--json'], withPassword);
+  t.equal(disabled.code, 0, disabled.stderr);
+  t.match(JSON.parse(disabled.stdout), { extensions: { responses: false } });
+  t.equal((await responses()).status, 404, 'off again: 404');
+  // Left on: the stopped service's list below reads it from endpoint.json.
+  t.equal((await cli(t, ['extensions', 'enable', 'responses'], withPassword)).code, 0);
+  t.equal(opened.length - sessionsBefore, 5, 'one session per command');
+  t.same(stillOpen(), [], 'each command logged out');
+});
+
 t.test('a stopped service: status and profiles from the state directory, no password, nothing written', async (t) => {
   // After the cases above: talker and painter-b are published; talker, painter-a and painter-b are blocked.
   const viewsBefore = await b.service.catalog.views();
@@ -376,12 +413,14 @@ t.test('a stopped service: status and profiles from the state directory, no pass
   const profileFile = path.join(await tempDir(t), 'p.json');
   await writeFile(profileFile, JSON.stringify({ name: 'late', category: 'tts', params: {} }));
 
-  const [status, list, publish, create, enhancers, missing, gone] = await Promise.all([
+  const [status, list, publish, create, enhancers, extensions, enable, missing, gone] = await Promise.all([
     cli(t, ['status'], env),
     cli(t, ['profiles', 'list', '--json'], env),
     cli(t, ['profiles', 'publish', 'voice'], env),
     cli(t, ['profiles', 'create', '--file', profileFile], env),
     cli(t, ['enhancers'], env),
+    cli(t, ['extensions'], env),
+    cli(t, ['extensions', 'disable', 'responses'], env),
     cli(t, ['status', '--state-dir', path.join(b.stateDir, 'nowhere')], env),
     // A process that has ended, for the admin.json of a killed service below.
     run(t, [process.execPath, '-e', 'process.stdout.write(String(process.pid))'], {}),
@@ -416,6 +455,13 @@ t.test('a stopped service: status and profiles from the state directory, no pass
   t.equal((await readdir(path.join(b.stateDir, 'profiles'))).length, 4, 'no profile file was written');
   t.equal(enhancers.code, 1);
   t.match(enhancers.stderr, `enhancers list needs the running service, and the service of ${b.stateDir} is not running`);
+  t.equal(extensions.code, 0, extensions.stderr);
+  t.same(extensions.stdout.trimEnd().split('\n'), [
+    `service-deck: state directory ${b.stateDir} (service not running: read from its files)`,
+    "responses: on (POST /v1/responses, OpenAI's Responses API)",
+  ], 'extensions list reads endpoint.json');
+  t.equal(enable.code, 1, 'switching needs the running service');
+  t.match(enable.stderr, `extensions disable needs the running service, and the service of ${b.stateDir} is not running`);
 
   t.equal(missing.code, 1);
   t.match(missing.stderr, `service-deck: no state directory at ${path.join(b.stateDir, 'nowhere')}`);

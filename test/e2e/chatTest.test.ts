@@ -74,7 +74,9 @@ t.test('a chat test reports timings and usage; a cancel leaves them empty; unloa
   t.ok((again.timings.prefill?.tokens ?? Infinity) < (again.usage?.prompt_tokens ?? 0), 'prefill counts only the computed tokens, usage the whole input');
   t.equal(done.api, 'chat_completions', 'the default door is chat completions');
 
-  // The other door: the answer, its end and its usage from the Responses events; the worker's timings.
+  // The other door (an extension, off by default: test/routes/extensions.test.ts has the refusal):
+  // the answer, its end and its usage from the Responses events; the worker's timings.
+  t.equal((await b.admin('POST', '/api/v1/endpoint/extensions', { responses: true })).status, 200, 'the Responses API turned on');
   const viaResponses = await b.admin('POST', '/api/v1/chat-tests/start', {
     profile_id: id,
     messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: PROMPT }],

@@ -85,6 +85,30 @@ t.test('the console in chromium: every admin task of a chat profile, live overvi
   t.equal(await page.locator('.msg.user').count(), 1, 'the question is in the conversation');
   await shot(page, 'chat-test');
 
+  // The other door, OpenAI's Responses API, is an extension beyond the specification: off on a
+  // default install, so its option is disabled and the route answers 404, until the overview's
+  // switch turns it on, for the test and for the API clients at once.
+  const askResponses = () =>
+    fetch(`http://127.0.0.1:${apiPort}/v1/responses`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'tiny-chat', input: 'Hello', max_output_tokens: 1 }),
+    });
+  t.equal(await page.getByLabel('API', { exact: true }).locator('option[value="responses"]').isDisabled(), true, 'the Responses door cannot be chosen while it is off');
+  t.equal((await askResponses()).status, 404, 'and POST /v1/responses answers 404');
+  await goTo(page, 'Overview');
+  const toggle = page.getByRole('switch', { name: /Responses API/ });
+  t.equal(await toggle.isChecked(), false, 'the overview shows the Responses API off');
+  await toggle.check();
+  await page.getByText('The Responses API is on', { exact: false }).first().waitFor();
+  t.equal(await toggle.isChecked(), true, 'the switch is on');
+  t.match(await page.locator('#extensions').textContent(), /Responses API \(POST \/v1\/responses\)\s*on/, 'and says so');
+  const served = await askResponses();
+  t.equal(served.status, 200, 'POST /v1/responses answers from the next request');
+  await served.body?.cancel();
+  await shot(page, 'extensions');
+  await goTo(page, 'Chat test');
+
   // The same conversation through the other door, OpenAI's Responses API.
   await page.getByLabel('API', { exact: true }).selectOption({ label: 'Responses API (/v1/responses)' });
   await page.getByLabel('Max tokens').fill('32');

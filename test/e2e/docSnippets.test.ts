@@ -98,6 +98,16 @@ const RUNS: Array<{
       return admin(ctx, 'PUT', '/api/v1/profiles/demo-image', { ...painter, params: { ...painter.params, referenceImages: 1 } });
     },
   },
+  // Before rotate-token-cli, whose new token stays in its script: this one calls the API with the token.
+  {
+    name: 'extensions',
+    expect: [/^\{"extensions":\{"responses":true\}\}/, /"object":"response",.*"model":"tiny-chat"/],
+    before: async (ctx) => {
+      const off = await fetch(`${ctx.api}/v1/responses`, { method: 'POST', headers: { authorization: `Bearer ${ctx.token}`, 'content-type': 'application/json' }, body: '{}' });
+      if (off.status !== 404) throw new Error(`the demo serves /v1/responses before the block turned it on: ${off.status}`);
+    },
+    after: async (t, _out, ctx) => t.same(((await admin(ctx, 'GET', '/api/v1/endpoint')) as { extensions: unknown }).extensions, { responses: true }, 'the status shows the switch on'),
+  },
   {
     name: 'rotate-token-cli',
     expect: [/^\{"status":"ok","endpoint":"running"\}$/m],

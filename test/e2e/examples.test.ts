@@ -11,7 +11,7 @@ import t from 'tap';
 import { freePort, tempDir } from '../helpers/build.js';
 import { docBlocks, examplesDir } from '../helpers/docBlocks.js';
 import { llamaServerPath } from '../helpers/llama.js';
-import { spawnCli } from '../helpers/spawn.js';
+import { BIN, spawnCli } from '../helpers/spawn.js';
 
 // The demo's start and thirteen scripts, some of which start a worker: about a minute on 2 cores.
 t.setTimeout(300_000);
@@ -91,6 +91,21 @@ t.test('every example runs against the demo', async (t) => {
   const token = demo.output().match(/new API token \(shown once, only its hash is stored\): (\S+)/)?.[1];
   const password = demo.output().match(/operator password \(shown once\): (\S+)/)?.[1];
   t.ok(token && password, 'the demo printed the API token and the operator password');
+
+  // The demo is a default install: the Responses API is off (responses.mjs says how to turn it
+  // on, and exits 1), until the command examples/README.md gives turns it on.
+  const scratch = path.join(dir, 'run-responses-off');
+  await mkdir(scratch);
+  const off = await run('responses.mjs', scratch, { PATH: process.env.PATH, HOME: process.env.HOME, API: `http://127.0.0.1:${apiPort}`, TOKEN: token });
+  t.equal(off.code, 1, 'responses.mjs on a default install: exit 1');
+  t.match(off.stderr, 'The Responses API is off on this endpoint: turn it on with `node bin/service-deck.js extensions enable responses`', 'and it says how to turn it on');
+  const enabled = await new Promise<Ran>((resolve) =>
+    execFile(process.execPath, [BIN, 'extensions', 'enable', 'responses'], { env: { PATH: process.env.PATH, HOME: process.env.HOME, SERVICE_DECK_STATE_DIR: stateDir, SERVICE_DECK_ADMIN_PASSWORD: password }, timeout: 60_000 }, (error, stdout, stderr) =>
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, stdout, stderr, seconds: 0 }),
+    ),
+  );
+  t.equal(enabled.code, 0, `service-deck extensions enable responses: ${enabled.stderr}`);
+  t.match(enabled.stdout, /^responses: on /m);
 
   for (const example of EXAMPLES) {
     const cwd = path.join(dir, `run-${example.file}`);

@@ -326,6 +326,8 @@ t.test('every field of each OpenAI request schema has a fate, the route takes ex
 t.test('each field alone gets its fate at the route: accepted up to the profile look-up, or refused by name', async (t) => {
   const b = await build(t);
   await b.startEndpoint();
+  // The Responses API is an extension, off by default (CONTRACT section 9): on, so its fields reach the route.
+  t.equal((await b.admin('POST', '/api/v1/endpoint/extensions', { responses: true })).status, 200, 'the Responses API turned on');
   for (const table of TABLES) {
     for (const [field, fate] of Object.entries(table.fates) as Array<[string, Fate]>) {
       const response = await send(b, table, { ...table.base(NOBODY), ...table.plausible[field] });
@@ -396,6 +398,7 @@ t.test('every accepted field at once, through the real workers: 200', async (t) 
     env: { SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(), SERVICE_DECK_POCKETSPHINX: await pocketsphinxPath(), SERVICE_DECK_SD_CLI: SD_CLI, SERVICE_DECK_GPUS: 'none' },
   });
   await b.startEndpoint();
+  t.equal((await b.admin('POST', '/api/v1/endpoint/extensions', { responses: true })).status, 200, 'the Responses API turned on');
   const painterModel = path.join(dir, 'painter.gguf');
   await writeFile(painterModel, 'ok');
   await publish(t, b, { name: 'tiny', category: 'chat', params: { model: await tinyModelIn(dir), context: 2048 } });

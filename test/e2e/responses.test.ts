@@ -21,6 +21,8 @@ async function setUp(t: Test): Promise<{ b: Built; client: OpenAI }> {
   t.equal(created.status, 201, 'profile created');
   const { id } = (await created.json()) as { id: string };
   t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200, 'profile published');
+  // An extension beyond the specification, off by default (CONTRACT section 9; test/routes/extensions.test.ts).
+  t.equal((await b.admin('POST', '/api/v1/endpoint/extensions', { responses: true })).status, 200, 'the Responses API turned on');
   return { b, client: new OpenAI({ apiKey: TOKEN, baseURL: `${b.apiUrl()}/v1`, maxRetries: 0, timeout: 60_000 }) };
 }
 

@@ -9,6 +9,8 @@ const PROMPT = 'PROMPT-the-secret-recipe-7731';
 t.test('no token, cookie, password or prompt reaches the log', async (t) => {
   const b = await build(t, { env: { SERVICE_DECK_INSPECT: 'log' } });
   await b.startEndpoint();
+  // On, so that the Responses door reads its body (off, it answers 404 before reading it).
+  await b.admin('POST', '/api/v1/endpoint/extensions', { responses: true });
   const cookieValue = 'sd_session=forged-cookie-value-9911';
   await b.api('GET', `/v1/models?api_key=${TOKEN}`);
   await b.api('GET', '/v1/models', undefined, { cookie: cookieValue });

@@ -28,6 +28,8 @@ async function setUp(t: Test, mode: string, chatLimits: ChatLimits = CHAT_LIMITS
   const created = await b.admin('POST', '/api/v1/profiles', { name: 'fake', category: 'chat', params: { model, slots: 1 } });
   const { id } = (await created.json()) as { id: string };
   await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
+  // An extension beyond the specification, off by default (CONTRACT section 9).
+  await b.admin('POST', '/api/v1/endpoint/extensions', { responses: true });
   return Object.assign(b, { events });
 }
 

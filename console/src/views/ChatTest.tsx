@@ -6,7 +6,7 @@
 import { signal } from '@preact/signals';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api } from '../api.js';
-import { chatTest, notify, session } from '../state.js';
+import { chatTest, notify, session, status } from '../state.js';
 import type { ChatTestJob } from '../types.js';
 import { ActionButton, Facts, ProfileSelect, Section, attempt, duration, useProfiles } from '../ui.js';
 
@@ -57,6 +57,11 @@ export function ChatTest() {
   const [system, setSystem] = useState('');
   const [maxTokens, setMaxTokens] = useState(256);
   const [door, setDoor] = useState<ChatTestJob['api']>('chat_completions');
+  // The Responses door is an extension beyond the specification: chosen only while it is on.
+  const responsesOn = status.value?.extensions.responses === true;
+  useEffect(() => {
+    if (!responsesOn && door === 'responses') setDoor('chat_completions');
+  }, [responsesOn, door]);
   const job = chatTest.value;
   const ours = job && job.id === pending.value?.jobId ? job : null;
   const running = job !== null && !ENDED.has(job.phase);
@@ -173,12 +178,20 @@ export function ChatTest() {
           <label for="chat-api">API</label>
           <select id="chat-api" value={door} onChange={(e) => setDoor(e.currentTarget.value as ChatTestJob['api'])}>
             {APIS.map(([value, label]) => (
-              <option key={value} value={value}>
-                {label}
+              <option key={value} value={value} disabled={value === 'responses' && !responsesOn}>
+                {value === 'responses' && !responsesOn ? `${label}: off` : label}
               </option>
             ))}
           </select>
-          <small class="hint">The same worker through either door.</small>
+          <small class="hint">
+            {responsesOn ? (
+              'The same worker through either door.'
+            ) : (
+              <>
+                The Responses API goes beyond the specification and is off: the <a href="#/overview">overview's Extensions</a> turn it on.
+              </>
+            )}
+          </small>
         </div>
         <div class="field">
           <label for="chat-max-tokens">Max tokens</label>

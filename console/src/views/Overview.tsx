@@ -1,5 +1,6 @@
-// The overview, live from the event stream: the listener with start, stop and its port; what needs
-// attention first; the workers with their memory plans; the queue; the counters; GPUs and RAM.
+// The overview, live from the event stream: the listener with start, stop and its port; the
+// extensions beyond the specification (off by default); what needs attention first; the workers
+// with their memory plans; the queue; the counters; GPUs and RAM.
 import { useState } from 'preact/hooks';
 import { api } from '../api.js';
 import { attentionOf } from '../attention.js';
@@ -79,6 +80,45 @@ function Listener({ s }: { s: EndpointStatus }) {
           </span>
         ) : null}
       </form>
+    </Section>
+  );
+}
+
+/**
+ * The operator's switches for what goes beyond the specification (CONTRACT section 9): each off on
+ * a default install, each in force from the next request, the listener running or not.
+ */
+function Extensions({ s }: { s: EndpointStatus }) {
+  // What the operator asked for, shown while the service answers (then the service's answer).
+  const [asked, setAsked] = useState<boolean | null>(null);
+  const turn = async (on: boolean) => {
+    setAsked(on);
+    const answer = await attempt('Responses API', () => api<{ extensions: EndpointStatus['extensions'] }>('POST', '/api/v1/endpoint/extensions', { responses: on }));
+    // The switch shows what the service answered at once, not after the next status event.
+    if (answer && status.value) status.value = { ...status.value, extensions: answer.extensions };
+    setAsked(null);
+    if (!answer) return;
+    notify('info', on ? 'The Responses API is on: POST /v1/responses serves the chat profiles from the next request.' : 'The Responses API is off: POST /v1/responses answers 404 from the next request.');
+  };
+  return (
+    <Section title="Extensions" id="extensions">
+      <p class="hint">Beyond the specification: a default install offers none of these. Each is the operator's choice, kept across restarts.</p>
+      <label class="choice" for="extension-responses">
+        <input
+          id="extension-responses"
+          type="checkbox"
+          role="switch"
+          aria-describedby="extension-responses-what"
+          checked={asked ?? s.extensions.responses}
+          disabled={asked !== null}
+          onChange={(e) => void turn(e.currentTarget.checked)}
+        />{' '}
+        Responses API (<code>POST /v1/responses</code>) <Badge tone={s.extensions.responses ? 'warn' : 'idle'}>{s.extensions.responses ? 'on' : 'off'}</Badge>
+      </label>
+      <p class="hint" id="extension-responses-what">
+        OpenAI's Responses API on the published chat profiles, for clients that speak nothing else (the AI SDK's default OpenAI provider, OpenAI's Agents SDK). It goes
+        beyond the specification, which does not offer it: while off, the route answers 404 like any unknown route.
+      </p>
     </Section>
   );
 }
@@ -223,6 +263,7 @@ export function Overview() {
         )}
       </Section>
       <Listener s={s} />
+      <Extensions s={s} />
       <Workers s={s} />
       <Queue s={s} />
       <Section title="Counters">

@@ -41,6 +41,10 @@ export const adminChatTestRoutes: FastifyPluginAsync<{ service: Service }> = asy
     const { profile_id: id, messages, max_tokens: maxTokens, api } = request.body;
     const profile = await testProfile(service, id, 'chat');
     if (tests.running()) throw errors.conflict('chat_test_running', 'A chat test is running: cancel it or wait for its end.');
+    // A test of a door that clients cannot use would tell the operator nothing about the endpoint.
+    if (api === 'responses' && !service.extensions.isOn('responses')) {
+      throw errors.conflict('extension_off', "The Responses API is off on this endpoint (it goes beyond the specification): turn it on first (the overview's Extensions, or POST /api/v1/endpoint/extensions), or test through chat completions.");
+    }
     const job = tests.start(profile, messages, maxTokens, api);
     return reply.code(202).send({ job });
   });

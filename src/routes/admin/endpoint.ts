@@ -1,5 +1,6 @@
-// Spec 4.7, the endpoint routes: status, start, stop, address and publication. Each route sends
-// one event to the listener machine (or one call to the profile store) and maps the outcome.
+// Spec 4.7, the endpoint routes: status, start, stop, address and publication, and the extensions
+// beyond the specification (CONTRACT section 9). Each route sends one event to the listener machine
+// (or one call to the profile store or the extensions) and maps the outcome.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -70,6 +71,12 @@ export const adminEndpointRoutes: FastifyPluginAsync<{ service: Service }> = asy
       return status;
     },
   );
+
+  // CONTRACT section 9: what goes beyond the specification, each switch off by default. Allowed
+  // while the listener runs; the next request sees it.
+  app.post('/api/v1/endpoint/extensions', { schema: { body: z.strictObject({ responses: z.boolean() }) } }, async (request) => ({
+    extensions: await service.extensions.set(request.body),
+  }));
 
   app.post(
     '/api/v1/endpoint/profile',

@@ -1,13 +1,16 @@
 // POST /v1/responses: OpenAI's Responses API on the chat profiles, a second door to the chat worker
-// beside chat completions (chat.ts; what both share is chatDoor.ts). The route validates the
-// strict request (src/workers/chat/responses.schema.ts), resolves the profile as chat completions
-// do, and sends the chat completion request it stands for (src/workers/chat/responses.ts) the
-// same way: the same queue, reservation, limits, abort-on-leave and metrics. The answer comes back
-// as OpenAI's Response: one JSON object, or a stream of its events, relayed as the worker's chunks
-// come.
-import type { FastifyPluginAsync } from 'fastify';
+// beside chat completions (chat.ts; what both share is chatDoor.ts). It goes beyond the
+// specification, so it is off until an operator turns it on (CONTRACT section 9). The route
+// validates the strict request (src/workers/chat/responses.schema.ts), resolves the profile as chat
+// completions do, and sends the chat completion request it stands for
+// (src/workers/chat/responses.ts) the same way: the same queue, reservation, limits,
+// abort-on-leave and metrics. The answer comes back as OpenAI's Response: one JSON object, or a
+// stream of its events, relayed as the worker's chunks come.
+import type { FastifyPluginAsync, onRequestHookHandler } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { errors } from '../../errors.js';
 import type { Service } from '../../service.js';
+import { extensionOffMessage } from '../../system/extensions.js';
 import { CHAT_LIMITS, type ChatLimits } from '../../workers/chat/chatRequest.js';
 import { upstreamBody } from '../../workers/chat/chat.schema.js';
 import { chatRequestOf, ResponseAnswer } from '../../workers/chat/responses.js';
@@ -16,10 +19,20 @@ import { clientGone } from '../client.js';
 import { measureAnswer } from '../metrics.js';
 import { answerChat, chatProfile, reasoningHeaders } from './chatDoor.js';
 
+/**
+ * The operator's switch (CONTRACT section 9), off by default: while it is off the route answers as
+ * an unknown one does (404, the OpenAI error body) and nothing else of this door runs. A route's
+ * own onRequest hook comes after the listener's (the Host check, the token) and before the body is
+ * read, so no body is parsed and no profile looked up.
+ */
+function offUnlessTurnedOn(service: Service): onRequestHookHandler {
+  return (request, reply, done) => done(service.extensions.isOn('responses') ? undefined : errors.notFound('unknown_route', extensionOffMessage('responses')));
+}
+
 export const responsesRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLimits }> = async (base, { service, limits = CHAT_LIMITS }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();
 
-  app.post('/v1/responses', { schema: { body: responsesRequestSchema } }, async (request, reply) => {
+  app.post('/v1/responses', { onRequest: offUnlessTurnedOn(service), schema: { body: responsesRequestSchema } }, async (request, reply) => {
     // First, so that a client that leaves at any later point is noticed.
     const signal = clientGone(reply);
     const body = request.body;

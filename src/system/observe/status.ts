@@ -5,6 +5,7 @@ import { MIB, type WorkerKind } from '../../../machines/supervisor/index.js';
 import { probeGpus, type Gpu, type GpuInventory } from '../../adapters/gpus.js';
 import { ramBudget, readRamFacts } from '../../adapters/memory.js';
 import type { Config, PortRangeSource } from '../../config.js';
+import type { Extensions } from '../../store/endpoint.js';
 import type { SecretStore } from '../../store/secrets.js';
 import type { BuildWatcher } from '../catalog/builds.js';
 import type { Catalog } from '../catalog/catalog.js';
@@ -24,6 +25,8 @@ export interface EndpointStatus {
    * PortRangeSource): a saved port outside it keeps the listener stopped (`saved_port_out_of_range`).
    */
   port_range: { first: number; last: number; from: PortRangeSource };
+  /** The operator's switches for what goes beyond the specification, each off by default (CONTRACT section 9). */
+  extensions: Extensions;
   error: { code: string; message: string } | null;
   /**
    * While the endpoint stops: since when, and what it waits for before the workers are unloaded
@@ -68,6 +71,7 @@ export interface StatusSources {
   workers: WorkerHooks;
   catalog: Catalog;
   builds: BuildWatcher;
+  extensions: { readonly current: Readonly<Extensions> };
   /** The inference listener's bound port, while it listens. */
   boundPort: () => number | undefined;
   /** Since when a stop is in progress. */
@@ -102,6 +106,7 @@ export async function endpointStatus(s: StatusSources): Promise<EndpointStatus> 
     port: s.boundPort() ?? context.address.port,
     remembered_running: context.remembered.running,
     port_range: { ...context.portRange, from: config.apiPortsFrom },
+    extensions: { ...s.extensions.current },
     error: context.error,
     stop: stopSince === null ? null : { since: stopSince, open_requests: s.counters.open, running_jobs: runningJobs(supervised.jobs) },
     secrets_problem: s.secrets.problem ?? null,
