@@ -43,7 +43,7 @@ t.test('install --api-ports: the range is saved, and the next start uses it over
   t.match(ran.stdout, `service-deck: state directory ${stateDir}\n`);
   t.match(ran.stdout, `inference ports 8130-8134 (saved in endpoint.json by \`service-deck update --api-ports\`), saved in ${path.join(stateDir, 'endpoint.json')}: every later start uses them`);
   t.match(ran.stdout, 'SERVICE_DECK_API_PORTS=8120-8124 is not used while endpoint.json keeps a range');
-  t.same(await endpointJson(stateDir), { running: false, port: 8130, host: '127.0.0.1', published: [], api_ports: { first: 8130, last: 8134 } }, 'a first install takes the range\'s first port (8120 is outside it)');
+  t.same(await endpointJson(stateDir), { running: false, port: 8130, host: '127.0.0.1', published: [], api_ports: { first: 8130, last: 8134 }, extensions: { responses: false } }, 'a first install takes the range\'s first port (8120 is outside it)');
   t.equal((await stat(path.join(stateDir, 'endpoint.json'))).mode & 0o777, 0o600);
 
   // The next start, with the image's SERVICE_DECK_API_PORTS and no --api-ports.
@@ -67,7 +67,7 @@ t.test('update --api-ports over a saved port outside the new range: the warning 
   t.match(ran.stdout, 'inference port 8120\n');
   t.match(ran.stderr, 'the saved port 8120 is outside the allowed ports 8130-8134: the inference listener stays stopped at the next start');
   t.match(ran.stderr, '`service-deck update --api-port <port>`');
-  t.same(await endpointJson(stateDir), { running: true, port: 8120, host: '0.0.0.0', published: ['p-chat'], api_ports: { first: 8130, last: 8134 } }, 'the port is not moved silently; the rest is kept');
+  t.same(await endpointJson(stateDir), { running: true, port: 8120, host: '0.0.0.0', published: ['p-chat'], api_ports: { first: 8130, last: 8134 }, extensions: { responses: false } }, 'the port is not moved silently; the rest is kept');
 
   await t.rejects(cli(['update', '--state-dir', stateDir, '--api-port', '8125']), new UsageError('--api-port: 8125 is outside the allowed ports 8130-8134'), 'the saved range, not the image\'s, decides');
   ran = await cli(['update', '--state-dir', stateDir, '--api-port', '8132']);
