@@ -79,7 +79,7 @@ export async function simulate(order: SchedulingPolicy['order'], w: Workload, sw
       const begins = Math.max(now, readyAt.get(event.generation) ?? now);
       outcome.waits[job.profile]!.push(begins - job.at);
       later(begins - now + w.answerMs, () => {
-        h.actor.send({ type: 'gpu.release', jobId: event.jobId });
+        h.actor.send(h.releaseEvent(event.jobId));
         outcome.requests += 1;
         outcome.totalMs = h.clock.now();
         job.client();

@@ -4,4 +4,4 @@ export { plan, admit, runningOn, runsAtOnce, releaseLeavesNothingToPlan, preload
 export * from './fit.js';
 export type * from './supervisor.types.js';
 export type { JobSource } from '../queue/index.js';
-export { WORKER_KINDS, DEFAULT_SCHEDULING, SWITCH_MAX_WAIT_CAP_MS } from './supervisor.types.js';
+export { WORKER_KINDS, DEFAULT_SCHEDULING, SWITCH_MAX_WAIT_CAP_MS, SWITCH_DEADLINE_MARGIN_MS, UNMEASURED_ANSWER_MS, ANSWER_WINDOW } from './supervisor.types.js';

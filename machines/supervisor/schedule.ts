@@ -12,6 +12,11 @@
 //   has no request left in the queue; then the switch goes first and nothing overtakes it. Chats
 //   of one profile keep their order among themselves; images, TTS and STT keep the FIFO order.
 //   Under the `strict` order (no `switchBound`), later chats queue behind a waiting switch.
+//   A switch never expires because of chats that overtook it (CONTRACT 9): a chat overtakes it
+//   only if its profile's answers, at their measured p95 (`chatAnswers`; unmeasured: 600 s, the
+//   stream limit), end by the switch's wait limit less SWITCH_DEADLINE_MARGIN_MS even when the
+//   chat starts at the very end of the bound (`overtakeEndsInTime`); and while a chat that did
+//   overtake it still runs, the queue holds the switch's wait limit (`heldSwitches`).
 // - "The same profile may answer in parallel up to its configured slot count" (3.2); a request for
 //   a different profile or a new revision unloads the own worker first, once its answers ended
 //   ("streaming keeps the model reservation until the output ends").
@@ -32,7 +37,7 @@
 //   its worker and holds up none: a TTS preload waits while an image job waits or runs ("TTS
 //   preloads only in the LLM GPU mode"), and its memory check never unloads anything of ours.
 import type { JobRecord, JobSpec, SupervisorContext, UnloadCode, WorkerKind, WorkerRecord } from './supervisor.types.js';
-import { WORKER_KINDS } from './supervisor.types.js';
+import { SWITCH_DEADLINE_MARGIN_MS, UNMEASURED_ANSWER_MS, WORKER_KINDS } from './supervisor.types.js';
 
 export type Step =
   /** The job runs now on a worker that is loaded (or loading) with its profile. */
@@ -44,7 +49,10 @@ export type Step =
   /** The GUI image test found the reservation busy. */
   | { do: 'refuse'; jobId: string; code: 'image_busy'; message: string };
 
-export type PlanView = Pick<SupervisorContext, 'jobs' | 'workers' | 'checking' | 'audio'>;
+export type PlanView = Pick<SupervisorContext, 'jobs' | 'workers' | 'checking' | 'audio' | 'chatAnswers' | 'limits'>;
+
+/** What the swap-aware exception reads: the workers, and what the overtaking rule measures against. */
+type SwitchView = Pick<PlanView, 'workers' | 'chatAnswers' | 'limits'>;
 
 /**
  * The jobs in the queue, in its FIFO order: those waiting or in their memory check, by the ticket
@@ -178,14 +186,53 @@ export function admitImageStep(view: PlanView): Admission {
   return imageAdmission(view, ['chat', 'tts', 'image', 'enhancer']);
 }
 
+/** The p95 of measured answer times (nearest rank): of 20, the second longest. */
+function answerP95(ms: readonly number[]): number {
+  const sorted = [...ms].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil(sorted.length * 0.95) - 1)] ?? UNMEASURED_ANSWER_MS;
+}
+
+/**
+ * Whether an answer of the loaded profile, started as late as the switch's bound allows, is
+ * expected to end (its measured p95, or 600 s while unmeasured) by the switch's wait limit less
+ * the margin the switch itself needs. The bound stands in for "now": a chat overtakes only before
+ * the bound, so the rule holds for every overtake, without a clock, at the cost of at most the
+ * bound.
+ */
+function overtakeEndsInTime(view: SwitchView, bound: number): boolean {
+  const chat = view.workers.chat;
+  const measured = chat.profileId === null ? undefined : view.chatAnswers[chat.profileId];
+  const answer = measured?.revision === chat.revision ? answerP95(measured.ms) : UNMEASURED_ANSWER_MS;
+  return bound + answer <= view.limits.maxWaitMs - SWITCH_DEADLINE_MARGIN_MS;
+}
+
 /**
  * A waiting chat job that may still be overtaken by chats for the loaded profile: it needs the chat
- * worker switched to its profile or revision, and its bound has not passed.
+ * worker switched to its profile or revision, its bound has not passed, and the loaded profile's
+ * answers end in time for it (`overtakeEndsInTime`).
  */
-function overtakableSwitch(view: Pick<PlanView, 'workers'>, job: JobRecord): boolean {
+function overtakableSwitch(view: SwitchView, job: JobRecord): boolean {
   if (job.spec.kind !== 'chat' || job.spec.source === 'preload' || !job.switchBound || job.switchBound.reached) return false;
   const chat = view.workers.chat;
-  return loadedOrLoading(chat) && !chat.stale && !matches(chat, job.spec);
+  return loadedOrLoading(chat) && !chat.stale && !matches(chat, job.spec) && overtakeEndsInTime(view, job.switchBound.ms);
+}
+
+/**
+ * The waiting switches that a running chat overtook (swap-aware order): a chat queued after the
+ * switch (a higher ticket) runs while it waits. The queue holds their wait limits meanwhile.
+ */
+export function heldSwitches(jobs: Record<string, JobRecord>): Set<string> {
+  let latest = -Infinity;
+  for (const id in jobs) {
+    const job = jobs[id]!;
+    if (job.phase === 'running' && job.spec.kind === 'chat' && job.ticket !== undefined) latest = Math.max(latest, job.ticket);
+  }
+  const held = new Set<string>();
+  for (const id in jobs) {
+    const job = jobs[id]!;
+    if (job.phase !== 'running' && job.switchBound && job.ticket !== undefined && job.ticket < latest) held.add(id);
+  }
+  return held;
 }
 
 /** A waiting request that the loaded (or loading) chat worker can answer. */
@@ -199,7 +246,7 @@ function forLoadedChat(view: Pick<PlanView, 'workers'>, job: JobRecord): boolean
  * one before any later job that holds the chat worker's GPUs in the FIFO order (an image, an image
  * step, a switch past its bound), as those keep their place.
  */
-function overtakerBehind(view: Pick<PlanView, 'jobs' | 'workers'>, order: string[], index: number): boolean {
+function overtakerBehind(view: SwitchView & Pick<PlanView, 'jobs'>, order: string[], index: number): boolean {
   for (const id of order.slice(index + 1)) {
     const job = view.jobs[id];
     if (!job) continue;
@@ -213,7 +260,7 @@ function overtakerBehind(view: Pick<PlanView, 'jobs' | 'workers'>, order: string
  * The waiting switches that chats for the loaded profile overtake now (swap-aware order): each
  * waits behind the loaded profile's requests until its bound. For the status's reason.
  */
-export function overtakenSwitches(view: Pick<PlanView, 'jobs' | 'workers'>): string[] {
+export function overtakenSwitches(view: SwitchView & Pick<PlanView, 'jobs'>): string[] {
   const order = planOrder(view.jobs);
   const overtaken: string[] = [];
   for (const [index, id] of order.entries()) {
@@ -317,18 +364,19 @@ export function plan(view: PlanView): Step[] {
   // A switch that chats for the loaded profile overtake: only those may still pass on `llm`.
   let overtaken = false;
   let checkTaken = view.checking !== null;
+  const switches = { workers, chatAnswers: view.chatAnswers, limits: view.limits };
   for (const [index, id] of order.entries()) {
     const job = jobs[id];
     if (!job) continue;
     const needs = needsOf(job);
-    if (job.phase === 'waiting' && !blocked.has('llm') && overtakableSwitch({ workers }, job) && overtakerBehind({ jobs, workers }, order, index)) {
+    if (job.phase === 'waiting' && !blocked.has('llm') && overtakableSwitch(switches, job) && overtakerBehind({ ...switches, jobs }, order, index)) {
       overtaken = true;
       continue;
     }
     if (overtaken && needs.includes('llm') && !forLoadedChat({ workers }, job)) {
       // Behind an overtaken switch: another switch within its own bound waits too, without holding
       // up the loaded profile's chats; anything else that needs the chat worker's GPUs holds them.
-      if (!(job.phase === 'waiting' && overtakableSwitch({ workers }, job))) for (const need of needs) blocked.add(need);
+      if (!(job.phase === 'waiting' && overtakableSwitch(switches, job))) for (const need of needs) blocked.add(need);
       continue;
     }
     // An image step waits in its job's place; its reservation is held, so it is never refused.
@@ -348,7 +396,7 @@ export function plan(view: PlanView): Step[] {
     // Never ahead of a request: while any request waits for the same worker, or (TTS) for the GPU
     // memory a chat or image start needs, the preload waits. So a TTS preload waits out the image mode.
     if (yields && (PRELOAD_YIELDS[job.spec.kind as 'tts' | 'stt'] ?? needs).some((need) => wanted.has(need))) continue;
-    const now = { jobs, workers, checking: view.checking, audio: view.audio };
+    const now = { ...switches, jobs, checking: view.checking, audio: view.audio };
     const admission = step ? admitImageStep(now) : admit(now, job.spec);
     if (admission.type === 'grant') {
       jobs[id] = { ...job, phase: 'running', worker: job.spec.kind };

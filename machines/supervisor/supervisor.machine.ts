@@ -12,6 +12,10 @@
 //   with no worker due for an idle unload, skips `plan()` (`releaseLeavesNothingToPlan`).
 // - The queue child keeps the waiting order: its `job.queued` gives each job a ticket, and `plan()`
 //   walks the jobs by ticket (`waitingOrder`). The supervisor keeps no copy of the order.
+// - A switch never expires because of chats that overtook it (swap-aware order, CONTRACT 9): while
+//   one runs, the queue holds the switch's wait limit (`job.hold`), and once none runs it gives it
+//   a grace first (`job.unhold`; `holdOvertaken`). The answer times that decide who may overtake
+//   come with each release (`heldMs`, kept per profile in `chatAnswers`).
 // - Which job runs next is `plan()` (schedule.ts); whether a worker start fits is `decideStart()`
 //   (fit.ts) on facts an adapter gathered. Both are pure; this machine carries their steps out.
 // - (3.2) "additional foreign GPU process during operation → unloaded: only the service's own
@@ -28,7 +32,7 @@ import { SYSTEM_IDS, WORKER_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
 import type { QueueEvent, QueuedJob } from '../queue/index.js';
 import { decideStart, type CheckInput, type StartFacts } from './fit.js';
-import { admit, admitImageStep, enhancerOnCpu, exclusiveImageMode, imageStepDue, plan, preloadsOn, releaseLeavesNothingToPlan, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
+import { admit, admitImageStep, enhancerOnCpu, exclusiveImageMode, heldSwitches, imageStepDue, plan, preloadsOn, releaseLeavesNothingToPlan, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
 import { supervisorActors } from './supervisor.actors.js';
 import type {
   DenialCode,
@@ -44,7 +48,7 @@ import type {
   WorkerKind,
   WorkerRecord,
 } from './supervisor.types.js';
-import { DEFAULT_SCHEDULING, SWITCH_MAX_WAIT_CAP_MS, WORKER_KINDS } from './supervisor.types.js';
+import { ANSWER_WINDOW, DEFAULT_SCHEDULING, SWITCH_DEADLINE_MARGIN_MS, SWITCH_MAX_WAIT_CAP_MS, WORKER_KINDS } from './supervisor.types.js';
 
 /** The supervisor's command to a worker machine. */
 type WorkerCommand = { type: 'worker.unload'; generation: number; reason: string };
@@ -111,6 +115,30 @@ function grantOn(enqueue: Enqueue, jobs: Record<string, JobRecord>, workers: Rec
   const gpus = workers[worker].plan?.gpus ?? [];
   jobs[job.spec.id] = { ...job, phase: 'running', worker, gpus };
   enqueue.emit({ type: 'gpu.granted', jobId: job.spec.id, worker, generation: workers[worker].generation, start: null, gpus });
+}
+
+/** The chat answers measured per profile, with one more answer of `spec`'s profile (a new revision starts a new window). */
+function withAnswer(answers: SupervisorContext['chatAnswers'], spec: JobSpec, heldMs: number): SupervisorContext['chatAnswers'] {
+  const kept = answers[spec.profileId];
+  const ms = kept?.revision === spec.revision ? [...kept.ms, heldMs].slice(-ANSWER_WINDOW) : [heldMs];
+  return { ...answers, [spec.profileId]: { revision: spec.revision, ms } };
+}
+
+/**
+ * A switch never expires because of chats that overtook it: while one of them runs, the queue
+ * holds the switch's wait limit; once none runs, the limit applies again, though not within
+ * SWITCH_DEADLINE_MARGIN_MS (its unload and memory check). Whether anything changed.
+ */
+function holdOvertaken(enqueue: Enqueue, jobs: Record<string, JobRecord>): boolean {
+  const held = heldSwitches(jobs);
+  let changed = false;
+  for (const [jobId, job] of Object.entries(jobs)) {
+    if (!job.switchBound || job.phase === 'running' || job.switchBound.held === held.has(jobId)) continue;
+    changed = true;
+    jobs[jobId] = { ...job, switchBound: { ...job.switchBound, held: held.has(jobId) } };
+    toQueue(enqueue, held.has(jobId) ? { type: 'job.hold', jobId } : { type: 'job.unhold', jobId, graceMs: SWITCH_DEADLINE_MARGIN_MS });
+  }
+  return changed;
 }
 
 /** Takes running jobs' reservations back: their routes end them with `code`. */
@@ -297,7 +325,7 @@ export const supervisorMachine = setup({
           const measured = context.chatLoads[job.spec.profileId];
           const loadMs = measured?.revision === job.spec.revision ? measured.ms : 0;
           const ms = Math.min(SWITCH_MAX_WAIT_CAP_MS, Math.max(context.scheduling.switchMaxWaitMs, loadMs));
-          switchBound = { ms, reached: false };
+          switchBound = { ms, reached: false, held: false };
           enqueue.raise({ type: 'switch.bound', jobId: event.jobId }, { delay: ms, id: boundTimer(event.jobId) });
         }
         enqueue.assign({ jobs: { ...context.jobs, [event.jobId]: { ...job, phase: 'waiting', ticket: event.ticket, ...(switchBound ? { switchBound } : {}) } } });
@@ -322,6 +350,10 @@ export const supervisorMachine = setup({
       if (job.phase !== 'running' && job.switchBound) enqueue.cancel(boundTimer(event.jobId));
       const workers = { ...context.workers };
       const kind = job.worker;
+      // A chat answer's time, grant to release, for the overtaking rule (the loaded profile's p95).
+      if (job.phase === 'running' && job.spec.kind === 'chat' && event.heldMs !== undefined) {
+        enqueue.assign({ chatAnswers: withAnswer(context.chatAnswers, job.spec, event.heldMs) });
+      }
       // loading | cancel in the chat test | own start | unloaded: the start is aborted.
       if (event.type === 'job.cancel' && job.spec.source === 'test' && kind && workers[kind].state === 'loading' && runningOn(jobs, kind) === 0) {
         unload(enqueue, workers, kind, 'operator', `the ${kind} test was cancelled during its own worker start: the start is aborted`);
@@ -483,11 +515,12 @@ export const supervisorMachine = setup({
       for (const requestId of context.unloadWaiters) enqueue.emit({ type: 'supervisor.reply', requestId, outcome: OK });
       enqueue.assign({ unloadWaiters: [], accepting: true });
     }),
-    /** Carries out `plan()`: grants, start checks, unloads and the GUI test's conflicts. */
+    /**
+     * Carries out `plan()`: grants, start checks, unloads and the GUI test's conflicts; then holds
+     * the wait limit of every switch that a running chat overtook, and gives the others back theirs.
+     */
     schedule: enqueueActions(({ context, enqueue }) => {
-      if (context.unloadWaiters.length > 0) return;
-      const steps = plan(context);
-      if (steps.length === 0) return;
+      const steps = context.unloadWaiters.length > 0 ? [] : plan(context);
       const jobs = { ...context.jobs };
       const workers = { ...context.workers };
       let checking = context.checking;
@@ -511,7 +544,8 @@ export const supervisorMachine = setup({
           deny(enqueue, jobs, step.jobId, step.code, step.message);
         }
       }
-      enqueue.assign({ jobs, workers, checking });
+      const holdsChanged = holdOvertaken(enqueue, jobs);
+      if (steps.length > 0 || holdsChanged) enqueue.assign({ jobs, workers, checking });
     }),
     /** The memory check's facts are in: start the worker, refuse the job, or unload idle workers first. */
     applyVerdict: enqueueActions(({ context, enqueue }, params: { facts: StartFacts }) => {
@@ -607,6 +641,7 @@ export const supervisorMachine = setup({
     listenerInput: input.listener,
     scheduling: { ...DEFAULT_SCHEDULING, ...input.scheduling },
     chatLoads: {},
+    chatAnswers: {},
     limits: {
       maxWaiting: input.queue?.maxWaiting ?? QUEUE_LIMITS.maxWaiting,
       maxWaitMs: input.queue?.maxWaitMs ?? QUEUE_LIMITS.maxWaitMs,

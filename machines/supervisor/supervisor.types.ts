@@ -137,9 +137,10 @@ export interface JobRecord {
   ticket?: number;
   /**
    * A chat job under the swap-aware order: how long chats for another loaded profile may overtake
-   * it (set when it is queued), and whether that bound has passed (then nothing overtakes it).
+   * it (set when it is queued), whether that bound has passed (then nothing overtakes it), and
+   * whether the queue holds its wait limit because a chat that overtook it runs (`held`).
    */
-  switchBound?: { ms: number; reached: boolean };
+  switchBound?: { ms: number; reached: boolean; held: boolean };
   /**
    * image with an enhancer step: the enhancer start it holds, and what follows once the enhancer
    * has answered (`enhancer.done`); null otherwise. `image` is
@@ -229,6 +230,24 @@ export const DEFAULT_SCHEDULING: SchedulingPolicy = { order: 'swap-aware', switc
  */
 export const SWITCH_MAX_WAIT_CAP_MS = 120_000;
 
+/**
+ * What a switch needs between the end of the answers it waits for and its grant: the chat worker's
+ * unload (SIGTERM, 10 s of grace, 10 s more after SIGKILL) and the memory check. A chat overtakes a
+ * switch only if its profile's answers are expected to end this long before the switch's wait
+ * limit; and once no chat that overtook it runs, the switch keeps at least this long to be granted.
+ */
+export const SWITCH_DEADLINE_MARGIN_MS = 30_000;
+
+/**
+ * How long an answer of a chat profile not yet measured is taken to hold its slot: the longest a
+ * stream may run (spec 8: running SSE output ends after 600 s). So chats for a profile without
+ * measured answers never overtake a switch.
+ */
+export const UNMEASURED_ANSWER_MS = 600_000;
+
+/** How many recent answers per chat profile the overtaking rule's p95 is taken over. */
+export const ANSWER_WINDOW = 20;
+
 export interface SupervisorInput {
   listener: ListenerInput;
   queue?: Omit<QueueInput, 'reportToParent'>;
@@ -273,15 +292,24 @@ export interface SupervisorContext {
    * setting; another revision may load a different model, so its measure does not count for it.
    */
   chatLoads: Record<string, { revision: number; ms: number }>;
+  /**
+   * Per chat profile: how long its last answers (at most ANSWER_WINDOW, of one revision) held their
+   * slot, from grant to release, as the adapter measured them. A chat overtakes a waiting switch
+   * only if their p95 ends before the switch's wait limit.
+   */
+  chatAnswers: Record<string, { revision: number; ms: number[] }>;
 }
 
 export type SupervisorEvent =
   /** A job asks for its reservation; it waits in the queue until granted or denied. */
   | { type: 'gpu.reserve'; job: JobSpec }
-  /** The job has ended (a streamed chat after its last byte): its reservation is free. */
-  | { type: 'gpu.release'; jobId: string }
-  /** The client went away: a waiting job leaves the queue, a running one releases. */
-  | { type: 'job.cancel'; jobId: string }
+  /**
+   * The job has ended (a streamed chat after its last byte): its reservation is free. `heldMs`: how
+   * long it held it, from its grant (the adapter's clock).
+   */
+  | { type: 'gpu.release'; jobId: string; heldMs?: number }
+  /** The client went away: a waiting job leaves the queue, a running one releases (`heldMs` as for `gpu.release`). */
+  | { type: 'job.cancel'; jobId: string; heldMs?: number }
   /** From the queue child (reportToParent). `ticket`: the job's place in the queue's FIFO order. */
   | { type: 'job.queued'; jobId: string; position: number; ticket: number }
   | { type: 'job.rejected'; jobId: string; code: 'queue_full' | 'queue_timeout' | 'profile_changed' | 'endpoint_stopped'; retryAfterSeconds?: number }

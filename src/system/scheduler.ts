@@ -124,7 +124,8 @@ export class Scheduler {
         if (released) return;
         released = true;
         forget();
-        supervisor.send({ type, jobId: job.id });
+        // How long it held its reservation: chat answers measure the overtaking rule (CONTRACT 9).
+        supervisor.send(times.grantedAt === null ? { type, jobId: job.id } : { type, jobId: job.id, heldMs: this.#now() - times.grantedAt });
       };
       const onAbort = () => {
         if (settled) return;

@@ -171,8 +171,11 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     },
   });
   const emitted: SupervisorEmitted[] = [];
+  /** When each job was granted, for the time it held its reservation (the adapter measures it so). */
+  const grantedAt = new Map<string, number>();
   actor.on('*', (event) => {
     emitted.push(event);
+    if (event.type === 'gpu.granted' && !event.step) grantedAt.set(event.jobId, clock.now());
     if (!auto) return;
     // An image grant with an enhancer step starts the enhancer first; its image starts with the
     // job's image step (`step: 'image'`), granted after `enhancer.done`.
@@ -221,8 +224,13 @@ export function supervisorHarness(options: HarnessOptions = {}) {
       actor.send(event);
       await h.settle();
     },
+    /** The adapter's release: it says how long the job held its reservation, on the simulated clock. */
+    releaseEvent(jobId: string): SupervisorEvent {
+      const at = grantedAt.get(jobId);
+      return at === undefined ? { type: 'gpu.release', jobId } : { type: 'gpu.release', jobId, heldMs: clock.now() - at };
+    },
     async release(jobId: string) {
-      await h.send({ type: 'gpu.release', jobId });
+      await h.send(h.releaseEvent(jobId));
     },
     /** Every event emitted for one job, in order. */
     outcome(jobId: string) {

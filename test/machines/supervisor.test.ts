@@ -4,7 +4,7 @@
 import t from 'tap';
 import type { Test } from 'tap';
 import type { InspectionEvent } from 'xstate';
-import { runsAtOnce, SWITCH_MAX_WAIT_CAP_MS } from '../../machines/supervisor/index.js';
+import { runsAtOnce, SWITCH_DEADLINE_MARGIN_MS, SWITCH_MAX_WAIT_CAP_MS } from '../../machines/supervisor/index.js';
 import { diagnostics } from '../../src/system/observe/diagnostics.js';
 import { GIB, gpu, model, supervisorHarness, type SupervisorHarness } from '../helpers/supervisor.js';
 
@@ -121,11 +121,13 @@ const chatRows: Row[] = [
     row: '3.2 swap-aware | a request for a different profile waits | chats for the loaded profile take its free slots until the switch has waited its bound, then it goes first and nothing overtakes it',
     async run(t) {
       const h = supervisorHarness({ scheduling: { switchMaxWaitMs: 30_000 } });
+      await loadedChat(h, { slots: 2 });
       const running = await h.submit({ profileId: 'a', slots: 2 });
       const sw = await h.submit({ profileId: 'b' });
-      t.same(h.context().jobs[sw]?.switchBound, { ms: 30_000, reached: false }, 'the bound is given when it is queued');
+      t.same(h.context().jobs[sw]?.switchBound, { ms: 30_000, reached: false, held: false }, 'the bound is given when it is queued');
       const a1 = await h.submit({ profileId: 'a', slots: 2 });
-      t.same(h.outcome(a1), ['job.queued', 'granted'], 'a free slot of a is taken past the waiting switch');
+      t.same(h.outcome(a1), ['job.queued', 'granted'], 'a free slot of a is taken past the waiting switch (the measured answer of a ends long before the switch could expire)');
+      t.equal(h.context().jobs[sw]?.switchBound?.held, true, 'a chat that overtook it runs: the queue holds its wait limit');
       const a2 = await h.submit({ profileId: 'a', slots: 2 });
       const a3 = await h.submit({ profileId: 'a', slots: 2 });
       t.same([h.outcome(a2), h.outcome(a3)], [['job.queued'], ['job.queued']], 'both slots busy: they wait, in their order');
@@ -141,7 +143,7 @@ const chatRows: Row[] = [
       const a4 = await h.submit({ profileId: 'a', slots: 2 });
       h.clock.increment(1);
       await h.settle();
-      t.same(h.context().jobs[sw]?.switchBound, { ms: 30_000, reached: true });
+      t.same(h.context().jobs[sw]?.switchBound, { ms: 30_000, reached: true, held: true });
       t.same(reasons()[0], [sw, null], 'past its bound it waits in plain FIFO order');
       await h.release(a2);
       t.same(h.outcome(a4), ['job.queued'], 'the bound has passed: the free slot is not taken past the switch');
@@ -187,14 +189,14 @@ const chatRows: Row[] = [
       const running = await h.submit({ profileId: 'a', slots: 2 });
       t.same(h.context().chatLoads, { a: { revision: 1, ms: 45_000 } }, "a's load is measured");
       const b = await h.submit({ profileId: 'b' });
-      t.same(h.context().jobs[b]?.switchBound, { ms: 1000, reached: false }, 'b has no measured load: the setting, not the 45 s of a');
+      t.same(h.context().jobs[b]?.switchBound, { ms: 1000, reached: false, held: false }, 'b has no measured load: the setting, not the 45 s of a');
       await h.release(running);
       t.same(h.outcome(b), ['job.queued', 'granted +start']);
       const a = await h.submit({ profileId: 'a' });
-      t.same(h.context().jobs[a]?.switchBound, { ms: 45_000, reached: false }, "a's own 45 s, not the 5 s of the last load (b's)");
+      t.same(h.context().jobs[a]?.switchBound, { ms: 45_000, reached: false, held: false }, "a's own 45 s, not the 5 s of the last load (b's)");
       await h.send({ type: 'profile.changed', profileId: 'a', revision: 2, published: true });
       const a2 = await h.submit({ profileId: 'a', revision: 2 });
-      t.same(h.context().jobs[a2]?.switchBound, { ms: 1000, reached: false }, 'a new revision may load another model: the setting until its own load is measured');
+      t.same(h.context().jobs[a2]?.switchBound, { ms: 1000, reached: false, held: false }, 'a new revision may load another model: the setting until its own load is measured');
     },
   },
   {
@@ -203,10 +205,11 @@ const chatRows: Row[] = [
       const h = supervisorHarness({ scheduling: { switchMaxWaitMs: 1000 }, loadMs: (_kind, profileId) => (profileId === 'b' ? 600_000 : 2000) });
       await h.release(await h.submit({ profileId: 'b' }));
       const chatA = () => h.submit({ profileId: 'a', slots: 2 });
+      await h.release(await chatA());
       const running = [await chatA(), await chatA()];
       const sw = await h.submit({ profileId: 'b' });
       const queuedAt = h.clock.now();
-      t.same(h.context().jobs[sw]?.switchBound, { ms: SWITCH_MAX_WAIT_CAP_MS, reached: false }, "b's own 600 s load is capped");
+      t.same(h.context().jobs[sw]?.switchBound, { ms: SWITCH_MAX_WAIT_CAP_MS, reached: false, held: false }, "b's own 600 s load is capped");
       // Steady traffic for a: a new chat every 10 s, one answer of a ending every 10 s, up to 1 ms before the cap.
       const steps = [...Array<number>(11).fill(10_000), 9999];
       let overtakes = 0;
@@ -223,7 +226,7 @@ const chatRows: Row[] = [
       const late = await chatA();
       h.clock.increment(1);
       await h.settle();
-      t.same(h.context().jobs[sw]?.switchBound, { ms: SWITCH_MAX_WAIT_CAP_MS, reached: true });
+      t.same(h.context().jobs[sw]?.switchBound, { ms: SWITCH_MAX_WAIT_CAP_MS, reached: true, held: true });
       await h.release(running.shift()!);
       t.same(h.outcome(late), ['job.queued'], 'at 120 s the freed slot is not taken past the switch');
       t.notOk(h.granted(sw), 'the last running answer of a goes on');
@@ -234,7 +237,84 @@ const chatRows: Row[] = [
       const large = supervisorHarness({ scheduling: { switchMaxWaitMs: 600_000 } });
       await large.submit({ profileId: 'a' });
       const other = await large.submit({ profileId: 'b' });
-      t.same(large.context().jobs[other]?.switchBound, { ms: SWITCH_MAX_WAIT_CAP_MS, reached: false }, 'a setting above the cap (refused at start by the config) is capped by the machine as well');
+      t.same(large.context().jobs[other]?.switchBound, { ms: SWITCH_MAX_WAIT_CAP_MS, reached: false, held: false }, 'a setting above the cap (refused at start by the config) is capped by the machine as well');
+    },
+  },
+  {
+    row: '3.2 swap-aware | chats that overtook a waiting switch stream for up to 600 s | the switch never expires because of them (CONTRACT 9): its queue limit is held while one runs, and it goes once they ended',
+    async run(t) {
+      const h = supervisorHarness();
+      await loadedChat(h, { slots: 2 });
+      const running = await h.submit({ profileId: 'a', slots: 2 });
+      const sw = await h.submit({ profileId: 'b' });
+      const queuedAt = h.clock.now();
+      h.clock.increment(10_000);
+      const a1 = await h.submit({ profileId: 'a', slots: 2 });
+      t.same(h.outcome(a1), ['job.queued', 'granted'], 'answers of a were short: a1 overtakes the switch');
+      h.clock.increment(10_000);
+      await h.release(running);
+      const a2 = await h.submit({ profileId: 'a', slots: 2 });
+      t.same(h.outcome(a2), ['job.queued', 'granted'], 'at 20 s, where strict order would have served the switch, a2 takes the freed slot');
+      h.clock.increment(queuedAt + 600_000 - h.clock.now());
+      await h.settle();
+      t.same(h.outcome(sw), ['job.queued'], 'at 600 s both still stream: the switch does not expire because of them');
+      t.equal(h.context().jobs[sw]?.switchBound?.held, true);
+      h.clock.increment(10_000);
+      await h.release(a1);
+      t.same(h.outcome(sw), ['job.queued'], 'a2 still streams');
+      h.clock.increment(10_000);
+      await h.release(a2);
+      t.same(h.outcome(sw), ['job.queued', 'granted +start'], 'the last one ended: the switch goes, 620 s after it was queued');
+
+      // After the last overtaker it keeps the margin for its own unload and memory check; then its limit counts again.
+      const slow = supervisorHarness({ autoWorkers: false });
+      await loadedChat(slow, { slots: 2 });
+      const first = await slow.submit({ profileId: 'a', slots: 2 });
+      const waiting = await slow.submit({ profileId: 'b' });
+      const from = slow.clock.now();
+      const over = await slow.submit({ profileId: 'a', slots: 2 });
+      t.ok(slow.granted(over), 'it overtakes');
+      await slow.release(first);
+      slow.clock.increment(590_000);
+      await slow.release(over);
+      t.same(slow.unloads('chat').map((u) => u.code), ['profile_switch'], 'the switch unloads a at 590 s; the worker takes its time to go');
+      slow.clock.increment(from + 600_000 + SWITCH_DEADLINE_MARGIN_MS - 10_000 - 1 - slow.clock.now());
+      await slow.settle();
+      t.same(slow.outcome(waiting), ['job.queued'], 'not expired at 600 s, nor before the margin after its last overtaker ended');
+      slow.clock.increment(1);
+      await slow.settle();
+      t.same(slow.outcome(waiting), ['job.queued', 'denied queue_timeout'], 'an unload that takes longer than the margin is no overtaker: the limit applies');
+    },
+  },
+  {
+    row: "3.2 swap-aware | the loaded profile's answers take long | a chat overtakes a waiting switch only if its profile's answers (p95 of the last 20) end, begun at the end of the bound, 30 s before the switch's 600 s limit; unmeasured answers count as 600 s",
+    async run(t) {
+      /** a is loaded after answers that held their slot `answers` ms each; one of a runs, a switch to b waits: does a later chat for a overtake it? */
+      const overtakes = async (answers: number[], switchMaxWaitMs = 30_000) => {
+        const h = supervisorHarness({ scheduling: { switchMaxWaitMs } });
+        for (const ms of answers) {
+          const id = await h.submit({ profileId: 'a', slots: 2 });
+          h.clock.increment(ms);
+          await h.release(id);
+        }
+        await h.submit({ profileId: 'a', slots: 2 });
+        const sw = await h.submit({ profileId: 'b' });
+        const later = await h.submit({ profileId: 'a', slots: 2 });
+        // One more for a waits (both slots busy): the queue view says whether the switch is overtaken.
+        await h.submit({ profileId: 'a', slots: 2 });
+        const verdict = h.granted(later) && !h.granted(sw);
+        const reason = diagnostics(h.context(), { now: h.clock.now(), times: () => undefined, since: () => null }).queue.waiting[0]?.reason ?? null;
+        h.actor.stop();
+        return [verdict, reason];
+      };
+      t.same(await overtakes([]), [false, null], 'no answer of a measured: taken as a 600 s stream, it would end after the limit: the switch keeps its place');
+      t.same(await overtakes([540_000]), [true, "behind the loaded profile's requests, at most 30 s more"], 'answers of 540 s: begun at 30 s they end at 570 s, 30 s before the limit');
+      t.same(await overtakes([540_001]), [false, null], 'a millisecond longer: nothing overtakes the switch');
+      t.same(await overtakes([450_000], 120_000), [true, "behind the loaded profile's requests, at most 120 s more"], 'a 120 s bound: answers of 450 s still end in time');
+      t.same(await overtakes([450_001], 120_000), [false, null]);
+      t.same(await overtakes([...Array<number>(19).fill(1000), 600_000]), [true, "behind the loaded profile's requests, at most 30 s more"], 'one answer in 20 ran to the stream limit: the p95 is the second longest, 1 s');
+      t.same(await overtakes([...Array<number>(18).fill(1000), 600_000, 600_000]), [false, null], 'two in 20: the p95 is 600 s');
+      t.same(await overtakes([600_000, ...Array<number>(20).fill(1000)]), [true, "behind the loaded profile's requests, at most 30 s more"], 'the window keeps the last 20: an older long answer no longer counts');
     },
   },
   {

@@ -1,14 +1,16 @@
 // The reservation door of the real service: a lease for a route, a client that leaves while it
-// waits, the HTTP answers of refusals and revocations, and the GPU watcher noticing a foreign
-// process that appears on the chat worker's GPU (only our own worker is unloaded).
+// waits, the HTTP answers of refusals and revocations, the GPU watcher noticing a foreign
+// process that appears on the chat worker's GPU (only our own worker is unloaded), and the time a
+// lease held its reservation, told to the supervisor with its release.
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { waitingOrder } from '../../machines/supervisor/index.js';
 import { encodeGguf } from '../../src/adapters/gguf.js';
 import { toApiError } from '../../src/routes/errors.js';
-import { ReservationAbandoned, ReservationDenied, ReservationRevoked, type JobRequest } from '../../src/system/scheduler.js';
+import { ReservationAbandoned, ReservationDenied, ReservationRevoked, Scheduler, type JobRequest } from '../../src/system/scheduler.js';
 import { build, tempDir } from '../helpers/build.js';
+import { supervisorHarness } from '../helpers/supervisor.js';
 import { until } from '../helpers/until.js';
 
 const stt = (): JobRequest => ({
@@ -134,4 +136,26 @@ t.test('a lease cancelled during its own worker start aborts that start', async 
   const done = await b.service.scheduler.reserve(stt());
   done.release();
   t.equal(b.service.supervisor.getSnapshot().context.workers.stt.state, 'loading', 'a plain release keeps the worker');
+});
+
+t.test('a release or a cancel tells the supervisor how long the job held its reservation: the chat answer times of the overtaking rule (CONTRACT 9)', async (t) => {
+  const h = supervisorHarness();
+  const scheduler = new Scheduler(h.actor, () => h.clock.now());
+  const chat: JobRequest = { kind: 'chat', source: 'api', profileId: 'a', revision: 1, slots: 2, device: 'cpu', whenBusy: 'wait', profile: null };
+  const first = await scheduler.reserve(chat);
+  h.clock.increment(42_000);
+  first.release();
+  const second = await scheduler.reserve(chat);
+  h.clock.increment(7_000);
+  second.cancel();
+  t.same(h.context().chatAnswers, { a: { revision: 1, ms: [42_000, 7_000] } }, 'from grant to release, and to a cancel (a stream cut at its limit is one)');
+  const waiting = new AbortController();
+  const blocker = await scheduler.reserve({ ...chat, slots: 1, profileId: 'b' });
+  const left = scheduler.reserve({ ...chat, profileId: 'c' }, { signal: waiting.signal });
+  await h.settle();
+  waiting.abort();
+  await t.rejects(left, ReservationAbandoned);
+  blocker.release();
+  t.same(Object.keys(h.context().chatAnswers), ['a', 'b'], 'a job that never ran measures nothing');
+  h.actor.stop();
 });
