@@ -177,9 +177,9 @@ export function runEngine(
     const prepared = await hooks.prepare().finally(() => {
       preparing = false;
     });
-    if ('unable' in prepared) return end({ exitCode: null, signal: null, ...prepared.unable });
     // The stop was reported when it came; what the preparation made goes now.
     if (stopped || stopRequested) return cleanup();
+    if ('unable' in prepared) return end({ exitCode: null, signal: null, ...prepared.unable });
     if ('ready' in prepared) return ready();
     oomBefore = await readOomKills().catch(() => null);
     if (stopped || stopRequested) return cleanup();

@@ -140,6 +140,18 @@ t.test('a stop while the start is prepared: stopped at once, the preparation dro
   t.equal(s.cleanups(), 1, 'cleaned up once');
 });
 
+t.test('a stop while a preparation that finds the runtime missing runs: reported stopped once, cleaned up once', async (t) => {
+  let release: (prepared: Prepared) => void = () => undefined;
+  const s = start(t, { prepare: () => new Promise<Prepared>((resolve) => (release = resolve)) });
+  s.command('engine.stop');
+  t.match((await s.exited()).report, { cause: 'stopped' });
+  t.equal(s.cleanups(), 0, 'nothing cleaned while the preparation runs');
+  release({ unable: { cause: 'runtime_missing', message: 'not installed' } });
+  await until('the preparation dropped', async () => (s.cleanups() > 0 ? true : undefined));
+  t.same(s.types(), ['engine.exited'], 'the stop was its one report');
+  t.equal(s.cleanups(), 1, 'cleaned up once');
+});
+
 t.test('the actor stops while the start is prepared: nothing reported, nothing spawned, cleaned up once after the preparation', async (t) => {
   let release: (prepared: Prepared) => void = () => undefined;
   const s = start(t, { prepare: () => new Promise<Prepared>((resolve) => (release = resolve)) });
