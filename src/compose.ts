@@ -78,6 +78,8 @@ export interface StartOptions {
   consoleTiming?: Partial<ConsoleFeedTiming>;
   /** Tests shorten how long one image may take (default 60 min) and the grace before SIGKILL. */
   imageLimits?: { loadTimeLimitMs?: number; terminationGraceMs?: number };
+  /** Tests shorten the prompt enhancer's grace before SIGKILL (default 10 s) and how long its process may outlive SIGKILL before it is lost (10 s). */
+  enhancerLimits?: { terminationGraceMs?: number; killLimitMs?: number };
 }
 
 export interface Started {
@@ -133,12 +135,12 @@ async function openStores(config: Config) {
 }
 
 /** The worker adapters (chat, STT, TTS, image and the prompt enhancer), each with its worker machine for the supervisor to run. */
-function createWorkers(deps: WorkerDeps & { runtimeDir: string }, imageLimits: StartOptions['imageLimits']) {
+function createWorkers(deps: WorkerDeps & { runtimeDir: string }, limits: Pick<StartOptions, 'imageLimits' | 'enhancerLimits'>) {
   const tts = new TtsWorker(deps);
-  const image = new ImageWorker({ ...deps, ...imageLimits });
+  const image = new ImageWorker({ ...deps, ...limits.imageLimits });
   const stt = new SttWorker(deps);
   const chat = new ChatWorker(deps);
-  const enhancer = new EnhancerWorker(deps);
+  const enhancer = new EnhancerWorker({ ...deps, ...limits.enhancerLimits });
   return { chat, stt, tts, image, enhancer };
 }
 
@@ -226,7 +228,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     unloadTimeoutMs: config.drainLimitMs + 60_000,
   });
   // The worker adapters make their machines with the real engines; the supervisor runs them as its children.
-  const { chat, stt, tts, image, enhancer } = createWorkers({ workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime') }, options.imageLimits);
+  const { chat, stt, tts, image, enhancer } = createWorkers({ workers: hooks, log, lookup, env: config.env, runtimeDir: path.join(config.stateDir, 'runtime') }, options);
   const adapters = [chat, stt, tts, image, enhancer] as const;
   const workerMachines = Object.fromEntries(adapters.map((worker) => [worker.kind, { logic: worker.logic, limits: worker.limits }])) as SupervisorDeps['workerMachines'];
   const supervisor = createSupervisor({ config, lookup, log, inspect, listener: inference, record, workerMachines, profiles });

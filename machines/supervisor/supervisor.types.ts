@@ -260,6 +260,8 @@ export interface SupervisorInput {
 export interface WorkerLimits {
   loadTimeLimitMs?: number;
   terminationGraceMs?: number;
+  /** How long a process may outlive SIGKILL before it is lost. */
+  killLimitMs?: number;
 }
 
 /** The audio memory policy's mode per speech worker kind (spec 2.4, 3.6). */

@@ -13,6 +13,8 @@ import type { Category, ProfileInput, StoredProfile } from './profile.schema.js'
 import { storedProfileSchema } from './profile.schema.js';
 
 export type ProfileEvents = {
+  /** A profile was created (the list changed; nothing can wait on it yet). */
+  'profile.created': (created: { id: string }) => void;
   /** A profile got a new revision or was deleted: waiting requests of it must be rejected. */
   'profile.changed': (change: { id: string; revision: number | null }) => void;
   /** The set of published profile ids changed (`removed` lost their publication). */
@@ -172,6 +174,7 @@ export class ProfileStore extends EventEmitter<ProfileEvents> {
       const profile = deepFreeze(storedProfileSchema.parse({ ...input, id: profileId, revision: 1, created_at: now, updated_at: now }));
       await writeJsonAtomic(this.#file(profileId), profile);
       this.#put(profileId, profile);
+      this.emit('profile.created', { id: profileId });
       return profile;
     });
   }

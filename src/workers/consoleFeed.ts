@@ -3,8 +3,8 @@
 // sources are watched only while at least one stream is open, and what is costly (the status
 // with its GPU and RAM probe) is computed once per change and sent to every stream:
 //
-// - `status`: at most one every 500 ms after an actor, a profile, a publication, an extension or
-//   the counters changed, and one every 5 s (RAM and GPUs change on their own); `audio-policy` with it when the
+// - `status`: at most one every 500 ms after an actor, a profile (created, saved or deleted), a
+//   publication, an extension or the counters changed, and one every 5 s (RAM and GPUs change on their own); `audio-policy` with it when the
 //   view differs from the last one sent.
 // - `actor`: each change of an actor of a machine (the chart feed).
 // - `log`: each log line (the log tail).
@@ -201,6 +201,7 @@ export class ConsoleFeed {
     service.charts.on('actor', actor);
     service.logs.on('line', log);
     service.counters.on('change', status);
+    service.profiles.on('profile.created', status);
     service.profiles.on('profile.changed', status);
     service.profiles.on('publication.changed', status);
     service.extensions.on('changed', status);
@@ -214,6 +215,7 @@ export class ConsoleFeed {
       () => service.charts.off('actor', actor),
       () => service.logs.off('line', log),
       () => service.counters.off('change', status),
+      () => service.profiles.off('profile.created', status),
       () => service.profiles.off('profile.changed', status),
       () => service.profiles.off('publication.changed', status),
       () => service.extensions.off('changed', status),

@@ -12,12 +12,12 @@
 //   written).
 // - `engine.stop` sends SIGTERM, `engine.kill` SIGKILL, to its process group where it has one (the
 //   machine times the grace). A stop before there is a process reports `stopped` at once, and what
-//   the preparation made is dropped.
+//   the preparation made is dropped once it has answered.
 // - When the process ends, its output tail (RAM only, never logged) and the cgroup's OOM kill
 //   count before and after are diagnosed (src/system/diagnose.ts): `engine.exited` carries the
 //   likely cause; a failure the hooks named themselves (`fail()`) wins over the diagnosis.
-// - Each start reports its end once; nothing is reported after the actor stops (the machine moved
-//   on), and the actor's stop kills a process still running.
+// - Each start reports its end once and cleans up once; nothing is reported after the actor stops
+//   (the machine moved on), and the actor's stop kills a process still running.
 import type { Options, Result, ResultPromise } from 'execa';
 import { fromCallback, type EventObject } from 'xstate';
 import type { EngineCommand, EngineInput, LaunchBase, LifecycleEvent } from '../../machines/worker/lifecycle.js';
@@ -87,7 +87,7 @@ export interface StartHooks {
   tail?: 'both' | 'stderr';
   /** The tail as the diagnosis reads it (the image worker takes the prompt out). */
   tailText?(text: string): string;
-  /** The start is over (ended, stopped, or the actor gone): forget what it left (keys, links). */
+  /** The start is over (ended, stopped, or the actor gone): forget what it left (keys, links). Called once, never while `prepare` runs. */
   cleanup?(): void;
 }
 
@@ -118,15 +118,24 @@ export function runEngine(
   /** Why we ended it ourselves, reported as its failure. */
   let failure: string | undefined;
   let oomBefore: number | null = null;
+  /** `prepare()` has not answered yet: what it makes is not known, so its cleanup waits for it. */
+  let preparing = true;
+  let cleanedUp = false;
 
   const send = (event: EngineEvent) => {
     if (!stopped && !reported) sendBack(event);
+  };
+  /** Forgets what the start made, once, and only when the preparation is over (a stop during it is cleaned after it). */
+  const cleanup = () => {
+    if (preparing || cleanedUp) return;
+    cleanedUp = true;
+    hooks.cleanup?.();
   };
   const end = (report: ExitReport) => {
     if (reported) return;
     send({ type: 'engine.exited', report });
     reported = true;
-    hooks.cleanup?.();
+    cleanup();
   };
   const signal = (name: NodeJS.Signals) => {
     if (!child?.pid || exited) return;
@@ -165,16 +174,15 @@ export function runEngine(
   });
 
   const run = async () => {
-    const prepared = await hooks.prepare();
+    const prepared = await hooks.prepare().finally(() => {
+      preparing = false;
+    });
+    // The stop was reported when it came; what the preparation made goes now.
+    if (stopped || stopRequested) return cleanup();
     if ('unable' in prepared) return end({ exitCode: null, signal: null, ...prepared.unable });
-    if (stopped || stopRequested) {
-      // The stop was reported when it came; what the preparation made goes.
-      hooks.cleanup?.();
-      return undefined;
-    }
     if ('ready' in prepared) return ready();
     oomBefore = await readOomKills().catch(() => null);
-    if (stopped || stopRequested) return hooks.cleanup?.();
+    if (stopped || stopRequested) return cleanup();
     group = prepared.group === true;
     const record = hooks.runtimeDir ? new ProcessRecord(hooks.runtimeDir, worker, generation) : undefined;
     child = startWorker(prepared.command, { ...WORKER_PROCESS, ...prepared.options, env: { ...prepared.options.env, ...record?.env() } });
@@ -211,16 +219,16 @@ export function runEngine(
   run().catch((error: unknown) => {
     if (hooks.privateCommand) hooks.log.error({ worker, generation, error: (error as Error).name }, `${hooks.name} could not be started`);
     else hooks.log.error({ err: error, worker, generation }, `${hooks.name} could not be started`);
-    if (child && !exited) signal('SIGKILL');
-    else end({ exitCode: null, signal: null, cause: 'unclear', message: `The ${hooks.name} could not be started${hooks.privateCommand ? '' : `: ${(error as Error).message}`}.` });
+    if (child && !exited) return signal('SIGKILL');
+    end({ exitCode: null, signal: null, cause: 'unclear', message: `The ${hooks.name} could not be started${hooks.privateCommand ? '' : `: ${(error as Error).message}`}.` });
+    // A stop during a preparation that failed: its end was reported already, what it made goes now.
+    return cleanup();
   });
 
   return () => {
     stopped = true;
     if (child && !exited) signal('SIGKILL');
-    if (!reported) {
-      reported = true;
-      hooks.cleanup?.();
-    }
+    reported = true;
+    cleanup();
   };
 }

@@ -14,9 +14,10 @@ export interface WorkerDeps {
   log: Logger;
   lookup: RuntimeLookup;
   env: NodeJS.ProcessEnv;
-  /** Tests shorten the machine's load limit and the grace before SIGKILL. */
+  /** Tests shorten the machine's load limit, the grace before SIGKILL and how long a process may outlive it. */
   loadTimeLimitMs?: number;
   terminationGraceMs?: number;
+  killLimitMs?: number;
   /** The state's runtime folder: worker processes are recorded there while they run (src/workers/leftovers.ts). */
   runtimeDir?: string;
 }
@@ -31,6 +32,7 @@ export function connectionOf(deps: WorkerDeps, name: string, systemId: string): 
     limits: {
       ...(deps.loadTimeLimitMs === undefined ? {} : { loadTimeLimitMs: deps.loadTimeLimitMs }),
       ...(deps.terminationGraceMs === undefined ? {} : { terminationGraceMs: deps.terminationGraceMs }),
+      ...(deps.killLimitMs === undefined ? {} : { killLimitMs: deps.killLimitMs }),
     },
   };
 }
@@ -44,6 +46,9 @@ export interface WorkerSnapshotLike {
     last: string | null;
     /** Starts unloaded before they began. */
     cancelled: number[];
+    /** The unload's limits: the grace before SIGKILL, and how long the process may outlive SIGKILL before it is lost. */
+    terminationGraceMs: number;
+    killLimitMs: number;
   };
 }
 
@@ -101,16 +106,41 @@ function whenLoaded<S extends WorkerSnapshotLike>(
   });
 }
 
-/** Resolves once the start `generation` is gone (unloaded, or replaced). */
-function whenGone<S extends WorkerSnapshotLike>(actor: WorkerActorLike<S>, generation: number): Promise<void> {
-  const done = (s: S) => s.matches('unloaded') || s.context.launch?.generation !== generation;
-  return new Promise((resolve) => {
-    if (done(actor.getSnapshot())) return resolve();
-    const subscription = actor.subscribe((s) => {
-      if (!done(s)) return;
+/**
+ * How the wait for a start's end ended: `gone` (unloaded, or replaced by a later start), `lost`
+ * (its process outlived SIGKILL: nothing more can be done for it, and the supervisor keeps its
+ * memory reserved), or `limit` (neither came within the wait's limit).
+ */
+export type GoneOutcome = 'gone' | 'lost' | 'limit';
+
+/**
+ * Resolves once the start `generation` is gone or lost, or after `limitMs` at the latest; rejects
+ * with the reason of `signal` when it aborts first. Whichever comes first, nothing is left
+ * listening (the actor, the signal, the timer).
+ */
+export function whenGone<S extends WorkerSnapshotLike>(actor: WorkerActorLike<S>, generation: number, options: { limitMs: number; signal?: AbortSignal }): Promise<GoneOutcome> {
+  const { limitMs, signal } = options;
+  const outcome = (s: S): GoneOutcome | undefined => {
+    if (s.matches('unloaded') || s.context.launch?.generation !== generation) return 'gone';
+    return s.matches({ running: 'lost' }) ? 'lost' : undefined;
+  };
+  const now = outcome(actor.getSnapshot());
+  if (now) return Promise.resolve(now);
+  if (signal?.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise((resolve, reject) => {
+    const settle = (then: () => void) => {
       subscription.unsubscribe();
-      resolve();
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      then();
+    };
+    const onAbort = () => settle(() => reject(signal?.reason as Error));
+    const subscription = actor.subscribe((s) => {
+      const ended = outcome(s);
+      if (ended) settle(() => resolve(ended));
     });
+    const timer = setTimeout(() => settle(() => resolve('limit')), limitMs);
+    signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
 
@@ -128,8 +158,8 @@ export interface Connection {
   systemId: string;
   workers: { register(hook: { name: string; kind: WorkerStatus['kind']; describe: () => WorkerStatus | undefined }): unknown };
   log: { error(details: object, message: string): void; warn(details: object, message: string): void };
-  /** The machine's limits (tests shorten the load limit and the grace before SIGKILL). */
-  limits: { loadTimeLimitMs?: number; terminationGraceMs?: number };
+  /** The machine's limits (tests shorten the load limit, the grace before SIGKILL and the kill limit). */
+  limits: { loadTimeLimitMs?: number; terminationGraceMs?: number; killLimitMs?: number };
 }
 
 /** The actor of a worker machine, as the adapter drives and reads it. */
@@ -231,9 +261,16 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
     this.actor.send({ type: 'worker.unload', generation, reason });
   }
 
-  /** Resolves once the start `generation` is gone (unloaded, or replaced by a later start). */
-  gone(generation: number): Promise<void> {
-    return whenGone(this.actor, generation);
+  /**
+   * Resolves once the start `generation` is gone (unloaded, or replaced by a later start) or lost
+   * (its process outlived SIGKILL: the job has nothing more to wait for, the supervisor keeps its
+   * memory reserved), and at the latest after the unload's limit (the grace before SIGKILL and the
+   * kill limit, by which the machine reports one or the other); rejects with the reason of
+   * `signal` when it aborts first.
+   */
+  gone(generation: number, signal?: AbortSignal): Promise<GoneOutcome> {
+    const { terminationGraceMs, killLimitMs } = this.actor.getSnapshot().context;
+    return whenGone(this.actor, generation, { limitMs: terminationGraceMs + killLimitMs, ...(signal ? { signal } : {}) });
   }
 
   describe(): WorkerStatus | undefined {

@@ -5,7 +5,9 @@
 // sd-cli gets the rewrite; the enhancer process is gone before sd-cli starts; a loaded chat worker
 // is unloaded once and not started again in between; every failure is 502 enhancer_failed with
 // the job folder gone and no sd-cli run; the preview and the image test's accept/keep; the prompt
-// and its rewrite in no log line.
+// and its rewrite in no log line. On the stand-in llama-server, an enhancer process that outlives
+// SIGKILL: the job goes on once it is lost and chat gets the GPUs after it, and a client that
+// leaves while the job waits for it ends the job at once.
 import { readFileSync } from 'node:fs';
 import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -16,9 +18,10 @@ import t, { type Test } from 'tap';
 import { pngChunk } from '../../src/adapters/png.js';
 import { runImageJob } from '../../src/workers/image/imageJob.js';
 import type { ImageProfile } from '../../src/workers/image/image.js';
-import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
+import { build, tempDir, TOKEN, type BuildOptions, type Built } from '../helpers/build.js';
 import { startHub } from '../helpers/hub.js';
-import { llamaServerPath, tinyModelIn, tinyProjectorIn } from '../helpers/llama.js';
+import { countSubscriptions } from '../helpers/lifecycle.js';
+import { fakeLlamaServerIn, llamaServerPath, tinyModelIn, tinyProjectorIn } from '../helpers/llama.js';
 import { alive, until } from '../helpers/until.js';
 
 const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
@@ -41,6 +44,12 @@ function png(width = 8, height = 8, fill = 0x80): Buffer {
   return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), pngChunk('IHDR', ihdr), pngChunk('IDAT', deflateSync(rows)), pngChunk('IEND', Buffer.alloc(0))]);
 }
 
+/** Two simulated GPUs (no nvidia-smi: the probe reads this inventory, which shows no process). */
+const TWO_GPUS = JSON.stringify([
+  { uuid: 'GPU-aaaaaaaa-0000-0000-0000-000000000001', name: 'sim', memoryTotalMiB: 24576 },
+  { uuid: 'GPU-bbbbbbbb-0000-0000-0000-000000000002', name: 'sim', memoryTotalMiB: 24576 },
+]);
+
 interface Setup {
   b: Built;
   model: string;
@@ -55,7 +64,18 @@ interface Setup {
  */
 async function setUp(
   t: Test,
-  options: { enhancerModel?: (tiny: Buffer) => Buffer; projectorOutput?: number; context?: number; tasks?: { t2i: boolean; i2i: boolean }; gpus?: string; device?: string } = {},
+  options: {
+    enhancerModel?: (tiny: Buffer) => Buffer;
+    projectorOutput?: number;
+    context?: number;
+    tasks?: { t2i: boolean; i2i: boolean };
+    gpus?: string;
+    device?: string;
+    /** Another llama-server (a stand-in) for the enhancer and chat. */
+    llamaServer?: string;
+    enhancerLimits?: BuildOptions['enhancerLimits'];
+    env?: NodeJS.ProcessEnv;
+  } = {},
 ): Promise<Setup> {
   const server = await llamaServerPath();
   const dir = await tempDir(t);
@@ -74,7 +94,10 @@ async function setUp(
       i2i: { repo: REPO, revision: 'main', files: [{ path: 'tiny.gguf', role: 'model' }, { path: 'tiny-mmproj.gguf', role: 'mmproj' }], context },
     }),
   );
-  const b = await build(t, { env: { SERVICE_DECK_ENHANCER_HUB: hub.url, SERVICE_DECK_ENHANCER_RECIPES: recipes, SERVICE_DECK_GPUS: options.gpus ?? 'none', SERVICE_DECK_SD_CLI: SD_CLI, SERVICE_DECK_LLAMA_SERVER: server } });
+  const b = await build(t, {
+    env: { SERVICE_DECK_ENHANCER_HUB: hub.url, SERVICE_DECK_ENHANCER_RECIPES: recipes, SERVICE_DECK_GPUS: options.gpus ?? 'none', SERVICE_DECK_SD_CLI: SD_CLI, SERVICE_DECK_LLAMA_SERVER: options.llamaServer ?? server, ...options.env },
+    ...(options.enhancerLimits ? { enhancerLimits: options.enhancerLimits } : {}),
+  });
   for (const task of ['t2i', 'i2i'] as const) {
     t.equal((await b.admin('POST', '/api/v1/prompt-enhancers/install', { task })).status, 202, `install ${task}`);
     await until(`${task} installed`, async () => (b.service.enhancers.view()[task].state === 'installed' ? true : undefined), 30_000);
@@ -228,11 +251,7 @@ function watchEnhancerProcess(b: Built) {
 }
 
 t.test('the enhancer device on a simulated inventory: "cpu" sees no GPU and leaves chat loaded until the image; a GPU UUID sees that GPU alone', async (t) => {
-  const gpus = JSON.stringify([
-    { uuid: 'GPU-aaaaaaaa-0000-0000-0000-000000000001', name: 'sim', memoryTotalMiB: 24576 },
-    { uuid: 'GPU-bbbbbbbb-0000-0000-0000-000000000002', name: 'sim', memoryTotalMiB: 24576 },
-  ]);
-  const { b, model, profile, client } = await setUp(t, { gpus, device: 'cpu', tasks: { t2i: true, i2i: false } });
+  const { b, model, profile, client } = await setUp(t, { gpus: TWO_GPUS, device: 'cpu', tasks: { t2i: true, i2i: false } });
   await loadChat(t, b, client);
   const events: string[] = [];
   b.service.supervisor.on('worker.unload', (e) => events.push(`unload ${e.kind}`));
@@ -278,6 +297,76 @@ t.test('i2i: the projector reads the reference images; the rewrite reaches sd-cl
   t.equal(run!.args.filter((a) => a === '-r').length, 2, 'both references went on to sd-cli');
   t.same(order.overlaps, [], 'the enhancer had ended before sd-cli started');
   t.same(await readdir(path.join(b.stateDir, 'jobs')), []);
+});
+
+/**
+ * A service on two simulated GPUs whose enhancer (on the stand-in llama-server, which answers its
+ * JSON schema) leaves a process behind that holds the start's output open: the enhancer's process
+ * never ends for the service, as one that outlives SIGKILL. `killLimitMs`: how long after SIGKILL
+ * it is reported lost. The processes left behind are ended when the test ends.
+ */
+async function setUpOutliving(t: Test, killLimitMs: number, tasks: { t2i: boolean; i2i: boolean }) {
+  const dir = await tempDir(t);
+  const outliving = path.join(dir, 'outliving.pids');
+  t.teardown(async () => {
+    const pids = (await readFile(outliving, 'utf8').catch(() => '')).split('\n').filter(Boolean).map(Number);
+    for (const pid of pids) if (alive(pid)) process.kill(pid, 'SIGKILL');
+  });
+  const llamaServer = await fakeLlamaServerIn(dir, 'instant', undefined, outliving);
+  const setup = await setUp(t, { gpus: TWO_GPUS, llamaServer, tasks, enhancerLimits: { terminationGraceMs: 100, killLimitMs }, env: { SERVICE_DECK_GPU_POLL_MS: '100' } });
+  return { ...setup, outliving };
+}
+
+t.test('an enhancer process that outlives SIGKILL: the job goes on once it is lost, and the GPUs go to the next chat job', async (t) => {
+  const { b, model, client, outliving } = await setUpOutliving(t, 300, { t2i: true, i2i: false });
+  const chatModel = await tinyModelIn(await tempDir(t), 'chat.gguf');
+  const chat = (await (await b.admin('POST', '/api/v1/profiles', { name: 'talker', category: 'chat', params: { model: chatModel, context: 512 } })).json()) as { id: string };
+  await b.admin('POST', '/api/v1/endpoint/profile', { id: chat.id, enabled: true });
+  const subscriptions = countSubscriptions(b.service.enhancer.actor);
+  // Before the fix the job waited for the lost process for ever: the client gives up long before.
+  const image = await client.images.generate({ model: 'painter', prompt: PROMPT }, { timeout: 30_000 });
+  t.equal(image.data?.[0]?.revised_prompt, 'a rewritten prompt', "the image was made from the enhancer's rewrite");
+  t.equal(promptOf((await runs(model))[0]!), 'a rewritten prompt', 'sd-cli ran once the enhancer was lost');
+  t.ok((await readFile(outliving, 'utf8')).trim().length > 0, "the enhancer's process outlived SIGKILL");
+  t.ok(b.service.enhancer.actor.getSnapshot().matches({ running: 'lost' }), 'the enhancer is lost');
+  await until('the job folder gone', async () => ((await readdir(path.join(b.stateDir, 'jobs'))).length === 0 ? true : undefined), 15_000);
+  // The lost enhancer's memory stays reserved until the GPU probe no longer shows its process on
+  // its GPUs (the simulated inventory shows none): then chat gets the GPUs.
+  const answer = await client.chat.completions.create({ model: 'talker', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }, { timeout: 30_000 });
+  t.equal(answer.choices.length, 1, 'the next chat job was granted and answered');
+  t.equal(subscriptions(), 0, "nothing is left listening on the enhancer's machine");
+});
+
+t.test('a client that leaves while its job waits for the enhancer to end: the job ends at once, its folder and upload room go once the enhancer is lost', async (t) => {
+  const { b, model } = await setUpOutliving(t, 5_000, { t2i: false, i2i: true });
+  const subscriptions = countSubscriptions(b.service.enhancer.actor);
+  const order: string[] = [];
+  b.service.enhancer.actor.on('*', (event) => {
+    if (event.type === 'worker.lost') order.push('enhancer lost');
+  });
+  const jobs = () => Object.keys(b.service.supervisor.getSnapshot().context.jobs).length;
+  const given = b.service.supervisor.subscribe(() => {
+    if (order.includes('enhancer unloading') && !order.includes('reservation given back') && jobs() === 0) order.push('reservation given back');
+  });
+  t.teardown(() => given.unsubscribe());
+  const form = new FormData();
+  form.append('model', 'painter');
+  form.append('prompt', 'make the sky green');
+  form.append('image[]', new Blob([png()], { type: 'image/png' }), 'a.png');
+  const abort = new AbortController();
+  const request = fetch(`${b.apiUrl()}/v1/images/edits`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` }, body: form, signal: abort.signal });
+  // The enhancer answered and is being ended: the job waits for it.
+  await until('the enhancer unloading', async () => (b.service.enhancer.actor.getSnapshot().matches({ running: 'unloading' }) ? true : undefined), 30_000);
+  order.push('enhancer unloading');
+  t.ok(b.service.uploads.reserved > 0, 'the upload holds its room');
+  abort.abort();
+  t.equal(await request.then(() => 'answered', (error: unknown) => (error as Error).name), 'AbortError');
+  await until('the reservation given back', async () => (order.includes('reservation given back') ? true : undefined), 15_000);
+  await until('the job folder gone', async () => ((await readdir(path.join(b.stateDir, 'jobs'))).length === 0 ? true : undefined), 20_000);
+  t.same(order, ['enhancer unloading', 'reservation given back', 'enhancer lost'], 'the job ended while the enhancer was still being ended; its folder went once it was lost');
+  t.equal(b.service.uploads.reserved, 0, 'the upload room is released');
+  t.same(await runs(model), [], 'sd-cli never ran');
+  t.equal(subscriptions(), 0, "nothing is left listening on the enhancer's machine");
 });
 
 t.test('a profile with the task off makes its image without the enhancer', async (t) => {

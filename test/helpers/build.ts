@@ -118,6 +118,8 @@ export interface BuildOptions {
   audioRetryMs?: number;
   /** How long one image may take, and the grace before SIGKILL. */
   imageLimits?: { loadTimeLimitMs?: number; terminationGraceMs?: number };
+  /** The prompt enhancer's grace before SIGKILL, and how long its process may outlive SIGKILL before it is lost. */
+  enhancerLimits?: StartOptions['enhancerLimits'];
   /** Shorter coalescing and keep-alive for the console's events stream. */
   consoleTiming?: StartOptions['consoleTiming'];
 }
@@ -144,6 +146,7 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
     ...(options.chatLimits ? { chatLimits: options.chatLimits } : {}),
     ...(options.audioRetryMs === undefined ? {} : { audioRetryMs: options.audioRetryMs }),
     ...(options.imageLimits ? { imageLimits: options.imageLimits } : {}),
+    ...(options.enhancerLimits ? { enhancerLimits: options.enhancerLimits } : {}),
     ...(options.consoleTiming ? { consoleTiming: options.consoleTiming } : {}),
   });
   t.teardown(() => service.shutdown());

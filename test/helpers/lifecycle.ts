@@ -56,3 +56,25 @@ export function expectUnload<L extends LaunchBase, K extends string>(
   t.equal(h.actor.getSnapshot().context.last, reason, 'the status keeps why');
   t.notOk(h.emitted.some((e) => e.type === 'worker.exited'), 'an unload we asked for is not an exit');
 }
+
+/**
+ * Counts the subscriptions opened on `actor` from now on and not yet closed (each wait of a job on
+ * a worker's machine subscribes): a wait that ended must have closed its own.
+ */
+export function countSubscriptions<S>(actor: { subscribe: (listener: (snapshot: S) => void) => { unsubscribe(): void } }): () => number {
+  const subscribe = actor.subscribe.bind(actor);
+  let open = 0;
+  actor.subscribe = (listener) => {
+    const subscription = subscribe(listener);
+    open += 1;
+    let closed = false;
+    return {
+      unsubscribe: () => {
+        if (!closed) open -= 1;
+        closed = true;
+        subscription.unsubscribe();
+      },
+    };
+  };
+  return () => open;
+}

@@ -68,10 +68,15 @@ export const FAKE_LLAMA_SERVER = path.resolve(path.dirname(fileURLToPath(import.
 /**
  * An executable `llama-server` in `dir` that runs the stand-in in `mode`. The worker's environment
  * is an allowlist, so the mode (and where the stand-in notes its events) travels in the script.
+ * With `outliving`, a prompt enhancer's start (its alias `prompt-enhancer-…`) leaves a process
+ * behind in a session of its own that holds the start's output open: the service sees that
+ * start's process outlive SIGKILL (it never ends for it), as a process stuck in the kernel does.
+ * Its pid is appended to the file `outliving`; the test ends it.
  */
-export async function fakeLlamaServerIn(dir: string, mode: string, events?: string): Promise<string> {
+export async function fakeLlamaServerIn(dir: string, mode: string, events?: string, outliving?: string): Promise<string> {
   const wrapper = path.join(dir, 'llama-server');
   const vars = `FAKE_LLAMA_MODE=${mode}${events === undefined ? '' : ` FAKE_LLAMA_EVENTS="${events}"`}`;
-  await writeFile(wrapper, `#!/bin/sh\n${vars} exec "${process.execPath}" "${FAKE_LLAMA_SERVER}" "$@"\n`, { mode: 0o755 });
+  const stuck = outliving === undefined ? '' : `case " $* " in *" --alias prompt-enhancer-"*) setsid sh -c 'echo $$ >> "${outliving}"; exec sleep 600' & ;; esac\n`;
+  await writeFile(wrapper, `#!/bin/sh\n${stuck}${vars} exec "${process.execPath}" "${FAKE_LLAMA_SERVER}" "$@"\n`, { mode: 0o755 });
   return wrapper;
 }

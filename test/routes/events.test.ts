@@ -72,6 +72,7 @@ const listenerCounts = (b: Built) => ({
   actor: b.service.charts.listenerCount('actor'),
   line: b.service.logs.listenerCount('line'),
   counters: b.service.counters.listenerCount('change'),
+  created: b.service.profiles.listenerCount('profile.created'),
   profile: b.service.profiles.listenerCount('profile.changed'),
   publication: b.service.profiles.listenerCount('publication.changed'),
   chatTest: b.service.chatTests.listenerCount('change'),
@@ -132,6 +133,24 @@ t.test('the snapshot on connect, then the changes', async (t) => {
   await stream.ended;
 });
 
+t.test('a profile created or deleted reaches the console with the next status, not the next tick', async (t) => {
+  // The periodic status is ten minutes away: only the change itself can send the status.
+  const b = await build(t, { consoleTiming: { statusMs: 50, statusTickMs: 600_000 } });
+  const stream = await connect(b);
+  await stream.next('the snapshot', (f) => f.event === 'enhancers');
+  const profileIds = (f: Frame) => (f.data as { profiles: Array<{ id: string }> }).profiles.map((p) => p.id);
+  const beforeCreate = stream.frames.length;
+  const created = await b.admin('POST', '/api/v1/profiles', { name: 'talker', category: 'tts', params: {} });
+  t.equal(created.status, 201);
+  const { id } = (await created.json()) as { id: string };
+  await stream.next('a status with the new profile', (f) => f.event === 'status' && profileIds(f).includes(id), beforeCreate);
+  const beforeDelete = stream.frames.length;
+  t.equal((await b.admin('DELETE', `/api/v1/profiles/${id}`)).status, 204);
+  await stream.next('a status without the deleted profile', (f) => f.event === 'status' && !profileIds(f).includes(id), beforeDelete);
+  stream.close();
+  await stream.ended;
+});
+
 t.test('status is coalesced; a tick and keep-alive come without changes', async (t) => {
   const b = await build(t, { consoleTiming: { statusMs: 400, statusTickMs: 700, keepAliveMs: 250 } });
   await b.startEndpoint();
@@ -166,7 +185,7 @@ t.test('a client that goes away leaves no listener, no timer and no inference co
   await second.next('the second snapshot', (f) => f.event === 'image-test');
   t.equal(b.service.consoleFeed.size, 2);
   const during = listenerCounts(b);
-  t.same(during, { ...before, actor: before.actor + 1, line: before.line + 1, counters: before.counters + 1, profile: before.profile + 1, publication: before.publication + 1, chatTest: before.chatTest + 1, imageTest: before.imageTest + 1, enhancers: before.enhancers + 1 }, 'one listener per source, however many streams');
+  t.same(during, { ...before, actor: before.actor + 1, line: before.line + 1, counters: before.counters + 1, created: before.created + 1, profile: before.profile + 1, publication: before.publication + 1, chatTest: before.chatTest + 1, imageTest: before.imageTest + 1, enhancers: before.enhancers + 1 }, 'one listener per source, however many streams');
   first.close();
   await until('the first stream gone', async () => (b.service.consoleFeed.size === 1 ? true : undefined));
   t.same(listenerCounts(b), during, 'the second stream still holds the sources');

@@ -107,17 +107,58 @@ t.test('a process that ignores SIGTERM ends on engine.kill', async (t) => {
   t.match((await s.exited()).report, { cause: 'stopped', signal: 'SIGKILL' });
 });
 
-t.test('a stop while the start is prepared: stopped at once, the preparation dropped, nothing spawned', async (t) => {
+/**
+ * A start stopped while its preparation is held: nothing is cleaned until `release` lets the
+ * preparation answer (with a process that would leave a marker), then it is cleaned and the
+ * process never runs.
+ */
+async function dropPrepared(t: Test, s: ReturnType<typeof start>, release: (prepared: Prepared) => void): Promise<void> {
+  t.equal(s.cleanups(), 0, 'nothing cleaned while the preparation runs');
+  const marker = `${await tempDir(t)}/spawned`;
+  release(shell(`touch ${marker}; sleep 5`));
+  await until('the preparation dropped', async () => (s.cleanups() > 0 ? true : undefined));
+  // Anything that would still run after the preparation has had its turn by now.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  t.notOk(existsSync(marker), 'the prepared process never ran');
+}
+
+t.test('a stop while the start is prepared: stopped at once, the preparation dropped once it answered, nothing spawned', async (t) => {
+  let release: (prepared: Prepared) => void = () => undefined;
+  let prepared = false;
+  const s = start(t, {
+    prepare: () =>
+      new Promise<Prepared>((resolve) => (release = resolve)).then((made) => {
+        prepared = true;
+        return made;
+      }),
+    cleanup: () => t.ok(prepared, 'the cleanup comes after the preparation, so it finds what that made'),
+  });
+  s.command('engine.stop');
+  t.match((await s.exited()).report, { cause: 'stopped', exitCode: null });
+  await dropPrepared(t, s, release);
+  t.same(s.types(), ['engine.exited'], 'reported once');
+  t.equal(s.cleanups(), 1, 'cleaned up once');
+});
+
+t.test('a stop while a preparation that finds the runtime missing runs: reported stopped once, cleaned up once', async (t) => {
   let release: (prepared: Prepared) => void = () => undefined;
   const s = start(t, { prepare: () => new Promise<Prepared>((resolve) => (release = resolve)) });
   s.command('engine.stop');
-  t.match((await s.exited()).report, { cause: 'stopped', exitCode: null });
-  const marker = `${await tempDir(t)}/spawned`;
-  release(shell(`touch ${marker}; sleep 5`));
-  await new Promise((resolve) => setTimeout(resolve, 300));
-  t.notOk(existsSync(marker), 'the prepared process never ran');
-  t.same(s.types(), ['engine.exited'], 'reported once');
-  t.equal(s.cleanups(), 2, 'the preparation was dropped again after it finished (cleanup is idempotent)');
+  t.match((await s.exited()).report, { cause: 'stopped' });
+  t.equal(s.cleanups(), 0, 'nothing cleaned while the preparation runs');
+  release({ unable: { cause: 'runtime_missing', message: 'not installed' } });
+  await until('the preparation dropped', async () => (s.cleanups() > 0 ? true : undefined));
+  t.same(s.types(), ['engine.exited'], 'the stop was its one report');
+  t.equal(s.cleanups(), 1, 'cleaned up once');
+});
+
+t.test('the actor stops while the start is prepared: nothing reported, nothing spawned, cleaned up once after the preparation', async (t) => {
+  let release: (prepared: Prepared) => void = () => undefined;
+  const s = start(t, { prepare: () => new Promise<Prepared>((resolve) => (release = resolve)) });
+  s.stop();
+  await dropPrepared(t, s, release);
+  t.same(s.types(), [], 'nothing reported after the stop');
+  t.equal(s.cleanups(), 1, 'cleaned up once');
 });
 
 t.test('a process that dies on its own: diagnosed, warned, reported with its exit', async (t) => {

@@ -140,11 +140,6 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
     return this.actor.getSnapshot().context.launch?.gpus ?? [];
   }
 
-  /** How long a process at work gets after SIGTERM before SIGKILL. */
-  terminationGraceMs(): number {
-    return this.actor.getSnapshot().context.terminationGraceMs;
-  }
-
   /** Steps done by the image process of the start `generation`, as sd-cli printed them. */
   progress(generation: number): ImageProgress | null {
     return this.#progress.get(generation) ?? null;

@@ -4,6 +4,11 @@
 // (4.7: loaded, asked, ended, all under the same reservation), one image process, and the PNG
 // without its text and EXIF chunks. The folder is removed when the job ends, also after a failure or a client that left,
 // once the image process is gone.
+//
+// Every wait for a process to end treats a lost one (it outlived SIGKILL) as ended, for the job:
+// nothing more can be done for it, and the supervisor keeps its memory reserved until the GPU
+// probe no longer shows it. Each wait is bounded by that worker's unload limit (its grace and
+// kill limit), and the wait between the enhancer and the image also ends with the client.
 import type { EnhancerStep } from '../../../machines/supervisor/index.js';
 import { pngSize, stripPngMetadata } from '../../adapters/png.js';
 import { errors } from '../../errors.js';
@@ -14,9 +19,6 @@ import { EnhancerFailure, type Enhancement } from '../enhancer/enhancer.js';
 import type { ImageProfile } from './image.js';
 import { JobFolder } from '../jobFolder.js';
 import { onLease } from '../lease.js';
-
-/** How long the job folder waits, beyond the image worker's SIGKILL grace, for an ended job's process to be gone. */
-const GONE_MARGIN_MS = 20_000;
 
 /** An image job's prompt and, for an edit, the folder its reference images were uploaded into (the job takes it over). */
 export interface ImageInput {
@@ -126,19 +128,17 @@ async function onImageReservation<T>(
           imageGeneration = image.generation;
           onImage = { ...granted, ...image };
         }
-        await service.enhancer.gone(granted.enhancer.generation);
+        // Its process must be gone (or lost) before the image's starts; a client that leaves meanwhile ends the job.
+        await service.enhancer.gone(granted.enhancer.generation, signal);
       }
       return work({ lease: onImage, dir, references, signal }, enhanced);
     });
   } finally {
-    // The job's processes must be gone before its folder is: one may still be ending (a client that left).
+    // The job's processes must be gone (or lost) before its folder is: one may still be ending (a client that left).
     if (lease) {
-      let timer: NodeJS.Timeout | undefined;
-      const limit = new Promise((resolve) => (timer = setTimeout(resolve, service.image.terminationGraceMs() + GONE_MARGIN_MS)));
-      const enhancerGone = lease.enhancer ? service.enhancer.gone(lease.enhancer.generation) : Promise.resolve();
-      const imageGone = imageGeneration === null ? Promise.resolve() : service.image.gone(imageGeneration);
-      await Promise.race([Promise.all([imageGone, enhancerGone]), limit]);
-      clearTimeout(timer);
+      const enhancerGone = lease.enhancer ? service.enhancer.gone(lease.enhancer.generation) : undefined;
+      const imageGone = imageGeneration === null ? undefined : service.image.gone(imageGeneration);
+      await Promise.all([imageGone, enhancerGone]);
     }
     await folder.remove();
   }
