@@ -40,13 +40,6 @@ export interface QueueContext {
   maxWaitMs: number;
   retryAfterSeconds: number;
   reportToParent: boolean;
-  /**
-   * Waiting jobs whose wait limit the supervisor holds (`job.hold`): `held` while a job that went
-   * ahead of it runs, `grace` for the grace the release gave (`job.unhold`). Such a job does not
-   * expire; one whose limit passed meanwhile is `overdue` and expires when its grace ends.
-   */
-  holds: Record<string, 'held' | 'grace'>;
-  overdue: string[];
 }
 
 export type RejectionCode = 'queue_full' | 'queue_timeout' | 'profile_changed' | 'endpoint_stopped';
@@ -59,15 +52,6 @@ export type QueueEvent =
   | { type: 'job.cancel'; jobId: string }
   /** From the job's own expiry timer. */
   | { type: 'job.expired'; jobId: string }
-  /**
-   * From the supervisor: a job that went ahead of this waiting one runs (swap-aware order), so
-   * its wait limit is held: it does not expire meanwhile.
-   */
-  | { type: 'job.hold'; jobId: string }
-  /** From the supervisor: none runs any more; the job may still expire, but not within `graceMs`. */
-  | { type: 'job.unhold'; jobId: string; graceMs: number }
-  /** From the grace timer that `job.unhold` started. */
-  | { type: 'job.graceEnded'; jobId: string }
   /**
    * A profile got a new revision (`revision`), was deleted (`revision: null`), or was unpublished
    * (`published: false`: waiting API jobs go, the operator's tests need no publication and stay).

@@ -12,11 +12,11 @@
 //   has no request left in the queue; then the switch goes first and nothing overtakes it. Chats
 //   of one profile keep their order among themselves; images, TTS and STT keep the FIFO order.
 //   Under the `strict` order (no `switchBound`), later chats queue behind a waiting switch.
-//   A switch never expires because of chats that overtook it (CONTRACT 9): a chat overtakes it
-//   only if its profile's answers, at their measured p95 (`chatAnswers`; unmeasured: 600 s, the
-//   stream limit), end by the switch's wait limit less SWITCH_DEADLINE_MARGIN_MS even when the
-//   chat starts at the very end of the bound (`overtakeEndsInTime`); and while a chat that did
-//   overtake it still runs, the queue holds the switch's wait limit (`heldSwitches`).
+//   A chat overtakes a switch only if its profile's answers, at their measured p95 (`chatAnswers`;
+//   unmeasured: 600 s, the stream limit), end by the switch's wait limit less
+//   SWITCH_DEADLINE_MARGIN_MS even when the chat starts at the very end of the bound
+//   (`overtakeEndsInTime`, CONTRACT 9). The 600 s wait limit itself stays absolute for every job
+//   (3.7): an overtaker that runs far past its profile's p95 can still make the switch expire.
 // - "The same profile may answer in parallel up to its configured slot count" (3.2); a request for
 //   a different profile or a new revision unloads the own worker first, once its answers ended
 //   ("streaming keeps the model reservation until the output ends").
@@ -215,24 +215,6 @@ function overtakableSwitch(view: SwitchView, job: JobRecord): boolean {
   if (job.spec.kind !== 'chat' || job.spec.source === 'preload' || !job.switchBound || job.switchBound.reached) return false;
   const chat = view.workers.chat;
   return loadedOrLoading(chat) && !chat.stale && !matches(chat, job.spec) && overtakeEndsInTime(view, job.switchBound.ms);
-}
-
-/**
- * The waiting switches that a running chat overtook (swap-aware order): a chat queued after the
- * switch (a higher ticket) runs while it waits. The queue holds their wait limits meanwhile.
- */
-export function heldSwitches(jobs: Record<string, JobRecord>): Set<string> {
-  let latest = -Infinity;
-  for (const id in jobs) {
-    const job = jobs[id]!;
-    if (job.phase === 'running' && job.spec.kind === 'chat' && job.ticket !== undefined) latest = Math.max(latest, job.ticket);
-  }
-  const held = new Set<string>();
-  for (const id in jobs) {
-    const job = jobs[id]!;
-    if (job.phase !== 'running' && job.switchBound && job.ticket !== undefined && job.ticket < latest) held.add(id);
-  }
-  return held;
 }
 
 /** A waiting request that the loaded (or loading) chat worker can answer. */

@@ -12,10 +12,9 @@
 //   with no worker due for an idle unload, skips `plan()` (`releaseLeavesNothingToPlan`).
 // - The queue child keeps the waiting order: its `job.queued` gives each job a ticket, and `plan()`
 //   walks the jobs by ticket (`waitingOrder`). The supervisor keeps no copy of the order.
-// - A switch never expires because of chats that overtook it (swap-aware order, CONTRACT 9): while
-//   one runs, the queue holds the switch's wait limit (`job.hold`), and once none runs it gives it
-//   a grace first (`job.unhold`; `holdOvertaken`). The answer times that decide who may overtake
-//   come with each release (`heldMs`, kept per profile in `chatAnswers`).
+// - Under the swap-aware order (CONTRACT 9) the answer times that decide whether a chat may
+//   overtake a waiting switch come with each release (`heldMs`, kept per profile in
+//   `chatAnswers`). The queue's 600 s wait limit stays absolute for every job (3.7).
 // - Which job runs next is `plan()` (schedule.ts); whether a worker start fits is `decideStart()`
 //   (fit.ts) on facts an adapter gathered. Both are pure; this machine carries their steps out.
 // - (3.2) "additional foreign GPU process during operation → unloaded: only the service's own
@@ -32,7 +31,7 @@ import { SYSTEM_IDS, WORKER_IDS } from '../ids.js';
 import { QUEUE_LIMITS } from '../queue/index.js';
 import type { QueueEvent, QueuedJob } from '../queue/index.js';
 import { decideStart, type CheckInput, type StartFacts } from './fit.js';
-import { admit, admitImageStep, enhancerOnCpu, exclusiveImageMode, heldSwitches, imageStepDue, plan, preloadsOn, releaseLeavesNothingToPlan, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
+import { admit, admitImageStep, enhancerOnCpu, exclusiveImageMode, imageStepDue, plan, preloadsOn, releaseLeavesNothingToPlan, runningOn, runsAtOnce, unloadableFor } from './schedule.js';
 import { supervisorActors } from './supervisor.actors.js';
 import type {
   DenialCode,
@@ -48,7 +47,7 @@ import type {
   WorkerKind,
   WorkerRecord,
 } from './supervisor.types.js';
-import { ANSWER_WINDOW, DEFAULT_SCHEDULING, SWITCH_DEADLINE_MARGIN_MS, SWITCH_MAX_WAIT_CAP_MS, WORKER_KINDS } from './supervisor.types.js';
+import { ANSWER_WINDOW, DEFAULT_SCHEDULING, SWITCH_MAX_WAIT_CAP_MS, WORKER_KINDS } from './supervisor.types.js';
 
 /** The supervisor's command to a worker machine. */
 type WorkerCommand = { type: 'worker.unload'; generation: number; reason: string };
@@ -122,23 +121,6 @@ function withAnswer(answers: SupervisorContext['chatAnswers'], spec: JobSpec, he
   const kept = answers[spec.profileId];
   const ms = kept?.revision === spec.revision ? [...kept.ms, heldMs].slice(-ANSWER_WINDOW) : [heldMs];
   return { ...answers, [spec.profileId]: { revision: spec.revision, ms } };
-}
-
-/**
- * A switch never expires because of chats that overtook it: while one of them runs, the queue
- * holds the switch's wait limit; once none runs, the limit applies again, though not within
- * SWITCH_DEADLINE_MARGIN_MS (its unload and memory check). Whether anything changed.
- */
-function holdOvertaken(enqueue: Enqueue, jobs: Record<string, JobRecord>): boolean {
-  const held = heldSwitches(jobs);
-  let changed = false;
-  for (const [jobId, job] of Object.entries(jobs)) {
-    if (!job.switchBound || job.phase === 'running' || job.switchBound.held === held.has(jobId)) continue;
-    changed = true;
-    jobs[jobId] = { ...job, switchBound: { ...job.switchBound, held: held.has(jobId) } };
-    toQueue(enqueue, held.has(jobId) ? { type: 'job.hold', jobId } : { type: 'job.unhold', jobId, graceMs: SWITCH_DEADLINE_MARGIN_MS });
-  }
-  return changed;
 }
 
 /** Takes running jobs' reservations back: their routes end them with `code`. */
@@ -325,7 +307,7 @@ export const supervisorMachine = setup({
           const measured = context.chatLoads[job.spec.profileId];
           const loadMs = measured?.revision === job.spec.revision ? measured.ms : 0;
           const ms = Math.min(SWITCH_MAX_WAIT_CAP_MS, Math.max(context.scheduling.switchMaxWaitMs, loadMs));
-          switchBound = { ms, reached: false, held: false };
+          switchBound = { ms, reached: false };
           enqueue.raise({ type: 'switch.bound', jobId: event.jobId }, { delay: ms, id: boundTimer(event.jobId) });
         }
         enqueue.assign({ jobs: { ...context.jobs, [event.jobId]: { ...job, phase: 'waiting', ticket: event.ticket, ...(switchBound ? { switchBound } : {}) } } });
@@ -515,12 +497,11 @@ export const supervisorMachine = setup({
       for (const requestId of context.unloadWaiters) enqueue.emit({ type: 'supervisor.reply', requestId, outcome: OK });
       enqueue.assign({ unloadWaiters: [], accepting: true });
     }),
-    /**
-     * Carries out `plan()`: grants, start checks, unloads and the GUI test's conflicts; then holds
-     * the wait limit of every switch that a running chat overtook, and gives the others back theirs.
-     */
+    /** Carries out `plan()`: grants, start checks, unloads and the GUI test's conflicts. */
     schedule: enqueueActions(({ context, enqueue }) => {
-      const steps = context.unloadWaiters.length > 0 ? [] : plan(context);
+      if (context.unloadWaiters.length > 0) return;
+      const steps = plan(context);
+      if (steps.length === 0) return;
       const jobs = { ...context.jobs };
       const workers = { ...context.workers };
       let checking = context.checking;
@@ -544,8 +525,7 @@ export const supervisorMachine = setup({
           deny(enqueue, jobs, step.jobId, step.code, step.message);
         }
       }
-      const holdsChanged = holdOvertaken(enqueue, jobs);
-      if (steps.length > 0 || holdsChanged) enqueue.assign({ jobs, workers, checking });
+      enqueue.assign({ jobs, workers, checking });
     }),
     /** The memory check's facts are in: start the worker, refuse the job, or unload idle workers first. */
     applyVerdict: enqueueActions(({ context, enqueue }, params: { facts: StartFacts }) => {

@@ -137,10 +137,9 @@ export interface JobRecord {
   ticket?: number;
   /**
    * A chat job under the swap-aware order: how long chats for another loaded profile may overtake
-   * it (set when it is queued), whether that bound has passed (then nothing overtakes it), and
-   * whether the queue holds its wait limit because a chat that overtook it runs (`held`).
+   * it (set when it is queued), and whether that bound has passed (then nothing overtakes it).
    */
-  switchBound?: { ms: number; reached: boolean; held: boolean };
+  switchBound?: { ms: number; reached: boolean };
   /**
    * image with an enhancer step: the enhancer start it holds, and what follows once the enhancer
    * has answered (`enhancer.done`); null otherwise. `image` is
@@ -234,7 +233,7 @@ export const SWITCH_MAX_WAIT_CAP_MS = 120_000;
  * What a switch needs between the end of the answers it waits for and its grant: the chat worker's
  * unload (SIGTERM, 10 s of grace, 10 s more after SIGKILL) and the memory check. A chat overtakes a
  * switch only if its profile's answers are expected to end this long before the switch's wait
- * limit; and once no chat that overtook it runs, the switch keeps at least this long to be granted.
+ * limit. The wait limit itself (600 s, spec 3.7) is never held or lengthened for a switch.
  */
 export const SWITCH_DEADLINE_MARGIN_MS = 30_000;
 

@@ -87,49 +87,6 @@ t.test('a client that disconnects leaves the queue at once, and its timer with i
   t.same(q.emitted.filter((e) => e.jobId === 'unknown'), [], 'cancelling an unknown job does nothing');
 });
 
-t.test('a held wait limit (CONTRACT 9: a switch that chats went ahead of): no expiry while held, nor within the grace after; then the 600 s count again', async (t) => {
-  const q = harness();
-  const expired = (id: string) => q.outcome(id).some((e) => e.type === 'job.rejected' && e.code === 'queue_timeout');
-  const long = q.enqueue();
-  const short = q.enqueue();
-  const late = q.enqueue();
-  for (const id of [long, short, late]) q.actor.send({ type: 'job.hold', jobId: id });
-  q.clock.increment(100_000);
-  q.actor.send({ type: 'job.unhold', jobId: short, graceMs: 30_000 });
-  q.clock.increment(490_000);
-  q.actor.send({ type: 'job.unhold', jobId: late, graceMs: 30_000 });
-  q.clock.increment(9_999);
-  t.same([expired(long), expired(short), expired(late)], [false, false, false], '1 ms before 600 s nothing expired');
-  q.clock.increment(1);
-  t.same([expired(long), expired(short), expired(late)], [false, true, false], 'at 600 s: the job held until 100 s expires on time; a held one does not, nor one whose grace runs');
-  q.clock.increment(19_999);
-  t.notOk(expired(late), 'released at 590 s: its grace runs to 620 s');
-  q.clock.increment(1);
-  t.ok(expired(late), 'at 620 s its grace has ended: it expires');
-  q.clock.increment(100_000);
-  t.same(q.waiting(), [long], 'still held at 720 s: it waits');
-  q.actor.send({ type: 'job.unhold', jobId: long, graceMs: 30_000 });
-  q.clock.increment(20_000);
-  q.actor.send({ type: 'job.hold', jobId: long });
-  q.clock.increment(20_000);
-  t.same(q.waiting(), [long], 'held again within its grace: the grace is void, it waits');
-  q.actor.send({ type: 'job.unhold', jobId: long, graceMs: 30_000 });
-  q.clock.increment(29_999);
-  t.same(q.waiting(), [long]);
-  q.clock.increment(1);
-  t.same(q.outcome(long), [{ type: 'job.rejected', jobId: long, code: 'queue_timeout' }], 'once none holds it and the grace ended, it expires, once');
-  t.same(q.actor.getSnapshot().context.holds, {}, 'no hold outlives its job');
-  t.equal(q.actor.getSnapshot().value, 'idle');
-
-  const dispatched = q.enqueue();
-  q.actor.send({ type: 'job.hold', jobId: dispatched });
-  q.actor.send({ type: 'job.unhold', jobId: dispatched, graceMs: 30_000 });
-  q.actor.send({ type: 'job.dispatch', jobId: dispatched });
-  t.notOk(q.actor.getSnapshot().children[`grace-${dispatched}`], 'a job that leaves takes its grace timer with it');
-  q.clock.increment(700_000);
-  t.same(q.outcome(dispatched), [{ type: 'job.dispatched', jobId: dispatched }], 'and hears nothing more');
-});
-
 t.test('waiting requests of a changed or deactivated profile are rejected; others keep their order', async (t) => {
   const q = harness();
   const a1 = q.enqueue({ profileId: 'a', revision: 3 });
