@@ -4,7 +4,7 @@ import { execFile, spawn } from 'node:child_process';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { pcm16, readWav, resample } from '../../src/adapters/wav.js';
+import { encodeWav, pcm16, readWav, resample, type PcmFile } from '../../src/adapters/wav.js';
 
 const run = promisify(execFile);
 
@@ -16,6 +16,27 @@ export async function speech(dir: string, text: string): Promise<Buffer> {
   const samples = resample(pcm16(wav), wav.sampleRate, 16_000);
   return Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
 }
+
+/** `text` spoken as `speech()` has it, in a 16 kHz WAV file `name` in `dir`: its samples, as the STT worker takes them. */
+export async function speechFile(dir: string, text: string, name = 'recording.wav'): Promise<PcmFile> {
+  const pcm = await speech(dir, text);
+  const file = path.join(dir, name);
+  await writeFile(file, encodeWav(new Int16Array(pcm.buffer, pcm.byteOffset, pcm.length / 2), 16_000));
+  return { file, offset: 44, bytes: pcm.length };
+}
+
+/** `wav` with a chunk the reader skips after its samples, to `size` bytes in all: a valid recording of any size. */
+export function padWav(wav: Buffer, size: number): Buffer {
+  const chunk = Buffer.alloc(8);
+  chunk.write('junk', 0, 'latin1');
+  chunk.writeUInt32LE(size - wav.length - 8, 4);
+  const padded = Buffer.concat([wav, chunk, Buffer.alloc(size - wav.length - 8)]);
+  padded.writeUInt32LE(size - 8, 4);
+  return padded;
+}
+
+/** A recording without samples. */
+export const NO_SAMPLES: PcmFile = { file: '/dev/null', offset: 0, bytes: 0 };
 
 /**
  * A stand-in espeak-ng for SERVICE_DECK_ESPEAK_NG that writes each argv it is run with to a file,
