@@ -8,15 +8,11 @@ import t from 'tap';
 import { HostFacts, type HostReader } from '../../src/system/host.js';
 import { UPLOAD_MARGIN_BYTES } from '../../src/workers/uploadRoom.js';
 import { build, TOKEN, type Built } from '../helpers/build.js';
+import { BOUNDARY, field, file, form, MULTIPART, uploadRoutes } from '../helpers/form.js';
 import { openSocket } from '../helpers/raw.js';
 import { until } from '../helpers/until.js';
 
-const BOUNDARY = 'sd-upload-boundary';
 const CRLF = '\r\n';
-const field = (name: string, value: string) => `--${BOUNDARY}${CRLF}Content-Disposition: form-data; name="${name}"${CRLF}${CRLF}${value}${CRLF}`;
-const file = (name: string, bytes: string) => `--${BOUNDARY}${CRLF}Content-Disposition: form-data; name="${name}"; filename="a.bin"${CRLF}Content-Type: application/octet-stream${CRLF}${CRLF}${bytes}${CRLF}`;
-const form = (parts: string[]) => parts.join('') + `--${BOUNDARY}--${CRLF}`;
-const MULTIPART = { 'content-type': `multipart/form-data; boundary=${BOUNDARY}` };
 const MIB = 1024 * 1024;
 
 /** The state directory's disk as statfs reports it: `free` bytes. */
@@ -30,11 +26,7 @@ t.test('a disk without room refuses transcriptions and image edits with 507, kee
   const b = await build(t);
   await b.startEndpoint();
   disk(b, () => UPLOAD_MARGIN_BYTES + 4 * MIB);
-  for (const [name, send] of [
-    ['transcription', () => b.api('POST', '/v1/audio/transcriptions', form([field('model', 'x'), file('file', 'RIFF....WAVE')]), MULTIPART)],
-    ['image edit', () => b.api('POST', '/v1/images/edits', form([field('prompt', 'x'), file('image[]', 'RIFF....WEBP')]), MULTIPART)],
-    ['transcription test', () => b.admin('POST', '/api/v1/transcription-tests', form([field('profile_id', 'x'), file('file', 'RIFF....WAVE')]), MULTIPART)],
-  ] as const) {
+  for (const [name, send] of uploadRoutes(b)) {
     const answer = await send();
     t.equal(answer.status, 507, `${name}: 507`);
     t.equal(answer.headers.get('retry-after'), '30', `${name}: with Retry-After`);

@@ -9,7 +9,7 @@ import { notOffered } from '../../workers/fields.js';
 import { editSchema, IMAGE_LIMITS } from '../../workers/image/image.schema.js';
 import { JobFolder } from '../../workers/jobFolder.js';
 import type { UploadRoom } from '../../workers/uploadRoom.js';
-import { readForm } from '../multipart.js';
+import { diskFailure, readForm } from '../multipart.js';
 
 /**
  * Checks a form makes while it is read, before the images that follow are: `field` for each text
@@ -87,7 +87,9 @@ export async function readImageForm(
   uploads: { config: { stateDir: string }; uploads: UploadRoom },
   checks: FormChecks = {},
 ): Promise<{ fields: Record<string, string>; images: JobFolder }> {
-  const images = await JobFolder.create(uploads.config.stateDir, 'image', { room: uploads.uploads, maxBytes: IMAGE_LIMITS.maxReferences * IMAGE_LIMITS.maxReferenceBytes });
+  const images = await JobFolder.create(uploads.config.stateDir, 'image', { room: uploads.uploads, maxBytes: IMAGE_LIMITS.maxReferences * IMAGE_LIMITS.maxReferenceBytes }).catch((error: unknown) => {
+    throw diskFailure(error) ?? error;
+  });
   try {
     const fields = await readForm(
       request,
