@@ -13,6 +13,12 @@ type PartsOptions = Parameters<FastifyRequest['parts']>[0];
 
 const malformed = (detail: string) => errors.invalidValue(null, `The multipart body is malformed: ${detail}.`);
 
+/** The length of the request's body as its Content-Length declares it, or undefined without one. */
+export function declaredLength(request: FastifyRequest): number | undefined {
+  const declared = Number(request.headers['content-length']);
+  return request.headers['content-length'] !== undefined && Number.isSafeInteger(declared) && declared >= 0 ? declared : undefined;
+}
+
 /** A failure of the file system (node:fs throws them with an errno and the system call that failed). */
 function fileSystemFailure(error: unknown): NodeJS.ErrnoException | undefined {
   const failure = error as NodeJS.ErrnoException;

@@ -1,6 +1,7 @@
 // English speech made with espeak-ng (Debian, installed by the set-up), resampled to the 16 kHz
 // mono 16-bit PCM that the transcription route and the STT engine take.
 import { execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -54,6 +55,24 @@ export async function espeakRecorder(dir: string): Promise<{ binary: string; run
       .filter((run) => run !== '')
       .map((run) => run.replace(/\n$/, '').split('\n'));
   return { binary, runs };
+}
+
+/**
+ * A stand-in pocketsphinx engine (for SERVICE_DECK_POCKETSPHINX) on the same line protocol: after
+ * a request's byte count it stops reading until `go()` (an engine at work on the start of a
+ * recording; `asked()` tells that it got that far), then answers with the number of bytes it got.
+ * Once told to go, it answers every further request at once.
+ */
+export async function stalledEngine(dir: string): Promise<{ binary: string; asked: () => boolean; go: () => Promise<void> }> {
+  const binary = path.join(dir, 'engine');
+  const asked = path.join(dir, 'asked');
+  const go = path.join(dir, 'go');
+  await writeFile(
+    binary,
+    `#!/bin/sh\necho '{"ready":true}'\nwhile IFS= read -r bytes; do\n  : > '${asked}'\n  while [ ! -f '${go}' ]; do sleep 0.02; done\n  got=$(head -c "$bytes" | wc -c)\n  echo "{\\"text\\":\\"$got\\"}"\ndone\n`,
+  );
+  await chmod(binary, 0o755);
+  return { binary, asked: () => existsSync(asked), go: () => writeFile(go, '') };
 }
 
 /** The STT engine program scripts/build-pocketsphinx.sh built into the cache (the test script runs it during set-up). */

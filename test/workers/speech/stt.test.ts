@@ -3,12 +3,11 @@
 // same process, reports started/loaded to the supervisor, unloads on command and reports it once its
 // process has ended,
 // and an engine that dies is reported at once as worker.exited with a diagnosis.
-import { existsSync } from 'node:fs';
-import { chmod, open, writeFile } from 'node:fs/promises';
+import { open, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { NO_SAMPLES, speechFile } from '../../helpers/speech.js';
+import { NO_SAMPLES, speechFile, stalledEngine } from '../../helpers/speech.js';
 import { createLogger } from '../../../src/system/observe/log.js';
 import { WorkerHooks } from '../../../src/system/workers.js';
 import { wavHeader } from '../../../src/adapters/wav.js';
@@ -76,15 +75,8 @@ t.test('an engine that dies is reported at once and the next start loads again',
 
 t.test('the samples go from the file to the engine as it reads them, never the whole recording in memory', async (t) => {
   const dir = t.testdir();
-  // A stand-in engine on the same line protocol: after the byte count it stops reading until told
-  // to go on (an engine at work on the start of a recording), then counts the bytes it gets.
-  const engine = path.join(dir, 'engine');
-  await writeFile(
-    engine,
-    `#!/bin/sh\necho '{"ready":true}'\nwhile IFS= read -r bytes; do\n  : > '${dir}/asked'\n  while [ ! -f '${dir}/go' ]; do sleep 0.02; done\n  got=$(head -c "$bytes" | wc -c)\n  echo "{\\"text\\":\\"$got\\"}"\ndone\n`,
-  );
-  await chmod(engine, 0o755);
-  const { worker } = setUp(t, { ...process.env, SERVICE_DECK_POCKETSPHINX: engine });
+  const engine = await stalledEngine(dir);
+  const { worker } = setUp(t, { ...process.env, SERVICE_DECK_POCKETSPHINX: engine.binary });
   worker.start({ generation: 1, start: plan }, profile);
   await worker.ready(1);
   // An 8 MiB recording, made on disk (sparse) so that this process never holds its bytes.
@@ -96,9 +88,9 @@ t.test('the samples go from the file to the engine as it reads them, never the w
   await handle.close();
   const before = process.memoryUsage().arrayBuffers;
   const heard = worker.transcribe(1, { file, offset: 44, bytes }, 'en');
-  await until('the engine to have the byte count and stop reading', async () => (existsSync(path.join(dir, 'asked')) ? true : undefined));
+  await until('the engine to have the byte count and stop reading', async () => (engine.asked() ? true : undefined));
   const held = process.memoryUsage().arrayBuffers - before;
   t.ok(held < 2 * 1024 * 1024, `while the engine does not read, ${(held / 2 ** 20).toFixed(2)} MiB of buffers are held for it (the recording has 8 MiB; at most 2 MiB)`);
-  await writeFile(path.join(dir, 'go'), '');
+  await engine.go();
   t.equal(await heard, String(bytes), 'the engine got the samples and nothing else');
 });
