@@ -7,7 +7,7 @@
 // recording over stdin/stdout, so the worker stays loaded between jobs. The recordings reach it
 // as 16-bit PCM, streamed from the uploaded file (the route checked its headers before). The whisper.cpp backend (whisper-server
 // kept loaded, or whisper-cli per recording) is src/workers/speech/whisper.ts.
-import { pipeline } from 'node:stream/promises';
+import type { Readable, Writable } from 'node:stream';
 import type { ResultPromise } from 'execa';
 import type { Actor } from 'xstate';
 import { WORKER_IDS } from '../../../machines/ids.js';
@@ -28,6 +28,29 @@ export type SttProfile = Extract<StoredProfile, { category: 'stt' }>;
 /** The engine answered with an error, or is gone. */
 export class EngineFailure extends Error {
   override name = 'EngineFailure';
+}
+
+/**
+ * Writes `source` into `stdin` as the engine reads it, leaving stdin open for the next request
+ * (stream.pipeline with `end: false` would leave its listeners on stdin, request after request).
+ * A stdin that closes (the engine's end, which answers the request) ends the feed and the source;
+ * only a source that cannot be read rejects.
+ */
+async function feed(source: Readable, stdin: Writable): Promise<void> {
+  for await (const chunk of source) {
+    if (stdin.destroyed) break;
+    if (!stdin.write(chunk)) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          stdin.off('drain', done);
+          stdin.off('close', done);
+          resolve();
+        };
+        stdin.on('drain', done);
+        stdin.on('close', done);
+      });
+    }
+  }
 }
 
 /** One running engine process: a line protocol, one request at a time. */
@@ -84,12 +107,7 @@ class EngineLink {
       const stdin = this.child.stdin;
       if (!stdin) return;
       stdin.write(`${pcm.bytes}\n`);
-      let unreadable = false;
-      const samples = pcmStream(pcm).once('error', () => (unreadable = true));
-      pipeline(samples, stdin, { end: false }).catch(() => {
-        // A pipe that broke with the engine's end is answered by that end (close()).
-        if (unreadable) fail(new EngineFailure('the recording could not be read from its job folder'));
-      });
+      feed(pcmStream(pcm), stdin).catch(() => fail(new EngineFailure('the recording could not be read from its job folder')));
     });
   }
 }

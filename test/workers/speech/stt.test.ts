@@ -93,4 +93,12 @@ t.test('the samples go from the file to the engine as it reads them, never the w
   t.ok(held < 2 * 1024 * 1024, `while the engine does not read, ${(held / 2 ** 20).toFixed(2)} MiB of buffers are held for it (the recording has 8 MiB; at most 2 MiB)`);
   await engine.go();
   t.equal(await heard, String(bytes), 'the engine got the samples and nothing else');
+  // Recording after recording on the same engine: nothing is left listening on its stdin.
+  const warnings: string[] = [];
+  const onWarning = (warning: Error) => warnings.push(warning.message);
+  process.on('warning', onWarning);
+  t.teardown(() => process.off('warning', onWarning));
+  for (let i = 0; i < 12; i += 1) t.equal(await worker.transcribe(1, { file, offset: 44, bytes: 32_000 }, 'en'), '32000', `recording ${i + 2}`);
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(warnings, [], 'no listener leaks: no MaxListenersExceededWarning after 13 recordings');
 });
