@@ -1,9 +1,11 @@
-// What the benchmarks share: the repository's root, percentiles of a sample, and stopping a child
-// process.
-import type { ChildProcess } from 'node:child_process';
+// What the benchmarks share: the repository's root, percentiles of a sample, waiting on a state,
+// the built service as its own process, and stopping a child process.
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { access } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../test/helpers/build.js';
 
 /**
  * The repository's root: the first folder up from this file with a package.json. The benchmarks
@@ -34,4 +36,69 @@ export async function stop(child: ChildProcess, graceMs = 3000): Promise<void> {
   const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
   await ended;
   clearTimeout(timer);
+}
+
+/** Polls `probe` every 100 ms until it returns a value (a throw counts as none), or fails after `limitMs`. */
+export async function until<T>(what: string, probe: () => Promise<T | undefined>, limitMs: number): Promise<T> {
+  const end = Date.now() + limitMs;
+  for (;;) {
+    const value = await probe().catch(() => undefined);
+    if (value !== undefined) return value;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** The built service running as its own process, its endpoint started, and the operator logged in. */
+export interface Served {
+  child: ChildProcess;
+  pid: number;
+  apiPort: number;
+  /** One admin API call with the session; anything but 200 or 201 throws. */
+  admin: (method: string, url: string, body?: unknown) => Promise<Response>;
+  /** Creates a profile and publishes it. */
+  publish: (profile: Record<string, unknown>) => Promise<void>;
+}
+
+/**
+ * `service-deck serve` over dist/ (as an operator runs it, so that its resident memory and open
+ * descriptors are its own) with `stateDir`, the admin `password` and `env` beside PATH and HOME;
+ * its endpoint started on a free port. `bench` names the benchmark in the message that asks for a
+ * build first (the run exits 2 then). `onChild` gets the process as soon as it is spawned, so that
+ * the caller can stop it whatever happens next.
+ */
+export async function serveBuilt(bench: string, stateDir: string, password: string, env: NodeJS.ProcessEnv, onChild: (child: ChildProcess) => void): Promise<Served> {
+  await access(path.join(ROOT, 'dist', 'src', 'cli.js')).catch(() => {
+    console.error(`${bench} runs the built service: npm run build first`);
+    process.exit(2);
+  });
+  const uiPort = await freePort();
+  const apiPort = await freePort();
+  const child = spawn(process.execPath, [path.join(ROOT, 'bin', 'service-deck.js'), 'serve', '--state-dir', stateDir, '--ui-port', String(uiPort)], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, SERVICE_DECK_ADMIN_PASSWORD: password, ...env },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  onChild(child);
+  const adminUrl = `http://127.0.0.1:${uiPort}`;
+  let cookie = '';
+  let csrf = '';
+  const admin = async (method: string, url: string, body?: unknown) => {
+    const response = await fetch(`${adminUrl}${url}`, {
+      method,
+      headers: { 'x-service-deck': '1', ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...(cookie ? { cookie, 'x-csrf-token': csrf } : {}) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    if (response.status !== 200 && response.status !== 201) throw new Error(`${url}: ${response.status} ${await response.text()}`);
+    return response;
+  };
+  const session = await until('the admin listener', () => admin('POST', '/api/v1/session', { password }), 30_000);
+  cookie = (session.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+  csrf = ((await session.json()) as { csrfToken: string }).csrfToken;
+  await admin('POST', '/api/v1/endpoint/config', { port: apiPort });
+  await admin('POST', '/api/v1/endpoint/start', {});
+  const publish = async (profile: Record<string, unknown>) => {
+    const created = await admin('POST', '/api/v1/profiles', profile);
+    await admin('POST', '/api/v1/endpoint/profile', { id: ((await created.json()) as { id: string }).id, enabled: true });
+  };
+  return { child, pid: child.pid!, apiPort, admin, publish };
 }

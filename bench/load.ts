@@ -19,16 +19,15 @@
 //
 // Run: npm run bench:load [-- CLIENTS] (it builds the service first). Loopback only; about half a
 // minute.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { access, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import type { ChildProcess } from 'node:child_process';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { writeTinyModel } from '../src/adapters/tinyModel.js';
-import { freePort } from '../test/helpers/build.js';
 import { llamaServerPath } from '../test/helpers/llama.js';
-import { percentile, ROOT, stop } from './lib.js';
+import { percentile, serveBuilt, stop, until } from './lib.js';
 
 const CLIENTS = Number(process.argv[2] ?? 1000);
 const SLOTS = 2;
@@ -121,20 +120,6 @@ function client(port: number): Promise<Outcome> {
   });
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, limitMs: number): Promise<T> {
-  const end = Date.now() + limitMs;
-  for (;;) {
-    const value = await probe().catch(() => undefined);
-    if (value !== undefined) return value;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
-await access(path.join(ROOT, 'dist', 'src', 'cli.js')).catch(() => {
-  console.error('bench/load runs the built service: npm run build first');
-  process.exit(2);
-});
 const dir = await mkdtemp(path.join(os.tmpdir(), 'sd-bench-load-'));
 let service: ChildProcess | undefined;
 const failures: string[] = [];
@@ -143,13 +128,11 @@ const check = (ok: boolean, what: string) => {
 };
 try {
   const model = await writeTinyModel(path.join(dir, 'tiny.gguf'));
-  const uiPort = await freePort();
-  const apiPort = await freePort();
-  service = spawn(process.execPath, [path.join(ROOT, 'bin', 'service-deck.js'), 'serve', '--state-dir', path.join(dir, 'state'), '--ui-port', String(uiPort)], {
-    env: {
-      PATH: process.env.PATH,
-      HOME: process.env.HOME,
-      SERVICE_DECK_ADMIN_PASSWORD: PASSWORD,
+  const served = await serveBuilt(
+    'bench/load',
+    path.join(dir, 'state'),
+    PASSWORD,
+    {
       SERVICE_DECK_API_TOKEN: TOKEN,
       SERVICE_DECK_CACHE_DIR: path.join(dir, 'cache'),
       SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(),
@@ -157,29 +140,10 @@ try {
       // The default limits: the connection cap (2048) holds every client at once; past it a client would get 503, not a reset.
       SERVICE_DECK_LOG_LEVEL: 'warn',
     },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  const pid = service.pid!;
-  const adminUrl = `http://127.0.0.1:${uiPort}`;
-  let cookie = '';
-  let csrf = '';
-  const admin = async (method: string, url: string, body?: unknown) => {
-    const response = await fetch(`${adminUrl}${url}`, {
-      method,
-      headers: { 'x-service-deck': '1', ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...(cookie ? { cookie, 'x-csrf-token': csrf } : {}) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    if (response.status !== 200 && response.status !== 201) throw new Error(`${url}: ${response.status} ${await response.text()}`);
-    return response;
-  };
-  const session = await until('the admin listener', () => admin('POST', '/api/v1/session', { password: PASSWORD }), 30_000);
-  cookie = (session.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
-  csrf = ((await session.json()) as { csrfToken: string }).csrfToken;
-  await admin('POST', '/api/v1/endpoint/config', { port: apiPort });
-  await admin('POST', '/api/v1/endpoint/start', {});
-  const created = await admin('POST', '/api/v1/profiles', { name: NAME, category: 'chat', params: { model, context: 2048, slots: SLOTS } });
-  const id = ((await created.json()) as { id: string }).id;
-  await admin('POST', '/api/v1/endpoint/profile', { id, enabled: true });
+    (child) => (service = child),
+  );
+  const { pid, apiPort, admin } = served;
+  await served.publish({ name: NAME, category: 'chat', params: { model, context: 2048, slots: SLOTS } });
 
   // Idle: the worker loaded by a first request, then the same request one at a time.
   const first = await client(apiPort);

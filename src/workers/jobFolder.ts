@@ -2,14 +2,16 @@
 // (0600, in the client's order), or a transcription's recording. An upload is written here as it
 // arrives: only a few chunks are ever in memory, however many uploads are held open, and an image
 // whose first bytes are not a PNG, JPEG or WebP is refused before anything of it is written. A
-// folder for an upload first reserves disk room for the most it may hold (src/workers/uploadRoom.ts),
-// until it is removed. Whoever creates a folder removes it, on every error too (the image job
-// removes it once its processes are gone).
+// folder for an upload first reserves disk room for what the upload declares, counts every chunk
+// it writes against that room (growing it past the declared length, or refusing with 507), gives
+// back what it did not write once the upload is whole, and holds the reservation until it is
+// removed (src/workers/uploadRoom.ts). Whoever creates a folder removes it, on every error too (the
+// image job removes it once its processes are gone).
 import { randomUUID } from 'node:crypto';
-import { mkdir, open, rm } from 'node:fs/promises';
+import { mkdir, open, rm, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { imageKind, type ImageKind } from '../adapters/png.js';
-import type { UploadRoom } from './uploadRoom.js';
+import type { UploadReservation, UploadRoom } from './uploadRoom.js';
 
 const EXTENSIONS: Record<ImageKind, string> = { png: 'png', jpeg: 'jpg', webp: 'webp' };
 
@@ -22,23 +24,35 @@ export class JobFolder {
 
   private constructor(
     readonly dir: string,
-    readonly release: () => void,
+    private readonly room: UploadReservation | undefined,
   ) {}
 
   /**
    * A new private folder under `<state>/jobs/`, named by the job's kind. With `upload`, it first
-   * reserves disk room for the most the upload may write (a 507 when there is none).
+   * reserves disk room for what the upload declares (`declared`, its request's Content-Length; at
+   * most `maxBytes`, the most it may write), a 507 when there is none.
    */
-  static async create(stateDir: string, kind: 'image' | 'transcription' = 'image', upload?: { room: UploadRoom; maxBytes: number }): Promise<JobFolder> {
-    const release = upload ? await upload.room.reserve(upload.maxBytes) : () => {};
+  static async create(stateDir: string, kind: 'image' | 'transcription' = 'image', upload?: { room: UploadRoom; maxBytes: number; declared: number | undefined }): Promise<JobFolder> {
+    const room = upload ? await upload.room.reserve(upload.maxBytes, upload.declared) : undefined;
     const dir = path.join(stateDir, 'jobs', `${kind}-${randomUUID()}`);
     try {
       await mkdir(dir, { mode: 0o700 });
     } catch (error) {
-      release();
+      room?.release();
       throw error;
     }
-    return new JobFolder(dir, release);
+    return new JobFolder(dir, room);
+  }
+
+  /** Writes `chunk` to `handle`, counted against the upload's room first. */
+  async #put(handle: FileHandle, chunk: Buffer): Promise<void> {
+    await this.room?.take(chunk.length);
+    await handle.write(chunk);
+  }
+
+  /** The upload is whole: the room it held and did not write goes back. */
+  settle(): void {
+    this.room?.settle();
   }
 
   /** Writes `name` (0600) from `source` as it arrives; its path. */
@@ -46,7 +60,7 @@ export class JobFolder {
     const file = path.join(this.dir, name);
     const handle = await open(file, 'wx', 0o600);
     try {
-      for await (const chunk of source) await handle.write(chunk);
+      for await (const chunk of source) await this.#put(handle, chunk);
     } finally {
       await handle.close();
     }
@@ -78,16 +92,20 @@ export class JobFolder {
     const file = path.join(this.dir, `reference-${index}.${EXTENSIONS[kind]}`);
     const handle = await open(file, 'wx', 0o600);
     try {
-      for (const chunk of head) await handle.write(chunk);
-      if (!done) for (let next = await chunks.next(); !next.done; next = await chunks.next()) await handle.write(next.value);
+      for (const chunk of head) await this.#put(handle, chunk);
+      if (!done) for (let next = await chunks.next(); !next.done; next = await chunks.next()) await this.#put(handle, next.value);
     } finally {
       await handle.close();
     }
     this.references.push(file);
   }
 
+  /** Removes the folder; its reservation goes back whether or not the removal succeeded. */
   async remove(): Promise<void> {
-    await rm(this.dir, { recursive: true, force: true });
-    this.release();
+    try {
+      await rm(this.dir, { recursive: true, force: true });
+    } finally {
+      this.room?.release();
+    }
   }
 }

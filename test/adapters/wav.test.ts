@@ -1,7 +1,9 @@
 // Spec 4.6: a transcription upload is checked from its bytes. A corpus of malformed and hostile WAV
 // files, generated here, each gets its own rule; random damage never throws anything but a WavError.
+import { readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import t from 'tap';
-import { checkTranscriptionWav, encodeWav, pcm16, readWav, resampleLinear, WavError, type WavRule } from '../../src/adapters/wav.js';
+import { checkTranscriptionFile, checkTranscriptionWav, encodeWav, pcm16, readWav, resampleLinear, WavError, type WavRule } from '../../src/adapters/wav.js';
 
 const tone = (seconds: number, rate = 16_000) => {
   const samples = new Int16Array(Math.round(seconds * rate));
@@ -86,10 +88,23 @@ const corpus: Array<[string, Buffer, WavRule]> = [
   ['a RIFF size of 4 GiB', (() => { const b = good(); b.writeUInt32LE(0xffffffff, 4); return b; })(), 'wav_riff_size'],
 ];
 
-t.test('the hostile corpus: every file gets its own rule', async (t) => {
+/** What checkTranscriptionFile says of `bytes` written to a file: where the samples lie, or its error. */
+async function onDisk(dir: string, bytes: Buffer): Promise<unknown> {
+  const file = path.join(dir, 'upload.wav');
+  await writeFile(file, bytes);
+  return checkTranscriptionFile(file).catch((error: unknown) => error);
+}
+
+/** Bytes this process has read by read() and pread() so far (Linux's /proc/self/io). */
+const bytesRead = async () => Number(/^rchar: (\d+)$/m.exec(await readFile('/proc/self/io', 'utf8'))?.[1]);
+
+t.test('the hostile corpus: every file gets its own rule, in memory and on disk alike', async (t) => {
   t.ok(corpus.length >= 20, `${corpus.length} malformed files`);
+  const dir = t.testdir();
   const rules = new Set<string>();
   for (const [name, bytes, rule] of corpus) {
+    const fromFile = await onDisk(dir, bytes);
+    t.ok(fromFile instanceof WavError && fromFile.rule === rule, `${name}: ${rule} from the file's headers too`);
     const error = (() => {
       try {
         checkTranscriptionWav(bytes);
@@ -116,6 +131,22 @@ t.test('valid files pass: plain, extensible PCM, extra chunks with odd padding, 
   t.equal(checkTranscriptionWav(riff([['fmt ', fmt()], ['data', samples(120)]])).seconds, 120, 'exactly 120 s is accepted');
   const padded = Buffer.concat([good(), Buffer.alloc(3)]);
   t.equal(checkTranscriptionWav(padded).frames, 8000, 'bytes after the RIFF end are ignored');
+  const dir = t.testdir();
+  t.match(await onDisk(dir, withList), { offset: 12 + 24 + 16 + 8, bytes: 3200 }, 'on disk: where the samples lie, past the LIST chunk');
+  t.match(await onDisk(dir, riff([['fmt ', extensible(PCM_GUID)], ['data', samples(0.1)]])), { offset: 12 + 48 + 8, bytes: 3200 }, 'on disk: extensible PCM');
+});
+
+t.test('a recording on disk is checked from its headers: its samples are never read', async (t) => {
+  const dir = t.testdir();
+  // 8 MiB with a LIST chunk after the samples, so the walk reads past them to the end.
+  const bytes = riff([['fmt ', fmt()], ['data', samples(120)], ['LIST', Buffer.alloc(8 * 1024 * 1024 - 3_840_000 - 60)]]);
+  t.ok(bytes.length <= 8 * 1024 * 1024 && bytes.length > 8 * 1024 * 1024 - 16, `a recording of ${bytes.length} bytes`);
+  const file = path.join(dir, 'large.wav');
+  await writeFile(file, bytes);
+  const before = await bytesRead();
+  t.match(await checkTranscriptionFile(file), { file, offset: 44, bytes: 3_840_000 }, 'accepted: 120 s, where its samples lie');
+  const read = (await bytesRead()) - before;
+  t.ok(read < 64 * 1024, `the check read ${read} bytes of the ${bytes.length} (at most 64 KiB, /proc/self/io)`);
 });
 
 t.test('random damage never throws anything but a WavError', async (t) => {

@@ -1,12 +1,13 @@
 // POST /v1/audio/transcriptions with the official openai client and plain multipart requests:
 // English speech made with espeak-ng goes through the real pocketsphinx engine and comes back as
 // text; every rule of spec 4.6 refuses with a 400 that names it.
+import { readFile } from 'node:fs/promises';
 import OpenAI, { toFile } from 'openai';
 import t from 'tap';
 import { encodeWav } from '../../src/adapters/wav.js';
 import { build, failureOf, TOKEN, type Built } from '../helpers/build.js';
 import { matchesSchema } from '../helpers/openapi.js';
-import { pocketsphinxPath, speech } from '../helpers/speech.js';
+import { padWav, pocketsphinxPath, speech } from '../helpers/speech.js';
 import { until } from '../helpers/until.js';
 
 async function setUp(t: Parameters<typeof build>[0]) {
@@ -94,6 +95,31 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
   t.equal(json.status, 415, 'a JSON body is not a multipart form');
   const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: unknown[]; queue: { running: unknown[] } };
   t.same([status.workers, status.queue.running], [[], []], 'no refused request started a worker');
+});
+
+/** Bytes this process has read by read() and pread() so far, from sockets and files (Linux's /proc/self/io). */
+const bytesRead = async () => Number(/^rchar: (\d+)$/m.exec(await readFile('/proc/self/io', 'utf8'))?.[1]);
+
+t.test('an upload is read once, from its socket: the check reads its headers, the engine its samples alone', async (t) => {
+  const b = await setUp(t);
+  const MIB = 1024 * 1024;
+  // The worker loaded and the route's code warm before anything is counted.
+  t.equal((await post(b, { model: 'listener', language: 'en' }, { bytes: wav(Buffer.alloc(16_000)) })).status, 200);
+  const silence = Buffer.alloc(16_000 * 2 * 5);
+  const cases: Array<[string, Buffer, number, number]> = [
+    // 8 MiB of samples: 262 s, refused by its header.
+    ['8 MiB refused for its length', encodeWav(new Int16Array((8 * MIB - 44) / 2), 16_000), 400, 0],
+    // 5 s of samples and 7.8 MiB of another chunk: accepted, only the samples go to the engine.
+    ['8 MiB accepted with 5 s of samples', padWav(wav(silence), 8 * MIB), 200, silence.length],
+  ];
+  for (const [name, bytes, status, samples] of cases) {
+    const before = await bytesRead();
+    const answer = await post(b, { model: 'listener', language: 'en' }, { bytes });
+    const read = (await bytesRead()) - before;
+    t.equal(answer.status, status, `${name}: ${status}`);
+    // The service reads the body from its socket once; beyond that only headers and the samples.
+    t.ok(read < bytes.length + samples + MIB, `${name}: ${(read / MIB).toFixed(2)} MiB read for a ${(bytes.length / MIB).toFixed(2)} MiB upload with ${(samples / MIB).toFixed(2)} MiB of samples (at most 1 MiB more than both)`);
+  }
 });
 
 t.test('defaultLanguage: de unless the profile says otherwise; a default its backend cannot transcribe is a blocker naming both', async (t) => {

@@ -1,10 +1,11 @@
 // English speech made with espeak-ng (Debian, installed by the set-up), resampled to the 16 kHz
 // mono 16-bit PCM that the transcription route and the STT engine take.
 import { execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { pcm16, readWav, resample } from '../../src/adapters/wav.js';
+import { encodeWav, pcm16, readWav, resample, type PcmFile } from '../../src/adapters/wav.js';
 
 const run = promisify(execFile);
 
@@ -16,6 +17,27 @@ export async function speech(dir: string, text: string): Promise<Buffer> {
   const samples = resample(pcm16(wav), wav.sampleRate, 16_000);
   return Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
 }
+
+/** `text` spoken as `speech()` has it, in a 16 kHz WAV file `name` in `dir`: its samples, as the STT worker takes them. */
+export async function speechFile(dir: string, text: string, name = 'recording.wav'): Promise<PcmFile> {
+  const pcm = await speech(dir, text);
+  const file = path.join(dir, name);
+  await writeFile(file, encodeWav(new Int16Array(pcm.buffer, pcm.byteOffset, pcm.length / 2), 16_000));
+  return { file, offset: 44, bytes: pcm.length };
+}
+
+/** `wav` with a chunk the reader skips after its samples, to `size` bytes in all: a valid recording of any size. */
+export function padWav(wav: Buffer, size: number): Buffer {
+  const chunk = Buffer.alloc(8);
+  chunk.write('junk', 0, 'latin1');
+  chunk.writeUInt32LE(size - wav.length - 8, 4);
+  const padded = Buffer.concat([wav, chunk, Buffer.alloc(size - wav.length - 8)]);
+  padded.writeUInt32LE(size - 8, 4);
+  return padded;
+}
+
+/** A recording without samples. */
+export const NO_SAMPLES: PcmFile = { file: '/dev/null', offset: 0, bytes: 0 };
 
 /**
  * A stand-in espeak-ng for SERVICE_DECK_ESPEAK_NG that writes each argv it is run with to a file,
@@ -33,6 +55,24 @@ export async function espeakRecorder(dir: string): Promise<{ binary: string; run
       .filter((run) => run !== '')
       .map((run) => run.replace(/\n$/, '').split('\n'));
   return { binary, runs };
+}
+
+/**
+ * A stand-in pocketsphinx engine (for SERVICE_DECK_POCKETSPHINX) on the same line protocol: after
+ * a request's byte count it stops reading until `go()` (an engine at work on the start of a
+ * recording; `asked()` tells that it got that far), then answers with the number of bytes it got.
+ * Once told to go, it answers every further request at once.
+ */
+export async function stalledEngine(dir: string): Promise<{ binary: string; asked: () => boolean; go: () => Promise<void> }> {
+  const binary = path.join(dir, 'engine');
+  const asked = path.join(dir, 'asked');
+  const go = path.join(dir, 'go');
+  await writeFile(
+    binary,
+    `#!/bin/sh\necho '{"ready":true}'\nwhile IFS= read -r bytes; do\n  : > '${asked}'\n  while [ ! -f '${go}' ]; do sleep 0.02; done\n  got=$(head -c "$bytes" | wc -c)\n  echo "{\\"text\\":\\"$got\\"}"\ndone\n`,
+  );
+  await chmod(binary, 0o755);
+  return { binary, asked: () => existsSync(asked), go: () => writeFile(go, '') };
 }
 
 /** The STT engine program scripts/build-pocketsphinx.sh built into the cache (the test script runs it during set-up). */

@@ -41,7 +41,7 @@ export const adminSpeechTestRoutes: FastifyPluginAsync<{ service: Service }> = a
       if (!file) throw noFile();
       const profile = await testProfile(service, fields.profile_id, 'stt');
       const language = transcriptionLanguage(profile, requested);
-      await file.pcm();
+      await file.check();
       const text = await transcribe(service, profile, file, language, 'test', clientGone(reply));
       return { text, language };
     } finally {

@@ -9,7 +9,7 @@ import { notOffered } from '../../workers/fields.js';
 import { editSchema, IMAGE_LIMITS } from '../../workers/image/image.schema.js';
 import { JobFolder } from '../../workers/jobFolder.js';
 import type { UploadRoom } from '../../workers/uploadRoom.js';
-import { readForm } from '../multipart.js';
+import { declaredLength, diskFailure, readForm } from '../multipart.js';
 
 /**
  * Checks a form makes while it is read, before the images that follow are: `field` for each text
@@ -78,7 +78,8 @@ export const EDIT_FIELDS = Object.keys(editSchema.shape);
  * A multipart form with reference images (`image[]`, one to four, 10 MiB each, PNG, JPEG or WebP
  * by their bytes) and the text fields `allowed`: the edit route's and the enhancer preview's. The
  * images are streamed into a new private job folder under the state directory, never held in
- * memory, once the folder has reserved disk room for four images (a 507 when the disk has none);
+ * memory, once the folder has reserved disk room for the request's declared length (at most four
+ * images; a 507 when the disk has none);
  * the caller removes the folder (on an error here it is removed already).
  */
 export async function readImageForm(
@@ -87,13 +88,18 @@ export async function readImageForm(
   uploads: { config: { stateDir: string }; uploads: UploadRoom },
   checks: FormChecks = {},
 ): Promise<{ fields: Record<string, string>; images: JobFolder }> {
-  const images = await JobFolder.create(uploads.config.stateDir, 'image', { room: uploads.uploads, maxBytes: IMAGE_LIMITS.maxReferences * IMAGE_LIMITS.maxReferenceBytes });
+  const maxBytes = IMAGE_LIMITS.maxReferences * IMAGE_LIMITS.maxReferenceBytes;
+  const images = await JobFolder.create(uploads.config.stateDir, 'image', { room: uploads.uploads, maxBytes, declared: declaredLength(request) }).catch((error: unknown) => {
+    throw diskFailure(error) ?? error;
+  });
   try {
     const fields = await readForm(
       request,
       { limits: { files: IMAGE_LIMITS.maxReferences, fileSize: IMAGE_LIMITS.maxReferenceBytes, fields: 20, fieldSize: IMAGE_LIMITS.maxPromptChars * 4, parts: 24 } },
       (parts) => readParts(parts, allowed, images, checks),
     );
+    // Whole: the job may wait with its images on disk, which the free space counts already.
+    images.settle();
     return { fields, images };
   } catch (error) {
     await images.remove();

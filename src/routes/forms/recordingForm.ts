@@ -1,6 +1,7 @@
 // The multipart form of a recording (the API's transcription and the operator's transcription
 // test): at most one file, in the field `file`, streamed into a private job folder up to the
-// recording's limit (never held in memory; the folder first reserves its disk room), and text
+// recording's limit (never held in memory; the folder first reserves disk room for the request's
+// declared length, and gives back what it did not write once the form is read), and text
 // fields, each accepted, refused with its rule, or an unknown parameter; then the text fields
 // checked against their schema.
 import type { MultipartFile } from '@fastify/multipart';
@@ -14,7 +15,7 @@ import { RecordingFile } from '../../workers/speech/speechJobs.js';
 import { JobFolder } from '../../workers/jobFolder.js';
 import type { UploadRoom } from '../../workers/uploadRoom.js';
 import type { SttLanguage } from '../../store/profile.schema.js';
-import { readForm } from '../multipart.js';
+import { declaredLength, readForm } from '../multipart.js';
 
 /** Where a recording goes: the state directory's job folders, and the disk room they share. */
 export interface RecordingUploads {
@@ -23,8 +24,8 @@ export interface RecordingUploads {
 }
 
 /** The uploaded file, written into a new job folder as it arrives; over 8 MiB is a 413 naming the limit. */
-async function writeRecording(part: MultipartFile, uploads: RecordingUploads): Promise<RecordingFile> {
-  const folder = await JobFolder.create(uploads.config.stateDir, 'transcription', { room: uploads.uploads, maxBytes: TRANSCRIPTION_WAV.maxBytes });
+async function writeRecording(part: MultipartFile, uploads: RecordingUploads, declared: number | undefined): Promise<RecordingFile> {
+  const folder = await JobFolder.create(uploads.config.stateDir, 'transcription', { room: uploads.uploads, maxBytes: TRANSCRIPTION_WAV.maxBytes, declared });
   try {
     const file = await folder.write('recording.wav', part.file as AsyncIterable<Buffer>);
     if (part.file.truncated) {
@@ -60,7 +61,7 @@ export async function readRecordingForm(
         if (part.type === 'file') {
           if (part.fieldname !== 'file') throw errors.unknownParameter(part.fieldname);
           if (file) throw errors.invalidValue('file', 'Send exactly one file.');
-          file = await writeRecording(part, uploads);
+          file = await writeRecording(part, uploads, declaredLength(request));
           continue;
         }
         // An array's items come as `name[]`: the field is `name`.
@@ -72,6 +73,8 @@ export async function readRecordingForm(
         if (!refusal && !accepted.includes(name)) throw errors.unknownParameter(part.fieldname);
         fields[name] = value;
       }
+      // Whole: the job may wait with its recording on disk, which the free space counts already.
+      file?.folder.settle();
       return { fields, file };
     });
   } catch (error) {

@@ -1,6 +1,6 @@
 // Spec 4.6: POST /v1/audio/transcriptions, a multipart form with `model`, `file`, `language`
 // (de, en, auto; by default the profile's defaultLanguage, itself de unless set) and
-// `response_format` (json only). The file is checked from its bytes (src/adapters/wav.ts: PCM16
+// `response_format` (json only). The file is checked from its headers (src/adapters/wav.ts: PCM16
 // WAV, mono, 16 kHz, at most 120 s and 8 MiB, a larger upload is 413); chunked
 // uploads (refused for every route), timestamps, streaming, several languages and speaker names
 // are rejected with a 400 that says which rule failed; OpenAI's decoder hints (prompt,
@@ -26,8 +26,8 @@ export const transcriptionRoutes: FastifyPluginAsync<{ service: Service }> = asy
       const profile = (await service.catalog.require('stt', model)) as SttProfile;
       request.metricsModel = model;
       const language = transcriptionLanguage(profile, requested);
-      // Checked now, read again when its job runs: a waiting job holds no recording in memory.
-      await form.file.pcm();
+      // Checked now from its headers; its samples go from the file to the engine when its job runs.
+      await form.file.check();
       const text = await transcribe(service, profile, form.file, language, 'api', signal);
       return { text };
     } finally {

@@ -2,9 +2,8 @@
 // or join the worker, run, give the reservation back. The inference routes run them for API
 // clients (source `api`, published profiles); the admin routes run them as the operator's tests
 // (source `test`, no publication needed), through the same scheduler and workers.
-import { readFile } from 'node:fs/promises';
 import type { JobSource } from '../../../machines/supervisor/index.js';
-import { checkTranscriptionWav, WavError } from '../../adapters/wav.js';
+import { checkTranscriptionFile, WavError, type PcmFile } from '../../adapters/wav.js';
 import { ApiError, errors } from '../../errors.js';
 import { STT_LANGUAGES, type SttLanguage } from '../../store/profile.schema.js';
 import type { JobFolder } from '../jobFolder.js';
@@ -43,10 +42,10 @@ export function transcriptionLanguage(profile: SttProfile, requested: SttLanguag
   return language;
 }
 
-/** The PCM samples of an uploaded recording, or the 400 naming the rule it breaks (spec 4.6). */
-export function recordingOf(file: Buffer): Buffer {
+/** Where the samples of an uploaded recording lie, or the 400 naming the rule it breaks (spec 4.6). */
+async function checkedRecording(file: string): Promise<PcmFile> {
   try {
-    return checkTranscriptionWav(file).data;
+    return await checkTranscriptionFile(file);
   } catch (error) {
     if (error instanceof WavError) throw new ApiError(400, 'invalid_request_error', error.rule, `The file is refused: ${error.message}.`, 'file');
     throw error;
@@ -54,19 +53,22 @@ export function recordingOf(file: Buffer): Buffer {
 }
 
 /**
- * An uploaded recording in its job folder (written there as it arrived): checked from its bytes
- * before its job waits, and read again only when the job runs, so a waiting job holds none of it in
- * memory. Whoever read the form removes it.
+ * An uploaded recording in its job folder (written there as it arrived): checked from its headers
+ * before its job waits, and handed to the engine as a file when the job runs (the engine reads
+ * its samples from the file), so no recording is ever held whole in memory. Whoever read the form
+ * removes it.
  */
 export class RecordingFile {
+  #checked: Promise<PcmFile> | undefined;
+
   constructor(
     readonly folder: JobFolder,
     readonly file: string,
   ) {}
 
-  /** Its PCM samples, or the 400 naming the rule it breaks. */
-  async pcm(): Promise<Buffer> {
-    return recordingOf(await readFile(this.file));
+  /** Where its samples lie, or the 400 naming the rule it breaks; checked once. */
+  check(): Promise<PcmFile> {
+    return (this.#checked ??= checkedRecording(this.file));
   }
 
   remove(): Promise<void> {
@@ -85,6 +87,6 @@ export async function transcribe(service: Service, profile: SttProfile, recordin
     // A recording is not dropped halfway: a client that leaves now still lets the engine finish
     // (a few seconds at most), so the next job never meets a busy engine. Only a revoked
     // reservation (endpoint stop, a dead worker) ends it early.
-    return service.stt.transcribe(lease.generation, await recording.pcm(), language, lease.signal);
+    return service.stt.transcribe(lease.generation, await recording.check(), language, lease.signal);
   });
 }

@@ -5,13 +5,15 @@
 // The pocketsphinx backend is the engine program native/pocketsphinx-worker.c (built at set-up by
 // scripts/build-pocketsphinx.sh): it loads the en-us model once and answers recording after
 // recording over stdin/stdout, so the worker stays loaded between jobs. The recordings reach it
-// as 16-bit PCM; the route checked the WAV file before. The whisper.cpp backend (whisper-server
+// as 16-bit PCM, streamed from the uploaded file (the route checked its headers before). The whisper.cpp backend (whisper-server
 // kept loaded, or whisper-cli per recording) is src/workers/speech/whisper.ts.
+import type { Readable, Writable } from 'node:stream';
 import type { ResultPromise } from 'execa';
 import type { Actor } from 'xstate';
 import { WORKER_IDS } from '../../../machines/ids.js';
 import { sttWorkerMachine, type SttLaunch, type SttWorkerEvent } from '../../../machines/sttWorker/index.js';
 import { diesWithService } from '../../adapters/parentDeath.js';
+import { pcmStream, type PcmFile } from '../../adapters/wav.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
 import type { Lease } from '../../system/scheduler.js';
 import type { StoredProfile } from '../../store/profile.schema.js';
@@ -26,6 +28,29 @@ export type SttProfile = Extract<StoredProfile, { category: 'stt' }>;
 /** The engine answered with an error, or is gone. */
 export class EngineFailure extends Error {
   override name = 'EngineFailure';
+}
+
+/**
+ * Writes `source` into `stdin` as the engine reads it, leaving stdin open for the next request
+ * (stream.pipeline with `end: false` would leave its listeners on stdin, request after request).
+ * A stdin that closes (the engine's end, which answers the request) ends the feed and the source;
+ * only a source that cannot be read rejects.
+ */
+async function feed(source: Readable, stdin: Writable): Promise<void> {
+  for await (const chunk of source) {
+    if (stdin.destroyed) break;
+    if (!stdin.write(chunk)) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          stdin.off('drain', done);
+          stdin.off('close', done);
+          resolve();
+        };
+        stdin.on('drain', done);
+        stdin.on('close', done);
+      });
+    }
+  }
 }
 
 /** One running engine process: a line protocol, one request at a time. */
@@ -57,15 +82,20 @@ class EngineLink {
     for (const waiter of this.#waiters.splice(0)) waiter.reject(error);
   }
 
-  /** Sends one recording (16-bit PCM, 16 kHz mono) and awaits the engine's answer line. */
-  request(pcm: Buffer, signal?: AbortSignal): Promise<string> {
+  /**
+   * Sends one recording (16-bit PCM, 16 kHz mono) and awaits the engine's answer line. The samples
+   * go from the file to the engine's stdin as the engine reads them: a few chunks in memory at most.
+   */
+  request(pcm: PcmFile, signal?: AbortSignal): Promise<string> {
     if (this.#closed) return Promise.reject(this.#closed);
     return new Promise<string>((resolve, reject) => {
-      const onAbort = () => {
+      const fail = (error: Error) => {
+        signal?.removeEventListener('abort', onAbort);
         // The engine cannot drop a recording halfway: it is stopped, and the next job restarts it.
         this.child.kill('SIGKILL');
-        reject(new EngineFailure('the request was cancelled'));
+        reject(error);
       };
+      const onAbort = () => fail(new EngineFailure('the request was cancelled'));
       this.#waiters.push({
         resolve: (line) => {
           signal?.removeEventListener('abort', onAbort);
@@ -74,8 +104,10 @@ class EngineLink {
         reject,
       });
       signal?.addEventListener('abort', onAbort, { once: true });
-      this.child.stdin?.write(`${pcm.length}\n`);
-      this.child.stdin?.write(pcm);
+      const stdin = this.child.stdin;
+      if (!stdin) return;
+      stdin.write(`${pcm.bytes}\n`);
+      feed(pcmStream(pcm), stdin).catch(() => fail(new EngineFailure('the recording could not be read from its job folder')));
     });
   }
 }
@@ -133,8 +165,8 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
     return sttLaunchOf(lease, profile);
   }
 
-  /** Transcribes one recording (16-bit PCM, 16 kHz mono) on the loaded start `generation`. */
-  async transcribe(generation: number, pcm: Buffer, language: 'de' | 'en' | 'auto', signal?: AbortSignal): Promise<string> {
+  /** Transcribes one checked recording (its samples in its file) on the loaded start `generation`. */
+  async transcribe(generation: number, pcm: PcmFile, language: 'de' | 'en' | 'auto', signal?: AbortSignal): Promise<string> {
     const whisper = this.#whispers.get(generation);
     if (whisper) return whisperTranscribe(whisper, pcm, language, this.#env, signal);
     const link = this.#links.get(generation);

@@ -8,14 +8,16 @@
 //   is one run on a WAV file in a private temporary folder (0700) that is removed afterwards.
 // Found as runtimes `whisper-server` (SERVICE_DECK_WHISPER_SERVER) and `whisper-cli`
 // (SERVICE_DECK_WHISPER_CLI), by the variable, the project's cache, then PATH.
+import { createWriteStream, openAsBlob } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { pipeline } from 'node:stream/promises';
 import { execa } from 'execa';
 import type { SttLaunch } from '../../../machines/sttWorker/index.js';
 import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
 import { runtimeMissingMessage, whisperProgram, type RuntimeLookup } from '../../adapters/runtimes.js';
-import { encodeWav } from '../../adapters/wav.js';
+import { pcmStream, wavHeader, type PcmFile } from '../../adapters/wav.js';
 import type { StartHooks } from '../engine.js';
 import { freePort, workerEnv } from '../process.js';
 
@@ -31,13 +33,18 @@ export type WhisperEngine = { mode: 'server'; port: number } | { mode: 'cli'; bi
 /** The STT worker runs on the CPU (spec 3.5): a CUDA build of whisper.cpp sees no GPU and is told not to use one (-ng). */
 const cpuOnly = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv => ({ ...workerEnv(env), CUDA_VISIBLE_DEVICES: '' });
 
-const wavOf = (pcm: Buffer) => encodeWav(new Int16Array(pcm.buffer, pcm.byteOffset, pcm.byteLength / 2), 16_000);
+const SAMPLE_RATE = 16_000;
 
-/** One recording (16-bit PCM, 16 kHz mono) through a loaded whisper.cpp start. */
-export async function whisperTranscribe(engine: WhisperEngine, pcm: Buffer, language: string, env: NodeJS.ProcessEnv, signal?: AbortSignal): Promise<string> {
+/**
+ * One checked recording (16-bit PCM, 16 kHz mono, its samples in its file) through a loaded
+ * whisper.cpp start, as a plain WAV: a canonical header before the samples, which are read from the
+ * file as they are sent or copied (never the whole recording in memory).
+ */
+export async function whisperTranscribe(engine: WhisperEngine, pcm: PcmFile, language: string, env: NodeJS.ProcessEnv, signal?: AbortSignal): Promise<string> {
   if (engine.mode === 'server') {
     const form = new FormData();
-    form.set('file', new Blob([new Uint8Array(wavOf(pcm))], { type: 'audio/wav' }), 'recording.wav');
+    const samples = (await openAsBlob(pcm.file)).slice(pcm.offset, pcm.offset + pcm.bytes);
+    form.set('file', new Blob([wavHeader(pcm.bytes, SAMPLE_RATE), samples], { type: 'audio/wav' }), 'recording.wav');
     form.set('response_format', 'json');
     form.set('language', language);
     form.set('temperature', '0');
@@ -61,7 +68,8 @@ export async function whisperTranscribe(engine: WhisperEngine, pcm: Buffer, lang
   const dir = await mkdtemp(path.join(os.tmpdir(), 'service-deck-stt-'));
   try {
     const file = path.join(dir, 'recording.wav');
-    await writeFile(file, wavOf(pcm), { mode: 0o600 });
+    await writeFile(file, wavHeader(pcm.bytes, SAMPLE_RATE), { mode: 0o600 });
+    await pipeline(pcmStream(pcm), createWriteStream(file, { flags: 'a' }));
     const command = await diesWithService(engine.binary, ['-m', engine.model, '-f', file, '-l', language, '-t', String(engine.threads), '-ng', '-nt', '-np'], env);
     const result = await startWorker(command, {
       env: cpuOnly(env),
