@@ -190,7 +190,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     recipes: await loadRecipes(config.enhancerRecipes),
     hub: config.enhancerHub,
     // Through the service, so that a test can put another host reader in.
-    room: { before: (dir) => service.host.freeBytes(dir), during: (dir) => service.host.freeBytesNow(dir) },
+    room: (dir) => service.host.freeBytes(dir),
     log,
   });
   const catalog = catalogOf(config, profiles);
@@ -313,7 +313,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     charts,
     host,
     // Through the service's host facts, so that a test can put another statfs in.
-    uploads: new UploadRoom(path.join(config.stateDir, 'jobs'), (dir) => service.host.freeBytesNow(dir)),
+    uploads: new UploadRoom(path.join(config.stateDir, 'jobs'), (dir) => service.host.freeBytes(dir)),
     enhancers,
     accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => boundAddress(admin),
