@@ -1,9 +1,10 @@
 // The composition root: the service made of small named steps. The state directory is prepared
 // and its stores opened; the inference listener's adapter and the supervisor (the root actor, with
 // the listener and the queue as its children) are made; the worker adapters and the operator's
-// tests are built on them; the audio policy and the build watch are attached; then the admin
-// listener listens and the actors start. It is the only module that knows every layer: the
-// Fastify apps (src/app.ts), the worker adapters (src/workers/) and the system (src/system/).
+// tests are built on them; the audio policy and the build watch are attached; the actors start;
+// and only then the admin listener listens, so that its first request finds the system up. It is
+// the only module that knows every layer: the Fastify apps (src/app.ts), the worker adapters
+// (src/workers/) and the system (src/system/).
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { waitFor } from 'xstate';
@@ -153,6 +154,20 @@ async function closeAdmin(admin: App, graceMs = 1_000): Promise<void> {
     await admin.close();
   } finally {
     clearTimeout(force);
+  }
+}
+
+/**
+ * Opens the admin listener on a service that already runs. When its port cannot be bound the
+ * service that was started is ended again (its actors, workers and an inference listener it may
+ * have begun to restore), and the bind error goes on to the caller.
+ */
+async function listenAdmin(admin: App, address: { host: string; port: number }, shutdown: () => Promise<void>): Promise<void> {
+  try {
+    await admin.listen(address);
+  } catch (error) {
+    await shutdown().catch(() => undefined);
+    throw error;
   }
 }
 
@@ -360,16 +375,17 @@ export async function startService(loaded: Config, options: StartOptions): Promi
   };
 
   const admin = await buildAdminApp(service);
-  await admin.listen({ host: config.uiHost, port: options.adminPort ?? config.uiPort });
-  const bound = service.adminAddress() ?? { host: config.uiHost, port: config.uiPort };
-  log.info({ host: config.uiHost, port: bound.port }, 'admin listener started');
-  await writeAdminRecord(config.stateDir, { ...bound, pid: process.pid, started_at: new Date().toISOString() });
   supervisor.start();
   // The adapters reach their machines, the supervisor's children, once it runs.
   for (const worker of adapters) worker.attach(supervisor.system.get(worker.systemId) as never);
   builds.start();
   stopSince = watchListener(listenerRef(), endpoint, log).stopSince;
   audio.start();
+  // The admin listener opens last: its first request finds the system up, never half made.
+  await listenAdmin(admin, { host: config.uiHost, port: options.adminPort ?? config.uiPort }, service.shutdown);
+  const bound = service.adminAddress() ?? { host: config.uiHost, port: config.uiPort };
+  log.info({ host: config.uiHost, port: bound.port }, 'admin listener started');
+  await writeAdminRecord(config.stateDir, { ...bound, pid: process.pid, started_at: new Date().toISOString() });
   if (record.running) {
     await waitFor(listenerRef(), (s) => !s.matches('starting') && !s.matches('restoring'), { timeout: 30_000 });
   }
