@@ -50,7 +50,7 @@ async function direct(round: number): Promise<number> {
 
 async function service(round: number): Promise<number> {
   const folder = path.join(dir, `service-${round}`);
-  const installs = await EnhancerInstalls.open({ dir: folder, recipes: { t2i: recipe, i2i: recipe }, hub: hub.url, room: { before: (d) => host.freeBytes(d), during: (d) => host.freeBytesNow(d) }, log });
+  const installs = await EnhancerInstalls.open({ dir: folder, recipes: { t2i: recipe, i2i: recipe }, hub: hub.url, room: (d) => host.freeBytes(d), log });
   const started = performance.now();
   installs.install('t2i');
   await installs.settled();

@@ -1,6 +1,6 @@
 // The two listeners as Fastify instances. Both share one construction: the same limits (1 MiB
 // bodies, no chunked bodies, JSON only, a time limit to receive a request, a connection cap that
-// answers 503, a budget of half-open connections), the
+// answers 503, a budget of half-open connections, answers for clients that half-close), the
 // Host check, one error handler rendering the OpenAI error body, and one access line per request. Routes live in src/routes/; they validate, send one event, await the
 // reply and map it to HTTP.
 import { randomFillSync } from 'node:crypto';
@@ -27,6 +27,7 @@ import { hostGuard } from './routes/host.js';
 import { checkJsonBody } from './routes/jsonBody.js';
 import { refuseChunked } from './routes/chunked.js';
 import { guardConnections } from './routes/connections.js';
+import { halfClose } from './routes/halfClose.js';
 import { adminAudioPolicyRoutes } from './routes/admin/audioPolicy.js';
 import { adminImageTestRoutes } from './routes/admin/imageTests.js';
 import { adminSpeechTestRoutes } from './routes/admin/speechTests.js';
@@ -105,6 +106,8 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, { on
   }).withTypeProvider<ZodTypeProvider>() as App;
   // The connection cap answers 503, half-open connections have a budget of their own, silent ones go early.
   const guard = guardConnections(app.server, http);
+  // A client that ends its side after its request still gets its answer (src/routes/halfClose.ts).
+  void app.register(halfClose);
   // A closing listener waits for requests under way, not for connections still sending their headers.
   app.addHook('preClose', (done) => {
     guard.closePending();

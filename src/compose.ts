@@ -1,9 +1,10 @@
 // The composition root: the service made of small named steps. The state directory is prepared
 // and its stores opened; the inference listener's adapter and the supervisor (the root actor, with
 // the listener and the queue as its children) are made; the worker adapters and the operator's
-// tests are built on them; the audio policy and the build watch are attached; then the admin
-// listener listens and the actors start. It is the only module that knows every layer: the
-// Fastify apps (src/app.ts), the worker adapters (src/workers/) and the system (src/system/).
+// tests are built on them; the audio policy and the build watch are attached; the actors start;
+// and only then the admin listener listens, so that its first request finds the system up. It is
+// the only module that knows every layer: the Fastify apps (src/app.ts), the worker adapters
+// (src/workers/) and the system (src/system/).
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { waitFor } from 'xstate';
@@ -159,6 +160,20 @@ async function closeAdmin(admin: App, graceMs = 1_000): Promise<void> {
 }
 
 /**
+ * Opens the admin listener on a service that already runs. When its port cannot be bound the
+ * service that was started is ended again (its actors, workers and an inference listener it may
+ * have begun to restore), and the bind error goes on to the caller.
+ */
+async function listenAdmin(admin: App, address: { host: string; port: number }, shutdown: () => Promise<void>): Promise<void> {
+  try {
+    await admin.listen(address);
+  } catch (error) {
+    await shutdown().catch(() => undefined);
+    throw error;
+  }
+}
+
+/**
  * The configuration with the inference port range in force (src/config.ts, withSavedPortRange),
  * said once in the log; an environment range that the installer's saved range outweighs is a warning.
  */
@@ -192,7 +207,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     recipes: await loadRecipes(config.enhancerRecipes),
     hub: config.enhancerHub,
     // Through the service, so that a test can put another host reader in.
-    room: { before: (dir) => service.host.freeBytes(dir), during: (dir) => service.host.freeBytesNow(dir) },
+    room: (dir) => service.host.freeBytes(dir),
     log,
   });
   const catalog = catalogOf(config, profiles);
@@ -315,7 +330,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     charts,
     host,
     // Through the service's host facts, so that a test can put another statfs in.
-    uploads: new UploadRoom(path.join(config.stateDir, 'jobs'), (dir) => service.host.freeBytesNow(dir)),
+    uploads: new UploadRoom(path.join(config.stateDir, 'jobs'), (dir) => service.host.freeBytes(dir)),
     enhancers,
     accepting: () => listenerRef().getSnapshot().hasTag(TAGS.accepting),
     adminAddress: () => boundAddress(admin),
@@ -362,16 +377,17 @@ export async function startService(loaded: Config, options: StartOptions): Promi
   };
 
   const admin = await buildAdminApp(service);
-  await admin.listen({ host: config.uiHost, port: options.adminPort ?? config.uiPort });
-  const bound = service.adminAddress() ?? { host: config.uiHost, port: config.uiPort };
-  log.info({ host: config.uiHost, port: bound.port }, 'admin listener started');
-  await writeAdminRecord(config.stateDir, { ...bound, pid: process.pid, started_at: new Date().toISOString() });
   supervisor.start();
   // The adapters reach their machines, the supervisor's children, once it runs.
   for (const worker of adapters) worker.attach(supervisor.system.get(worker.systemId) as never);
   builds.start();
   stopSince = watchListener(listenerRef(), endpoint, log).stopSince;
   audio.start();
+  // The admin listener opens last: its first request finds the system up, never half made.
+  await listenAdmin(admin, { host: config.uiHost, port: options.adminPort ?? config.uiPort }, service.shutdown);
+  const bound = service.adminAddress() ?? { host: config.uiHost, port: config.uiPort };
+  log.info({ host: config.uiHost, port: bound.port }, 'admin listener started');
+  await writeAdminRecord(config.stateDir, { ...bound, pid: process.pid, started_at: new Date().toISOString() });
   if (record.running) {
     await waitFor(listenerRef(), (s) => !s.matches('starting') && !s.matches('restoring'), { timeout: 30_000 });
   }

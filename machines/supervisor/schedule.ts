@@ -10,8 +10,9 @@
 //   later chats for the loaded profile may still take its free slots, until the switch has waited
 //   its bound (`switchBound`, set by the supervisor when the job is queued) or the loaded profile
 //   has no request left in the queue; then the switch goes first and nothing overtakes it. Chats
-//   of one profile keep their order among themselves; images, TTS and STT keep the FIFO order.
-//   Under the `strict` order (no `switchBound`), later chats queue behind a waiting switch.
+//   of one profile keep their order among themselves; a chat behind a waiting image job or image
+//   step never overtakes (`overtakerBehind`); images, TTS and STT keep the FIFO order. Under the
+//   `strict` order (no `switchBound`), later chats queue behind a waiting switch.
 //   A chat overtakes a switch only if its profile's answers, at their measured p95 (`chatAnswers`;
 //   unmeasured: 600 s, the stream limit), end by the switch's wait limit less
 //   SWITCH_DEADLINE_MARGIN_MS even when the chat starts at the very end of the bound
@@ -24,6 +25,8 @@
 //   "the speech model is unloaded before image generation" (3.2, 3.4).
 // - A loaded chat profile and a loaded TTS worker coexist (3.4); whether the memory allows it is
 //   the memory check's question (fit.ts), asked before every worker start, one start at a time.
+//   Where it does not, an idle one of the two gives way to the other's start (the incompatible GPU
+//   profile change of 3.2 and 3.4, `unloadableFor`); a busy one never does.
 // - One STT job at a time (3.5, 4.6); one TTS job at a time on its one worker.
 // - The GUI image test reports a conflict instead of waiting (3.3, 7).
 // - The prompt enhancer (4.7) runs inside an image job's reservation, before its image, and is
@@ -33,9 +36,11 @@
 //   or TTS worker that goes on answering; then, once the enhancer answered, its image step waits
 //   for every GPU in the job's own place in the FIFO order.
 // - Audio memory policy (3.6): `auto` and `warm` keep a speech worker loaded after its job;
-//   `per_request` unloads it after each request. A warm preload waits behind every job that needs
-//   its worker and holds up none: a TTS preload waits while an image job waits or runs ("TTS
-//   preloads only in the LLM GPU mode"), and its memory check never unloads anything of ours.
+//   `per_request` unloads it after each request. A preload (the warm policy, a reload after a
+//   save) waits behind every request that needs its worker, and a TTS preload also behind every
+//   request that needs the GPU memory (a waiting chat or image job, `PRELOAD_YIELDS`); it holds up
+//   none. So a TTS preload waits while an image job waits or runs ("TTS preloads only in the LLM
+//   GPU mode"), and its memory check never unloads anything of ours.
 import type { JobRecord, JobSpec, SupervisorContext, UnloadCode, WorkerKind, WorkerRecord } from './supervisor.types.js';
 import { SWITCH_DEADLINE_MARGIN_MS, UNMEASURED_ANSWER_MS, WORKER_KINDS } from './supervisor.types.js';
 
@@ -44,7 +49,11 @@ export type Step =
   | { do: 'grant'; jobId: string; worker: WorkerKind }
   /** The job needs its worker started: check memory first. */
   | { do: 'check'; jobId: string }
-  /** An idle worker of ours must go (switch, image job, stale revision, finished image). */
+  /**
+   * An idle worker of ours must go: a switch, an image job, a stale one (a new revision of its
+   * profile, a new build of its program), a finished image, an enhancer whose job has its answer,
+   * a speech worker under `per_request`.
+   */
   | { do: 'unload'; kind: WorkerKind; code: UnloadCode; reason: string }
   /** The GUI image test found the reservation busy. */
   | { do: 'refuse'; jobId: string; code: 'image_busy'; message: string };
@@ -296,10 +305,11 @@ export function runsAtOnce(view: PlanView, job: JobSpec): boolean {
 
 /**
  * Whether releasing `jobId` leaves `plan()` nothing to do, so the release skips it (3.7): nobody
- * waits, is submitted or is in its memory check, so there is no one to grant and FIFO has nobody to serve; the
- * released job ran on the chat worker, which stays (a chat worker is unloaded when idle only when
- * its revision is stale); and every other worker is down or going, so none of them falls due for
- * an idle unload. In any other case `plan()` decides, as for every release.
+ * waits, is submitted or is in its memory check, so there is no one to grant and FIFO has nobody
+ * to serve; the released job ran on the chat worker, which stays (a chat worker is unloaded when
+ * idle only when it is stale: a new revision of its profile, a new build of its program); and
+ * every other worker is down or going, so none of them falls due for an idle unload. In any other
+ * case `plan()` decides, as for every release.
  */
 export function releaseLeavesNothingToPlan(view: PlanView, jobId: string): boolean {
   if (view.checking !== null || anyQueued(view.jobs)) return false;
@@ -322,7 +332,8 @@ export function plan(view: PlanView): Step[] {
     steps.push({ do: 'unload', kind, code, reason });
   };
 
-  // Workers nobody uses any more: a stale revision, or an image process whose image is done.
+  // Workers nobody uses any more: a stale one (new revision, new build), an image process whose
+  // image is done, an enhancer whose job let it go, a speech worker under `per_request`.
   for (const w of Object.values(view.workers)) {
     if (!loadedOrLoading(w) || runningOn(jobs, w.kind) > 0) continue;
     if (w.stale) unload(w.kind, w.stale.code, w.stale.reason);

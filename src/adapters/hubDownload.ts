@@ -3,7 +3,7 @@
 // redirect to a CDN carrying `X-Linked-Size` and `X-Linked-Etag` (the file's sha256), and the bytes
 // come from its `Location`. A download goes to `<dest>.part` (0600), resumes it with `Range`, hashes
 // the whole file and checks size and sha256 before it renames the partial to `dest`: a file at
-// `dest` is always complete and checked. Only node built-ins and the global fetch.
+// `dest` is always complete and checked. Node built-ins and undici (fetch and its Agent).
 //
 // A hub is trusted with nothing it could use against the disk or the network:
 // - a file whose size the hub does not state is refused before a byte is written, and a body that
@@ -14,13 +14,18 @@
 // - the partial is opened with O_NOFOLLOW (a symlink put there is never written through), and
 //   started anew with O_EXCL;
 // - redirects go to http(s) only, and never inward: a hub that is not on loopback may not send
-//   the download to a loopback address, nor to a private one unless the hub is itself private.
+//   the download to a loopback address, nor to a private one unless the hub is itself private;
+// - a host name is resolved once per probe or download, and the connection goes to the addresses
+//   that were checked (undici's `connect.lookup` answers from them and never asks DNS again), so a
+//   name that answers a public address to the check and an inward one to the connection (DNS
+//   rebinding) cannot take the download inward.
 import { createHash, type Hash } from 'node:crypto';
 import { constants as fsConstants, createReadStream } from 'node:fs';
 import { lookup } from 'node:dns/promises';
 import { lstat, open, rename, rm } from 'node:fs/promises';
-import { BlockList, isIP } from 'node:net';
+import { BlockList, isIP, type LookupFunction } from 'node:net';
 import type { Writable } from 'node:stream';
+import { Agent, fetch, type Response } from 'undici';
 
 export type HubErrorCode =
   | 'network'
@@ -68,8 +73,8 @@ export interface DownloadOptions {
   checkRoom?: (bytesToCome: number) => Promise<void>;
   /** Bytes written between two room checks (default ROOM_CHECK_BYTES; tests ask more often). */
   roomCheckBytes?: number;
-  /** How a redirect's host name resolves (tests give a stand-in for DNS). */
-  resolveHost?: (host: string) => Promise<string[]>;
+  /** How host names resolve, once per download: the redirect rule and the connections use that answer (tests give a stand-in for DNS). */
+  resolveHost?: ResolveHost;
 }
 
 /** How often, in bytes written, the free space is checked again during a download. */
@@ -167,31 +172,47 @@ export function reachOf(address: string): Reach {
 
 const RANK: Record<Reach, number> = { loopback: 0, private: 1, public: 2 };
 
-/** The reach of a URL's host: the innermost of the addresses it resolves to. */
-async function reachOfHost(url: URL, resolveHost: (host: string) => Promise<string[]>): Promise<Reach> {
-  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
-  if (host === 'localhost' || host.endsWith('.localhost')) return 'loopback';
-  const addresses = isIP(host) ? [host] : await resolveHost(host);
-  let reach: Reach = 'public';
-  for (const address of addresses) if (RANK[reachOf(address)] < RANK[reach]) reach = reachOf(address);
-  return reach;
+/** How a host name resolves: every address it has now (tests give a stand-in for DNS). */
+export type ResolveHost = (host: string) => Promise<string[]>;
+
+const systemResolve: ResolveHost = async (host) => (await lookup(host, { all: true })).map((a) => a.address);
+
+/** Where a host is: the addresses it resolved to (the only ones a connection to it may use) and the innermost reach among them. */
+interface Place {
+  addresses: string[];
+  reach: Reach;
 }
 
-const systemResolve = async (host: string) => (await lookup(host, { all: true })).map((a) => a.address);
+/** A URL's host name or address, without an IPv6 address's brackets. */
+const hostOf = (url: URL) => url.hostname.replace(/^\[(.*)\]$/, '$1');
+
+/** The loopback addresses a `localhost` name stands for (RFC 6761), asked of no resolver. */
+const LOCALHOST = ['127.0.0.1', '::1'];
+
+/** Resolves a host once: an address is itself, a `localhost` name is loopback. */
+async function placeOf(host: string, resolveHost: ResolveHost): Promise<Place> {
+  const local = host === 'localhost' || host.endsWith('.localhost');
+  const addresses = isIP(host) ? [host] : local ? LOCALHOST : await resolveHost(host);
+  if (addresses.length === 0) throw new Error(`${host} has no address`);
+  let reach: Reach = 'public';
+  for (const address of addresses) if (RANK[reachOf(address)] < RANK[reach]) reach = reachOf(address);
+  return { addresses, reach };
+}
 
 /**
  * Why the hub's redirect from `hub` to `to` is not followed, or null when it may be: only http(s);
  * the same host always; else never further in than the hub itself (a hub on loopback may send
  * anywhere, a private one to private or public addresses, a public one only to public ones).
+ * `place` says where a URL's host is.
  */
-export async function redirectProblem(hub: URL, to: URL, resolveHost: (host: string) => Promise<string[]> = systemResolve): Promise<string | null> {
+async function judgeRedirect(hub: URL, to: URL, place: (url: URL) => Promise<Place>): Promise<string | null> {
   if (to.protocol !== 'http:' && to.protocol !== 'https:') return `a redirect to a ${to.protocol} URL is not followed (http and https only)`;
   if (to.hostname === hub.hostname) return null;
-  const from = await reachOfHost(hub, resolveHost);
+  const from = (await place(hub)).reach;
   if (from === 'loopback') return null;
   let target: Reach;
   try {
-    target = await reachOfHost(to, resolveHost);
+    target = (await place(to)).reach;
   } catch (error) {
     return `the redirect's host ${to.hostname} does not resolve: ${(error as Error).message}`;
   }
@@ -199,21 +220,66 @@ export async function redirectProblem(hub: URL, to: URL, resolveHost: (host: str
   return null;
 }
 
+/** The redirect rule (judgeRedirect) with the host names resolved by `resolveHost`. */
+export function redirectProblem(hub: URL, to: URL, resolveHost: ResolveHost = systemResolve): Promise<string | null> {
+  return judgeRedirect(hub, to, (url) => placeOf(hostOf(url), resolveHost));
+}
+
+const lookupFailure = (message: string) => Object.assign(new Error(message), { code: 'ENOTFOUND' });
+
+/**
+ * One probe's or one download's view of the network: each host name is resolved once, and that
+ * answer is both what the redirect rule judges and where the connections go (the agent's
+ * `connect.lookup` answers from it, never from DNS again). `close()` ends its connections.
+ */
+class PinnedHosts {
+  readonly #places = new Map<string, Promise<Place>>();
+  readonly agent: Agent;
+
+  constructor(private readonly resolveHost: ResolveHost) {
+    this.agent = new Agent({ connect: { lookup: this.#lookup } });
+  }
+
+  #place(host: string): Promise<Place> {
+    let place = this.#places.get(host);
+    if (place === undefined) {
+      place = placeOf(host, this.resolveHost);
+      this.#places.set(host, place);
+    }
+    return place;
+  }
+
+  /** Where a URL's host is, resolved at most once. */
+  readonly place = (url: URL): Promise<Place> => this.#place(hostOf(url));
+
+  readonly #lookup: LookupFunction = (hostname, options, callback) => {
+    this.#place(hostname).then(
+      ({ addresses }) => {
+        const family = options.family === 'IPv4' ? 4 : options.family === 'IPv6' ? 6 : options.family;
+        const fitting = family === 4 || family === 6 ? addresses.filter((address) => isIP(address) === family) : addresses;
+        const first = fitting[0];
+        if (first === undefined) callback(lookupFailure(`${hostname} has no IPv${family} address among those checked`), '');
+        else if (options.all) callback(null, fitting.map((address) => ({ address, family: isIP(address) })));
+        else callback(null, first, isIP(first));
+      },
+      (error: unknown) => callback(lookupFailure(`${hostname} does not resolve: ${(error as Error).message}`), ''),
+    );
+  };
+
+  async close(): Promise<void> {
+    await this.agent.destroy().catch(() => undefined);
+  }
+}
+
 /** One request, redirects followed by hand so that the resolve answer's linked headers are read. */
-async function ask(
-  url: string,
-  method: 'GET' | 'HEAD',
-  headers: Record<string, string>,
-  signal?: AbortSignal,
-  resolveHost?: (host: string) => Promise<string[]>,
-): Promise<Answer> {
+async function ask(url: string, method: 'GET' | 'HEAD', headers: Record<string, string>, pinned: PinnedHosts, signal?: AbortSignal): Promise<Answer> {
   const asked = new URL(url);
   const linked: HubFile = { size: null, sha256: null };
   let current = asked;
   for (let hop = 0; hop <= MAX_REDIRECTS; hop += 1) {
     let response: Response;
     try {
-      response = await fetch(current, { method, headers, redirect: 'manual', signal });
+      response = await fetch(current, { method, headers, redirect: 'manual', signal, dispatcher: pinned.agent });
     } catch (error) {
       throw asHubError(error, signal, () => networkError(error, current));
     }
@@ -223,7 +289,7 @@ async function ask(
     if (!REDIRECTS.has(response.status) || location === null) return { response, url: current, linked };
     await discard(response);
     const next = new URL(location, current);
-    const problem = await redirectProblem(asked, next, resolveHost);
+    const problem = await judgeRedirect(asked, next, pinned.place);
     if (problem) throw new HubError('redirect_refused', `${shown(asked)}: ${problem}`);
     current = next;
   }
@@ -235,11 +301,16 @@ async function ask(
  * resolve answer (a redirect on the real hub, whose `Location` is followed), else the final answer's
  * `Content-Length` and no sha256. A HEAD request: no bytes are transferred.
  */
-export async function probeHubFile(url: string, signal?: AbortSignal, resolveHost?: (host: string) => Promise<string[]>): Promise<HubFile> {
-  const { response, url: answered, linked } = await ask(url, 'HEAD', { 'accept-encoding': 'identity' }, signal, resolveHost);
-  await discard(response);
-  if (!response.ok) throw statusError(response, answered, new URL(url));
-  return { size: linked.size ?? byteCount(response.headers.get('content-length')), sha256: linked.sha256 };
+export async function probeHubFile(url: string, signal?: AbortSignal, resolveHost: ResolveHost = systemResolve): Promise<HubFile> {
+  const pinned = new PinnedHosts(resolveHost);
+  try {
+    const { response, url: answered, linked } = await ask(url, 'HEAD', { 'accept-encoding': 'identity' }, pinned, signal);
+    await discard(response);
+    if (!response.ok) throw statusError(response, answered, new URL(url));
+    return { size: linked.size ?? byteCount(response.headers.get('content-length')), sha256: linked.sha256 };
+  } finally {
+    await pinned.close();
+  }
 }
 
 /** The bytes of a partial kept from before; anything there that is not a regular file (a symlink) is removed, not followed. */
@@ -391,11 +462,11 @@ interface Plan {
   complete: boolean;
 }
 
-async function plan(url: string, partial: string, kept: number, signal: AbortSignal, resolveHost?: (host: string) => Promise<string[]>): Promise<Plan> {
+async function plan(url: string, partial: string, kept: number, signal: AbortSignal, pinned: PinnedHosts): Promise<Plan> {
   for (;;) {
     const headers: Record<string, string> = { 'accept-encoding': 'identity' };
     if (kept > 0) headers.range = `bytes=${kept}-`;
-    const answer = await ask(url, 'GET', headers, signal, resolveHost);
+    const answer = await ask(url, 'GET', headers, pinned, signal);
     const { response, linked } = answer;
     if (response.status === 416 && kept > 0) {
       await discard(response);
@@ -452,12 +523,13 @@ function progress(onProgress: DownloadOptions['onProgress'], total: number | nul
 export async function downloadHubFile(options: DownloadOptions): Promise<HubFile & { bytes: number }> {
   const { url, dest, signal } = options;
   const partial = `${dest}.part`;
+  const pinned = new PinnedHosts(options.resolveHost ?? systemResolve);
   try {
     const found = await partialSize(partial);
     // Hashed before asking, so that a CDN never waits on an idle connection while a big partial is read.
     let hash = createHash('sha256');
     await hashPrefix(hash, partial, found, signal);
-    const { answer, kept, total, complete } = await plan(url, partial, found, signal, options.resolveHost);
+    const { answer, kept, total, complete } = await plan(url, partial, found, signal, pinned);
     if (total === null) {
       await discard(answer.response);
       throw new HubError('size_unknown', `${shown(new URL(url))}: the hub states no size (neither X-Linked-Size nor Content-Length), so the download could not be bounded: refused`);
@@ -492,5 +564,7 @@ export async function downloadHubFile(options: DownloadOptions): Promise<HubFile
     const resumable = failure instanceof HubError && (failure.code === 'network' || failure.code === 'cancelled');
     if (!resumable) await rm(partial, { force: true }).catch(() => undefined);
     throw failure;
+  } finally {
+    await pinned.close();
   }
 }

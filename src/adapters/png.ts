@@ -1,7 +1,9 @@
 // Image files by their bytes (spec 4.4: PNG, JPEG or WebP, told by the magic bytes, never the
-// name) and the privacy pass over every returned PNG (spec 8): each text chunk (`tEXt`,
-// `iTXt`, `zTXt`) and `eXIf` is removed, since image programs write the prompt and their settings
-// there (stable-diffusion.cpp writes a `parameters` text chunk unless told not to).
+// name), the size an uploaded image's header declares (read without decoding it, so that a small
+// file declaring a huge image is refused before sd-cli sees it), and the privacy pass over every
+// returned PNG (spec 8): each text chunk (`tEXt`, `iTXt`, `zTXt`) and `eXIf` is removed, since
+// image programs write the prompt and their settings there (stable-diffusion.cpp writes a
+// `parameters` text chunk unless told not to).
 import { crc32 } from 'node:zlib';
 
 export type ImageKind = 'png' | 'jpeg' | 'webp';

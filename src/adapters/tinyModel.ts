@@ -1,5 +1,5 @@
 // A tiny GGUF chat model that the project generates itself, for tests, benchmarks and the demo
-// (model weights cannot be downloaded here). It is a real llama-architecture model that the real
+// (they need no network and no model download). It is a real llama-architecture model that the real
 // llama-server loads and runs: random weights from a seeded generator (the same seed gives the
 // same file), a byte-level SentencePiece vocabulary (printable ASCII, tab and newlines as byte
 // tokens, `▁` for the space), ChatML control tokens and a ChatML chat template. The head size is

@@ -1,9 +1,11 @@
 // WAV files (RIFF/WAVE, Microsoft's multimedia file format): the transcription route checks an
 // upload from its bytes, never its name (spec 4.6: PCM16 WAV, mono, 16 kHz, at most 120 s and
-// 8 MiB), and the speech route writes one. Every rule has its own code, so a refused upload says
-// which rule failed. The reader walks the chunks with every length checked against the bytes
-// that are there: a truncated or lying header is an error, never a read past the end. A recording
-// on disk is checked from its headers alone (checkTranscriptionFile): its samples are never read.
+// 8 MiB); the TTS worker sets the sizes of the WAV espeak-ng streams to its pipe, and checks the
+// one a speech server answers. Every rule has its own code, so a refused upload says which rule
+// failed. The reader walks the chunks with every length checked against the bytes that are there:
+// a truncated or lying header is an error, never a read past the end. A recording on disk is
+// checked from its headers alone (checkTranscriptionFile): its samples are never read, and the
+// engines are handed the file. (The resamplers and `pcm16` serve the tests' speech round trips.)
 import { createReadStream } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { Readable } from 'node:stream';
@@ -285,8 +287,9 @@ export function resampleLinear(samples: Int16Array, from: number, to: number): I
 
 /**
  * Band-limited resampling of mono 16-bit samples: a Lanczos (windowed sinc) kernel, with the
- * cutoff at the lower Nyquist frequency so that downsampling does not alias. Used where speech
- * goes to a recogniser (22050 Hz speech to the 16 kHz the transcription route takes).
+ * cutoff at the lower Nyquist frequency so that downsampling does not alias. The tests use it
+ * where speech goes to a recogniser (espeak-ng's 22050 Hz speech to the 16 kHz the transcription
+ * route takes).
  */
 export function resample(samples: Int16Array, from: number, to: number, lobes = 8): Int16Array {
   if (from === to) return samples.slice();

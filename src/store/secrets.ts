@@ -28,6 +28,17 @@ const TOKEN_PREFIX = 'sd-';
 /** A scrape token reads as one: it opens only GET /metrics on the admin listener. */
 const METRICS_TOKEN_PREFIX = 'sdm-';
 
+/** What a bearer token may not hold beyond whitespace: anything but printable ASCII (`!` to `~`), which a header value cannot carry as it is. */
+const NOT_HEADER_TEXT = /[^\x21-\x7e]/u;
+/** Control characters (C0, DEL, C1): no login field takes them. */
+const CONTROL = /\p{Cc}/u;
+
+/** A character as a message names it: its code point, and itself when it is visible. */
+function characterName(char: string): string {
+  const code = `U+${char.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}`;
+  return CONTROL.test(char) ? `the control character ${code}` : `${JSON.stringify(char)} (${code})`;
+}
+
 /** A password or token given at first start that is too weak to store, or unusable: the message says what to do. */
 export class WeakSecretError extends Error {
   override name = 'WeakSecretError';
@@ -178,6 +189,12 @@ export class SecretStore {
       if (first.password.length < MIN_PASSWORD_LENGTH) {
         throw new WeakSecretError(`SERVICE_DECK_ADMIN_PASSWORD must have at least ${MIN_PASSWORD_LENGTH} characters`);
       }
+      const control = CONTROL.exec(first.password);
+      if (control) {
+        throw new WeakSecretError(
+          `SERVICE_DECK_ADMIN_PASSWORD contains ${characterName(control[0])} at character ${control.index + 1} of ${first.password.length}: no one could type it into the console's login field; remove it (a carriage return or newline copied from a file is the usual cause), or leave the variable unset and run \`service-deck set-password\``,
+        );
+      }
       secrets.passwordHash = await hashPassword(first.password);
       changed = true;
     }
@@ -189,6 +206,12 @@ export class SecretStore {
         if (space) {
           throw new WeakSecretError(
             `SERVICE_DECK_API_TOKEN contains whitespace (${JSON.stringify(space[0])} at character ${space.index + 1} of ${token.length}): a bearer token is one word, so no client could ever send this one; remove it (a trailing newline or space copied from a file is the usual cause), or leave the variable unset and a token is generated and shown once`,
+          );
+        }
+        const unsendable = NOT_HEADER_TEXT.exec(token);
+        if (unsendable) {
+          throw new WeakSecretError(
+            `SERVICE_DECK_API_TOKEN contains ${characterName(unsendable[0])} at character ${unsendable.index + 1} of ${token.length}: a bearer token travels in an HTTP header, which carries printable ASCII only (letters, digits and the punctuation from ! to ~), so no client could ever send this one; use such characters only, or leave the variable unset and a token is generated and shown once`,
           );
         }
         if (token.length < MIN_TOKEN_LENGTH) {

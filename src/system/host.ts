@@ -41,18 +41,14 @@ export class HostFacts {
     readonly statfsReader: StatfsReader = statfs,
   ) {}
 
-  /** Free bytes on the filesystem holding `dir`, read now (before a large download); null when unknown. */
-  async freeBytes(dir: string): Promise<number | null> {
-    const mounts = await attempt(() => this.reader.fsSize());
-    const mount = mounts ? mountOf(mounts, dir) : undefined;
-    return mount && Number.isFinite(mount.available) ? mount.available : null;
-  }
-
   /**
-   * Free bytes on the filesystem holding `dir` by one statfs call: cheap enough to ask again and
-   * again while a download or an upload is written (systeminformation runs df). Null when unknown.
+   * Free bytes on the filesystem holding `dir`, by one statfs call on `dir` itself: the kernel
+   * answers for the mount the folder is on, whatever it is (a state directory on its own tmpfs,
+   * which systeminformation's list of mounts leaves out, or reached through a symlink), and it is
+   * cheap enough to ask again and again while a download or an upload is written. Null when
+   * unknown. (The console's disk view reads df's list: see `read()`.)
    */
-  async freeBytesNow(dir: string): Promise<number | null> {
+  async freeBytes(dir: string): Promise<number | null> {
     try {
       const s = await this.statfsReader(dir);
       return s.bavail * s.bsize;

@@ -1,6 +1,9 @@
 // Admin sessions (CONTRACT section 3): a random session id in a signed, HttpOnly, SameSite=Strict
 // cookie, and a CSRF token per session. Sessions live in memory only: a restart logs the operator
-// out.
+// out. A session lasts SESSION_TTL_MS from its login, whether it is used or not, and its cookie
+// says the same (Max-Age and Expires from the login): the browser and the server drop it
+// together, and a stolen cookie is worth at most 12 h. A logout or a password change ends it
+// sooner; a new login (or a password change, for its caller) opens a new one.
 //
 // The login throttle makes guessing the password slow. An attempt is counted before its password
 // is checked (scrypt takes a while: counted after, a parallel flood would all be checked), and
@@ -83,7 +86,8 @@ export interface Session {
 }
 
 export class SessionStore {
-  readonly #sessions = new LRUCache<string, Session>({ max: 1000, ttl: SESSION_TTL_MS, updateAgeOnGet: true });
+  // Aged from the login only: reading a session never lengthens it (no updateAgeOnGet).
+  readonly #sessions = new LRUCache<string, Session>({ max: 1000, ttl: SESSION_TTL_MS });
   readonly #attempts = new LRUCache<string, Window>({ max: 10_000 });
   readonly #global: Window & { last: number } = { count: 0, since: 0, last: 0 };
 
@@ -104,7 +108,7 @@ export class SessionStore {
     return id ? this.#sessions.get(id) : undefined;
   }
 
-  /** The session without counting this as use (an open events stream must not keep it alive). */
+  /** The session, for an open events stream's check of whether it still lasts. */
   peek(id: string | undefined): Session | undefined {
     return id ? this.#sessions.peek(id) : undefined;
   }

@@ -1,8 +1,9 @@
 // The job side of a reservation: the one place that decides what a job does with its lease when
 // its work fails. A client that left cancels the reservation (a start this job began and nobody
-// else uses is aborted) and gets its own abort reason back; any other failure waits for the
-// supervisor's diagnosis (a dead worker's revocation carries it) before the reservation goes back,
-// so the client reads the likely cause rather than a broken connection.
+// else uses is aborted) and gets its own abort reason back; a job's own 4xx (its request is at
+// fault, no worker died) answers at once; any other failure waits for the supervisor's diagnosis
+// (a dead worker's revocation carries it) before the reservation goes back, so the client reads
+// the likely cause rather than a broken connection.
 import { ApiError, errors } from '../errors.js';
 import { ReservationDenied, ReservationRevoked, type Lease } from '../system/scheduler.js';
 
@@ -73,12 +74,16 @@ export async function withLease<T>(
   return result;
 }
 
+/** How long a failed job waits for the revocation that carries a dead worker's diagnosis. */
+export const DIAGNOSIS_WAIT_MS = 2_000;
+
 /**
  * One job of a worker that answers in one piece (speech, transcription, image): `work` runs with
- * a signal that aborts when the client leaves or the reservation is revoked. A failure answers
- * with the supervisor's diagnosis when the worker died (its revocation), else keeps the code the
- * work already named (the prompt enhancer's 502 enhancer_failed), else 502 worker_failed naming
- * the worker.
+ * a signal that aborts when the client leaves or the reservation is revoked. The job's own 4xx
+ * (a request its worker cannot serve) answers at once: no worker died for it. Any other failure
+ * answers with the supervisor's diagnosis when the worker died (its revocation, awaited up to
+ * DIAGNOSIS_WAIT_MS), else keeps the code the work already named (the prompt enhancer's 502
+ * enhancer_failed), else 502 worker_failed naming the worker.
  */
 export function onLease<T>(lease: Lease, client: AbortSignal, worker: string, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
   return withLease(
@@ -86,7 +91,8 @@ export function onLease<T>(lease: Lease, client: AbortSignal, worker: string, wo
     client,
     () => work(clientOrLease(client, lease)),
     async (error) => {
-      const revoked = await revocation(lease, 2_000);
+      if (error instanceof ApiError && error.statusCode < 500) return error;
+      const revoked = await revocation(lease, DIAGNOSIS_WAIT_MS);
       if (revoked) return revoked;
       if (error instanceof ApiError) return error;
       return errors.workerFailed(`The ${worker} failed: ${(error as Error).message}`);

@@ -159,7 +159,7 @@ t.test('one install at a time; cancel removes the partial files', async (t) => {
   t.equal(again.cancelled, false, 'nothing to cancel');
 });
 
-/** A host whose disk has `free` bytes, as df and statfs both see it. */
+/** A host whose disk has `free` bytes, as df and statfs both see it (the space checks ask statfs). */
 function diskWith(b: Built, free: number) {
   const reader = { fsSize: async () => [{ mount: '/', available: free, size: 100 * 2 ** 30 }] } as unknown as HostReader;
   b.service.host = new HostFacts(b.stateDir, reader, Date.now, async () => ({ bavail: free / 1024, bsize: 1024 }));
@@ -286,14 +286,22 @@ t.test('an install in the layout before the store counts as installed, and is mo
   t.equal(hub.sent(), 0, 'installing again moves no byte: the moved files keep their record');
 });
 
-t.test('too little disk space fails before any byte, with the numbers', async (t) => {
+t.test("too little disk space fails before any byte, with the numbers: the state directory's own filesystem counts", async (t) => {
   const { b, hub } = await setUp(t);
-  const small = { fsSize: async () => [{ mount: '/', available: 1024 * 1024, size: 10 * 2 ** 30 }] } as unknown as HostReader;
-  b.service.host = new HostFacts(b.stateDir, small);
+  // The state directory is its own small mount (a tmpfs, say), which the mount list that
+  // systeminformation reads from df leaves out: that list shows only a roomy root.
+  const rootOnly = { fsSize: async () => [{ mount: '/', available: 100 * 2 ** 30, size: 200 * 2 ** 30 }] } as unknown as HostReader;
+  const asked: string[] = [];
+  const ownMount = async (dir: string) => {
+    asked.push(dir);
+    return { bavail: 1024, bsize: 1024 };
+  };
+  b.service.host = new HostFacts(b.stateDir, rootOnly, Date.now, ownMount);
   await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 't2i' });
   const failed = await settledIn(b, 't2i', ['failed', 'installed']);
   t.equal(failed.state, 'failed');
   t.match(failed.error, /not enough free disk space .* needed .* 0\.0 GiB free/);
+  t.ok(asked.length > 0 && asked.every((dir) => dir.startsWith(path.join(b.stateDir, 'enhancers'))), 'the filesystem of the enhancer folder itself was asked');
   t.notOk(hub.requests.some((r) => r.method === 'GET'), 'no byte was fetched (only HEAD probes)');
 });
 
@@ -323,11 +331,11 @@ t.test('a hub that states no size is refused before any byte', async (t) => {
 t.test('a disk that fills up from elsewhere stops the install with room to spare; state writes go on', async (t) => {
   const { b } = await setUp(t);
   const roomy = { fsSize: async () => [{ mount: '/', available: 100 * 2 ** 30, size: 200 * 2 ** 30 }] } as unknown as HostReader;
-  // The host facts (df) saw room before the install; statfs during it says the disk has filled.
+  // The disk had room before the install; asked again during it, it has filled.
   const asked: string[] = [];
   const filling = async (dir: string) => {
     asked.push(dir);
-    return { bavail: 256, bsize: 1024 * 1024 };
+    return asked.length === 1 ? { bavail: 100 * 1024, bsize: 1024 * 1024 } : { bavail: 256, bsize: 1024 * 1024 };
   };
   b.service.host = new HostFacts(b.stateDir, roomy, Date.now, filling);
   await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 't2i' });

@@ -53,7 +53,7 @@ t.test('a password change ends older sessions and keeps the caller logged in', a
   response = await call(b, 'POST', '/api/v1/password', headers, { current: PASSWORD, password: NEW_PASSWORD });
   t.equal(response.status, 200);
   const [setCookie = '', deviceCookie = ''] = response.headers.getSetCookie();
-  t.match(setCookie, /^sd_session=.+; Max-Age=43200; Path=\/; HttpOnly; SameSite=Strict$/, 'a fresh session cookie');
+  t.match(setCookie, /^sd_session=.+; Max-Age=43200; Path=\/; Expires=[^;]+ GMT; HttpOnly; SameSite=Strict$/, 'a fresh session cookie, 12 h from now');
   t.match(deviceCookie, /^sd_device=.+; Max-Age=7776000; Path=\/api\/v1\/session; HttpOnly; SameSite=Strict$/, 'and a fresh device cookie');
   const fresh = { cookie: setCookie.split(';')[0] ?? '', csrf: ((await response.json()) as { csrfToken: string }).csrfToken };
   t.not(fresh.cookie, first.cookie);

@@ -114,6 +114,17 @@ t.test('secrets: scrypt password, SHA-256 token, constant-time checks', async (t
   t.ok(await again.store.passwordMatches('longenough'), 'the environment only seeds a first start');
   t.ok(again.store.tokenMatches(token));
   await t.rejects(SecretStore.open(await tempDir(t), { password: 'short' }), /at least 8/);
+  for (const [what, password, named] of [
+    ['a carriage return from a file with Windows line ends', 'longenough\r', 'the control character U+000D at character 11 of 11'],
+    ['a newline inside', 'long\nenough', 'the control character U+000A at character 5 of 11'],
+  ] as const) {
+    const dir = await tempDir(t);
+    const error = await SecretStore.open(dir, { password }).then(() => undefined, (e: unknown) => e);
+    t.ok(error instanceof WeakSecretError, `a first-start password with ${what}: refused`);
+    t.match(error, { message: `SERVICE_DECK_ADMIN_PASSWORD contains ${named}: no one could type it into the console's login field` }, `${what}: the message says which and why`);
+    t.notOk(existsSync(path.join(dir, 'secrets.json')), `${what}: nothing was stored`);
+  }
+  t.ok(await (await SecretStore.open(await tempDir(t), { password: 'längeres Passwort' })).store.passwordMatches('längeres Passwort'), 'letters beyond ASCII are fine in a password (it travels in a JSON body)');
 });
 
 t.test('a first-start API token has at least 32 characters and no whitespace; another is refused and nothing is stored', async (t) => {
@@ -139,6 +150,20 @@ t.test('a first-start API token has at least 32 characters and no whitespace; an
     t.match(error, { message: /^SERVICE_DECK_API_TOKEN contains whitespace .*: a bearer token is one word, so no client could ever send this one/ }, `${what}: the message says why`);
     t.notOk(existsSync(path.join(dir, 'secrets.json')), `${what}: nothing was stored`);
   }
+  for (const [what, unsendable, named] of [
+    ['a control character', `${'e'.repeat(20)}\u0007${'e'.repeat(20)}`, 'the control character U+0007 at character 21 of 41'],
+    ['a DEL', `${'e'.repeat(40)}\u007f`, 'the control character U+007F at character 41 of 41'],
+    ['a non-ASCII letter', `${'e'.repeat(20)}é${'e'.repeat(20)}`, '"é" (U+00E9) at character 21 of 41'],
+    ['a letter outside Latin-1', `ж${'e'.repeat(40)}`, '"ж" (U+0436) at character 1 of 41'],
+  ] as const) {
+    const dir = await tempDir(t);
+    const error = await SecretStore.open(dir, { token: unsendable }).then(() => undefined, (e: unknown) => e);
+    t.ok(error instanceof WeakSecretError, `${what}: refused`);
+    t.match(error, { message: `SERVICE_DECK_API_TOKEN contains ${named}: a bearer token travels in an HTTP header, which carries printable ASCII only` }, `${what}: the message names the variable, the character and what is allowed`);
+    t.notOk(existsSync(path.join(dir, 'secrets.json')), `${what}: nothing was stored`);
+  }
+  const punctuated = `!"#$%&'()*+,-./:;<=>?@[\\]^_\`{|}~${'f'.repeat(10)}`;
+  t.ok((await SecretStore.open(await tempDir(t), { token: punctuated })).store.tokenMatches(punctuated), 'every printable ASCII character is taken');
   const stored = await tempDir(t);
   await SecretStore.open(stored, { token: 'c'.repeat(40) });
   t.ok((await SecretStore.open(stored, { token: 'x' })).store.tokenMatches('c'.repeat(40)), 'once a token is stored, the variable is not read, so it is not checked either');

@@ -89,6 +89,24 @@ t.test('onLease: a revocation wins, a named failure keeps its code, anything els
   t.same(fourth.calls, ['cancel'], 'and the reservation is cancelled');
 });
 
+t.test("onLease: the job's own 4xx answers at once, without waiting for a revocation", async (t) => {
+  for (const own of [
+    errors.invalidValue('voice', 'The voice xx is not one of the backend; supported: en, de.'),
+    errors.conflict('enhancer_not_installed', 'The t2i prompt enhancer is not installed.'),
+  ]) {
+    const revoked = new AbortController();
+    const { lease, calls } = fakeLease(revoked.signal);
+    const answered = onLease(lease, new AbortController().signal, 'text-to-speech worker', async () => {
+      // A revocation that comes after the job's own refusal (an endpoint stop, a later death) is
+      // another matter: the client reads what was wrong with its request.
+      setTimeout(() => revoked.abort(new ReservationRevoked('endpoint_stopped', 'The endpoint is stopping.')), 0);
+      throw own;
+    }).catch((error: unknown) => error);
+    t.equal(await answered, own, `${own.statusCode} ${own.code ?? ''}: the job's own answer, not the revocation that came after it`);
+    t.same(calls, ['cancel'], `${own.statusCode}: the reservation went back`);
+  }
+});
+
 t.test('the work signal aborts when the client leaves or the reservation is revoked, with that reason', async (t) => {
   const leaseOf = (signal: AbortSignal) => ({ signal }) as Lease;
   for (const which of ['client', 'lease'] as const) {

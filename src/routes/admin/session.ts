@@ -22,7 +22,11 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
     return unsigned?.valid && unsigned.value && DEVICE_VALUE.test(unsigned.value) ? unsigned.value : undefined;
   };
 
-  /** A new session under the current password in place of the request's own: its cookie and CSRF token. */
+  /**
+   * A new session under the current password in place of the request's own: its cookie and CSRF
+   * token. The cookie lasts as long as the session does, from this login (Max-Age, and Expires for
+   * clients that read only that one).
+   */
   const openSession = (request: FastifyRequest, reply: FastifyReply) => {
     sessions.delete(sessionFromCookie(request, sessions)?.id);
     const session = sessions.create(secrets.passwordStamp);
@@ -32,6 +36,7 @@ export const adminSessionRoutes: FastifyPluginAsync<{ service: Service }> = asyn
       path: '/',
       signed: true,
       maxAge: SESSION_TTL_MS / 1000,
+      expires: new Date(session.createdAt + SESSION_TTL_MS),
       // Behind a TLS proxy the browser must never send the cookie over plain HTTP.
       secure: overTls(request, service.config.http.trustProxy),
     });

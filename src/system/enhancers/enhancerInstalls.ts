@@ -41,14 +41,12 @@ export interface InstallView {
   file: string | null;
 }
 
-/** Free bytes on the filesystem holding `dir`, or null when it cannot be read. */
+/**
+ * Free bytes on the filesystem that holds `dir` itself (statfs of the folder: a state directory on
+ * its own mount is read there, not on the mount above it), or null when it cannot be read. Asked
+ * before an install and again and again during it.
+ */
 export type FreeSpace = (dir: string) => Promise<number | null>;
-
-/** Where free space is read: once before an install (the host facts' view) and often during it (a cheap statfs). */
-export interface DiskRoom {
-  before: FreeSpace;
-  during: FreeSpace;
-}
 
 /** Room kept free beyond the download itself (the state directory still has to be written). */
 export const DISK_MARGIN_BYTES = 512 * 1024 * 1024;
@@ -85,7 +83,7 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     readonly dir: string,
     readonly recipes: Recipes,
     readonly hub: string,
-    private readonly room: DiskRoom,
+    private readonly room: FreeSpace,
     private readonly log: Logger,
     private readonly store: EnhancerStore,
   ) {
@@ -96,7 +94,7 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
    * Moves an install of the layout before the store into it, then reads where each task stands; an
    * install a restart cut off becomes `failed`, resumable.
    */
-  static async open(options: { dir: string; recipes: Recipes; hub: string; room: DiskRoom; log: Logger }): Promise<EnhancerInstalls> {
+  static async open(options: { dir: string; recipes: Recipes; hub: string; room: FreeSpace; log: Logger }): Promise<EnhancerInstalls> {
     await ensurePrivateDir(options.dir);
     const store = await EnhancerStore.open(options.dir);
     await store.migrate(options.recipes, options.log);
@@ -228,14 +226,14 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
         plan.push({ file, key, dest, kept });
       }
       this.#set(task, { bytes_total: total, bytes_done: already, file: null });
-      const free = await this.room.before(folder);
+      const free = await this.room(folder);
       const needed = total - already + DISK_MARGIN_BYTES;
       if (free !== null && free < needed) {
         throw new HubError('disk_full', `not enough free disk space in ${folder}: ${gib(needed)} needed (${gib(total - already)} to download and ${gib(DISK_MARGIN_BYTES)} to spare), ${gib(free)} free`);
       }
       // During the download the disk may fill from elsewhere: it stops while DISK_MARGIN_BYTES are still free.
       const checkRoom = async (toCome: number) => {
-        const now = await this.room.during(folder);
+        const now = await this.room(folder);
         if (now !== null && now < toCome + DISK_MARGIN_BYTES) {
           throw new HubError('disk_full', `the disk holding ${folder} is filling up during the install: ${gib(toCome)} still to download and ${gib(DISK_MARGIN_BYTES)} to spare, ${gib(now)} free; the partial download was removed`);
         }
