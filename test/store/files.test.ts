@@ -83,12 +83,20 @@ t.test('the write queue keeps order, and idle() waits for everything queued', as
 t.test('endpoint updates are merged and durable', async (t) => {
   const dir = await tempDir(t);
   const store = await EndpointStore.open(dir);
-  t.same(store.record, { running: false, port: 8120, host: '127.0.0.1', published: [] });
+  t.same(store.record, { running: false, port: 8120, host: '127.0.0.1', published: [], extensions: { responses: false } });
   void store.update({ running: true });
   void store.update({ port: 8121 });
+  // A function patch is computed in its turn: it sees the writes queued before it.
+  void store.update((now) => ({ extensions: { ...now.extensions, responses: now.port === 8121 } }));
   await store.flushed();
-  t.same(JSON.parse(await readFile(path.join(dir, 'endpoint.json'), 'utf8')), { running: true, port: 8121, host: '127.0.0.1', published: [] });
+  t.same(JSON.parse(await readFile(path.join(dir, 'endpoint.json'), 'utf8')), { running: true, port: 8121, host: '127.0.0.1', published: [], extensions: { responses: true } });
   t.same((await EndpointStore.open(dir)).record.port, 8121);
+});
+
+t.test('an endpoint.json written before the extensions existed reads as every extension off', async (t) => {
+  const dir = await tempDir(t);
+  await writeFile(path.join(dir, 'endpoint.json'), JSON.stringify({ running: true, port: 8125, host: '127.0.0.1', published: ['p-1'] }));
+  t.same((await EndpointStore.open(dir)).record, { running: true, port: 8125, host: '127.0.0.1', published: ['p-1'], extensions: { responses: false } });
 });
 
 t.test('publication rules 2 and 3 on a saved list', async (t) => {
