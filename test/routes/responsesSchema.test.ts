@@ -89,6 +89,19 @@ const refusals: Refusal[] = [
   { name: 'an unknown field in a message', body: { input: [{ role: 'user', content: 'x', name: 'bob' }] }, code: 'unknown_parameter', param: 'input.0.name', message: /input\.0\.name/ },
   { name: 'an unknown field in the text format', body: { text: { format: { type: 'json_object', schema: {} } } }, code: 'unknown_parameter', param: 'text.format.schema', message: /text\.format\.schema/ },
   { name: 'an unknown field in reasoning', body: { reasoning: { effort: 'low', budget: 100 } }, code: 'unknown_parameter', param: 'reasoning.budget', message: /reasoning\.budget/ },
+  // The schemas the worker turns into a grammar (grammarCost.ts), as on the chat completions door.
+  {
+    name: 'a text.format pattern whose repetitions nest five levels deep (it held the real worker past 40 s without a first token)',
+    body: { text: { format: { type: 'json_schema', name: 'x', schema: { type: 'string', pattern: '^((((a{0,9}){0,9}){0,9}){0,9}){0,9}$' } } } },
+    param: 'text.format.schema.pattern',
+    message: /^Invalid value for 'text\.format\.schema\.pattern': the pattern nests repetitions whose bounds multiply to 59049, over the limit of 100 \(\*, \+ and \{m,\} count as 10\)/,
+  },
+  {
+    name: 'a function tool whose parameters nest * in {0,9} in {0,9}',
+    body: { tools: [{ type: 'function', name: 'f', parameters: { type: 'object', properties: { a: { type: 'string', pattern: '((a*){0,9}){0,9}' } } }, strict: true }] },
+    param: 'tools.0.parameters.properties.a.pattern',
+    message: /multiply to 810, over the limit of 100/,
+  },
 ];
 
 t.test('every refusal names its field and says why (zod issues as the contract 400)', async (t) => {
@@ -137,6 +150,7 @@ t.test('accepted: what the clients send, nulls as not set, the values that keep 
       },
     ],
     ['allowed tools', { tools: [{ type: 'function', name: 'a', parameters: null, strict: null }], tool_choice: { type: 'allowed_tools', mode: 'required', tools: [{ type: 'function', name: 'a' }] } }],
+    ['a text.format pattern within the grammar limits', { text: { format: { type: 'json_schema', name: 'x', schema: { type: 'string', pattern: '^([a-z0-9]+\\.)+[a-z]{2,}$' } } } }],
   ];
   for (const [name, over] of accepted) t.ok(responsesRequestSchema.safeParse({ ...base, ...over }).success, name);
 });
