@@ -7,6 +7,8 @@
 // takes a fresh connection (llama-server closes a connection after a stream, so it is never
 // reused); buffered answers reuse keep-alive connections. When the worker dies, the supervisor
 // revokes the request's reservation with the diagnosis, which becomes the 502 `worker_failed`.
+// A request that gets no token for 30 s has its worker probed; one held by an answer (its loop
+// answers no probe for 30 s more) is restarted when others wait (stallWatch.ts).
 import http from 'node:http';
 import type { Service } from '../../service.js';
 import type { Lease } from '../../system/scheduler.js';
@@ -15,6 +17,7 @@ import { ApiError, errors } from '../../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
 import type { ChatParams } from '../../store/profile.schema.js';
 import { eventData, eventStart, nextBlankLine, wholeEventsEnd } from './sse.js';
+import { StallWatch } from './stallWatch.js';
 
 export const CHAT_LIMITS = {
   /** Spec 8: 120 s without response data from the worker. */
@@ -25,6 +28,11 @@ export const CHAT_LIMITS = {
   bufferedBytes: 16 * 1024 * 1024,
   /** How long a failed request waits for the supervisor's diagnosis of a dead worker. */
   diagnosisWaitMs: 2_000,
+  /**
+   * A request that got no token for this long has its worker probed, and a worker that answers no
+   * probe for this long again is held by one answer: it is restarted when others wait (stallWatch.ts).
+   */
+  stallMs: 30_000,
 } as const;
 
 export interface ChatLimits {
@@ -32,6 +40,7 @@ export interface ChatLimits {
   streamMs: number;
   bufferedBytes: number;
   diagnosisWaitMs: number;
+  stallMs: number;
 }
 
 export interface OpenedChat {
@@ -40,6 +49,8 @@ export interface OpenedChat {
   response: http.IncomingMessage;
   /** Ends the worker request (the worker notices the closed connection and frees the slot). */
   abort(): void;
+  /** A stream's stall watch: told of each chunk, stopped at the end (a buffered answer's ended when it came). */
+  stall: Pick<StallWatch, 'token' | 'stop'>;
 }
 
 export class UpstreamFailure extends Error {
@@ -293,8 +304,16 @@ export async function openChat(
       service.chat.start(lease, profile);
       const connection = await service.chat.connect(lease.generation, both);
       const sent = postToWorker(connection, Buffer.from(JSON.stringify(body)), { stream: options.stream, signal: both, idleMs: limits.idleMs });
-      const response = await sent.response;
-      return { lease, connection, response, abort: sent.abort };
+      const stall = new StallWatch((signal) => service.chat.probe(lease.generation, signal), lease, limits.stallMs, service.log);
+      try {
+        const response = await sent.response;
+        // A buffered answer comes whole, and an error answer is no stream: either way the worker is not held.
+        if (!options.stream || response.statusCode !== 200) stall.stop();
+        return { lease, connection, response, abort: sent.abort, stall };
+      } catch (error) {
+        stall.stop();
+        throw error;
+      }
     },
     (error) => workerError(lease, error, limits),
     'keep',
@@ -394,6 +413,7 @@ export function relayStream(
     const finish = (error?: ApiError) => {
       if (over) return;
       over = true;
+      opened.stall.stop();
       clearTimeout(limitTimer);
       options.signal.removeEventListener('abort', onClientGone);
       if (error) {
@@ -457,6 +477,7 @@ export function relayStream(
     let held: Buffer | undefined;
     response.on('data', (chunk: Buffer) => {
       if (over || chunk.length === 0) return;
+      opened.stall.token();
       const data = held ? Buffer.concat([held, chunk]) : chunk;
       const cut = wholeEventsEnd(data);
       held = cut < data.length ? data.subarray(cut) : undefined;

@@ -74,7 +74,7 @@ t.test('the relay passes a CRLF stream on event by event, as the worker wrote it
   const out = new PassThrough();
   const chunks: string[] = [];
   out.on('data', (chunk: Buffer) => chunks.push(chunk.toString('utf8')));
-  const relayed = relayStream({ response, abort: () => undefined } as unknown as OpenedChat, out, { limits: CHAT_LIMITS, signal: new AbortController().signal, log: { warn: () => undefined } });
+  const relayed = relayStream({ response, abort: () => undefined, stall: { token: () => undefined, stop: () => undefined } } as unknown as OpenedChat, out, { limits: CHAT_LIMITS, signal: new AbortController().signal, log: { warn: () => undefined } });
   // The first event, then half of the second: only the whole first event goes on.
   const first = `data: ${events[0]}\r\n\r\n`;
   write!(first + 'data: {"choi');
