@@ -16,7 +16,7 @@ import { clientOrLease, revocation, withLease } from '../lease.js';
 import { ApiError, errors } from '../../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
 import type { ChatParams } from '../../store/profile.schema.js';
-import { eventData, eventStart, nextBlankLine, wholeEventsEnd } from './sse.js';
+import { EVENT_LIMIT, eventData, eventStart, nextBlankLine, wholeEventsEnd } from './sse.js';
 import { StallWatch } from './stallWatch.js';
 
 export const CHAT_LIMITS = {
@@ -353,8 +353,6 @@ export const sseError = (error: ApiError): string => `data: ${JSON.stringify(err
 
 /** Only an event that holds these bytes can be an error event (JSON escapes a quote inside a string). */
 const ERROR_KEY = Buffer.from('"error"');
-/** An unfinished event held back longer than this is relayed as it is (the memory a stream may pin). */
-const HELD_LIMIT = 1024 * 1024;
 
 /**
  * The worker's error event among whole SSE events (llama-server ends a stream that fails after its
@@ -482,7 +480,7 @@ export function relayStream(
       const cut = wholeEventsEnd(data);
       held = cut < data.length ? data.subarray(cut) : undefined;
       if (cut > 0) relay(cut === data.length ? data : data.subarray(0, cut));
-      if (held && held.length > HELD_LIMIT && !over) {
+      if (held && held.length > EVENT_LIMIT && !over) {
         relay(held);
         held = undefined;
       }
