@@ -80,6 +80,8 @@ export interface ChatDoor {
   json(answer: Buffer): Buffer;
   /** A stream's events as this door sends them; without it, the worker's events as they are. */
   events?: () => StreamTranslation;
+  /** The request's field that holds the prompt (`messages`, the Responses API's `input`). */
+  promptField: string;
 }
 
 /** The published, executable chat profile `model` names (404 model_not_found otherwise). */
@@ -96,7 +98,7 @@ export async function chatProfile(service: Service, model: string): Promise<Chat
  */
 export async function answerChat(service: Service, limits: ChatLimits, request: FastifyRequest, reply: FastifyReply, signal: AbortSignal, door: ChatDoor): Promise<FastifyReply> {
   const { profile, stream } = door;
-  const opened = await openChat(service, profile, door.upstream, { source: 'api', stream, signal, limits });
+  const opened = await openChat(service, profile, door.upstream, { source: 'api', stream, signal, limits, promptField: door.promptField });
   if (!stream || opened.response.statusCode !== 200) {
     // The answer, or the worker's error, is in memory: the worker's part is done.
     const answer = await bufferedAnswer(opened, signal, limits, request.log, profile);

@@ -15,9 +15,9 @@ import type { Lease } from '../../system/scheduler.js';
 import { clientOrLease, revocation, withLease } from '../lease.js';
 import { ApiError, errors } from '../../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
-import type { ChatParams } from '../../store/profile.schema.js';
 import { EVENT_LIMIT, eventData, eventStart, nextBlankLine, wholeEventsEnd } from './sse.js';
 import { StallWatch } from './stallWatch.js';
+import { contextNote, refuseUnfitPrompt, type ContextProfile } from './promptFit.js';
 
 export const CHAT_LIMITS = {
   /** Spec 8: 120 s without response data from the worker. */
@@ -204,7 +204,7 @@ export function workerErrorDetail(message: string): string {
 /** Where a worker's error detail is logged (never shown to the client). */
 export type StatusLog = { warn: (fields: object, message: string) => void };
 /** What a worker's error message is completed with (the context size a request ran past). */
-export type StatusProfile = { name: string; params: Pick<ChatParams, 'context' | 'slots'> };
+export type StatusProfile = ContextProfile;
 
 /**
  * llama-server's error answer (`{ error: { message, type } }`, OpenAI's shape) read, and its
@@ -223,17 +223,6 @@ export function readWorkerError(status: number, body: Buffer | string, log: Stat
   const type = typeof parsed?.error?.type === 'string' ? parsed.error.type : undefined;
   if (message !== undefined) log.warn({ component: worker.component, worker_status: status, worker_error: workerErrorDetail(message) }, `the ${worker.name} answered with an error`);
   return { ...(message === undefined ? {} : { message }), ...(type === undefined ? {} : { type }) };
-}
-
-/**
- * What the context a request did not fit is: the profile's params.context (shared by its slots:
- * the worker's KV cache is unified), which only the operator changes. llama-server's own words
- * ("try increasing it") do not say that the client cannot.
- */
-function contextNote(profile: StatusProfile | undefined): string {
-  if (!profile) return '';
-  const { context, slots } = profile.params;
-  return ` (The context is the chat profile ${profile.name}'s params.context, ${context} tokens shared by its ${slots} slot(s): send fewer or shorter messages or a smaller max_tokens, or ask the operator to raise params.context.)`;
 }
 
 /**
@@ -276,12 +265,16 @@ export async function openChat(
     stream: boolean;
     signal: AbortSignal;
     limits?: ChatLimits;
+    /** The request's field that holds the prompt, for a prompt that cannot fit (default `messages`). */
+    promptField?: string;
     onQueued?: (position: number) => void;
     /** The reservation is granted: the worker starts or is joined. */
     onGranted?: (lease: Lease) => void;
   },
 ): Promise<OpenedChat> {
   const limits = options.limits ?? CHAT_LIMITS;
+  // What cannot fit the context is refused before it waits or holds a slot.
+  await refuseUnfitPrompt(profile, body, options.promptField ?? 'messages');
   const lease = await service.scheduler.reserve(
     {
       kind: 'chat',
