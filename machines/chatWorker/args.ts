@@ -22,6 +22,7 @@ export function serverArgs(launch: ChatLaunch, place: ServerPlace): string[] {
   args.push('-ngl', String(launch.gpus.length === 0 ? 0 : (launch.gpuLayers ?? 0)));
   if (launch.gpus.length > 0 && launch.tensorSplit) args.push('-ts', launch.tensorSplit.join(','));
   for (const override of launch.overrides) args.push('-ot', override);
-  args.push('--alias', launch.name, '--host', '127.0.0.1', '--port', String(place.port), '--no-webui', '--api-key-file', place.keyFile);
+  // --slots: GET /slots, which the worker's main loop answers, is the stall watch's probe.
+  args.push('--alias', launch.name, '--host', '127.0.0.1', '--port', String(place.port), '--no-webui', '--slots', '--api-key-file', place.keyFile);
   return args;
 }

@@ -269,6 +269,16 @@ export const supervisorMachine = setup({
     /** An image job runs, or its image or enhancer process is not yet gone. */
     exclusiveImageMode: ({ context }) => exclusiveImageMode(context),
     llmModeAgain: ({ context }) => !exclusiveImageMode(context),
+    /** The stalled job still runs on that start of its worker, and another job (not a preload) waits for that worker or runs on it. */
+    stallHoldsOthers: ({ context, event }) => {
+      assertEvent(event, 'worker.stalled');
+      const worker = context.workers[event.kind];
+      const job = context.jobs[event.jobId];
+      if (worker.generation !== event.generation || worker.state !== 'loaded' || job?.phase !== 'running' || job.worker !== event.kind) return false;
+      return Object.values(context.jobs).some(
+        (other) => other.spec.id !== event.jobId && other.spec.source !== 'preload' && (other.phase === 'running' ? other.worker === event.kind : other.spec.kind === event.kind),
+      );
+    },
   },
   actions: {
     submit: enqueueActions(({ context, event, enqueue }) => {
@@ -445,6 +455,18 @@ export const supervisorMachine = setup({
       unload(enqueue, workers, event.kind, 'operator', 'explicit unload in the chat test');
       enqueue.assign({ workers, jobs });
       enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: OK });
+    }),
+    /**
+     * A worker held by one answer while others wait: it is restarted. Every job on it fails with the
+     * report's message (a held loop holds them all, and which answer held it cannot be told apart).
+     */
+    restartStalled: enqueueActions(({ context, event, enqueue }) => {
+      assertEvent(event, 'worker.stalled');
+      const workers = { ...context.workers };
+      const jobs = { ...context.jobs };
+      revoke(enqueue, jobs, (job) => job.worker === event.kind, 'worker_failed', event.message);
+      unload(enqueue, workers, event.kind, 'stalled', `an answer held the ${event.kind} worker (no token, no answer to a status probe) while others waited: it was restarted`);
+      enqueue.assign({ workers, jobs });
     }),
     /** The enhancer of an image job answered: it ends now, and the job's image start is due (4.7). */
     enhancerDone: enqueueActions(({ context, event, enqueue }) => {
@@ -721,6 +743,12 @@ export const supervisorMachine = setup({
         },
         'endpoint.discard': { actions: ['discard'], description: 'endpoint stop: waiting requests are discarded; no new requests accepted' },
         'endpoint.opened': { actions: ['opened', 'schedule'], description: 'the inference listener is bound: new reservations are accepted' },
+        'worker.stalled': {
+          guard: 'stallHoldsOthers',
+          actions: ['restartStalled', 'schedule'],
+          description:
+            'loaded | a request has had no token past its limit, the worker answers no status probe, and others wait | unloaded, then started again for them: the answers on it fail with worker_failed (beyond the spec: its 120 s silence limit ends a request, but not the grammar that holds the worker)',
+        },
         'worker.unloadRequest': {
           actions: ['unloadRequest', 'schedule'],
           description: 'loaded | explicit unload in the chat test | no active requests | unloaded; with active requests the unload is rejected',

@@ -197,6 +197,7 @@ export const UNLOAD_CODES = [
   'operator',
   'endpoint_stop',
   'shutdown',
+  'stalled',
 ] as const;
 export type UnloadCode = (typeof UNLOAD_CODES)[number];
 
@@ -339,6 +340,12 @@ export type SupervisorEvent =
   | { type: 'audio.mode'; kind: AudioKind; mode: AudioMode }
   /** The chat test's explicit unload (3.2): rejected while requests are active. */
   | { type: 'worker.unloadRequest'; kind: WorkerKind; requestId: string }
+  /**
+   * A running job's worker has given it no token past the job's limit and answers no status probe:
+   * one answer holds it (a grammar that exploded). The job's adapter sends it again while it lasts;
+   * `message` is what every job on the worker fails with when it is restarted.
+   */
+  | { type: 'worker.stalled'; kind: WorkerKind; generation: number; jobId: string; message: string }
   /** An image job's enhancer has answered (4.7): it is ended, and the job's image start follows. */
   | { type: 'enhancer.done'; jobId: string }
   /** A waiting chat job's overtaking bound has passed (swap-aware order): nothing overtakes it any more. */

@@ -2,14 +2,15 @@
 // from the file's own header before starting it, so this reads the header, the metadata and the
 // tensor infos and never the tensor data (real files are tens of GiB). The header is read in
 // chunks through one file handle into a growing buffer; big metadata arrays (the tokenizer's
-// 150k tokens, scores, merges) are stepped over and only their type and length are kept, while
+// 150k tokens, scores, merges) are stepped over and only their type and length are kept (and a
+// string array's longest item, which bounds the text a token stands for: longestToken), while
 // scalars and small arrays (per-layer values) are kept as values. Every count and length is
 // checked against what the file can hold, so a damaged or hostile file fails with an error that
 // names the file instead of exhausting memory. Tensor sizes come from each ggml type's block
 // layout. `modelFacts` turns the architecture's keys and the tensor sizes into what a forecast
 // needs; `encodeGguf` writes valid GGUF v3 files for tests and the tiny-model generator.
 import type { Stats } from 'node:fs';
-import type { FileHandle } from 'node:fs/promises';
+import { stat, type FileHandle } from 'node:fs/promises';
 import { NotRegularFile, openRegular } from './regularFile.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -130,6 +131,8 @@ export interface GgufSkippedArray {
   skipped: true;
   itemType: GgufValueType;
   length: number;
+  /** An array of strings: the byte length of its longest item (the vocabulary's longest token). */
+  longest?: number;
 }
 
 export type GgufMetadataValue = GgufScalar | GgufScalar[] | GgufSkippedArray;
@@ -356,12 +359,15 @@ async function readArray(cursor: HeaderCursor, where: string, depth: number): Pr
   if (fixed !== undefined) {
     cursor.skip(fixed * length);
   } else if (itemType === 'string') {
+    let longest = 0;
     for (let i = 0; i < length; i++) {
       if (cursor.available() < 8) await cursor.need(8);
       const size = cursor.u64();
       if (size > BigInt(Math.min(MAX_STRING, cursor.remaining()))) cursor.fail(`absurd string length ${size} in ${where}[${i}]`);
+      longest = Math.max(longest, Number(size));
       cursor.skip(Number(size));
     }
+    return { skipped: true, itemType, length, longest };
   } else {
     for (let i = 0; i < length; i++) await readArray(cursor, `${where}[${i}]`, depth + 1);
   }
@@ -607,6 +613,45 @@ export function modelFacts(info: GgufInfo): ModelFacts {
     inputBytes,
     outputBytes,
   };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The vocabulary's longest token
+
+/**
+ * The byte length of the vocabulary's longest token as stored (`tokenizer.ggml.tokens`), or
+ * undefined without a vocabulary. A token stands for at most that many bytes of text: every
+ * tokenizer stores a token at least as long as the text it stands for (SentencePiece's `▁` is 3
+ * bytes for a space and `<0x0A>` 6 for one byte; byte-level BPE maps each byte to a character of
+ * 1 or 2 bytes; WordPiece adds `##`), so a text of more bytes than `context` tokens of this length
+ * cannot fit `context` tokens.
+ */
+export function longestToken(info: GgufInfo): number | undefined {
+  const tokens = info.metadata['tokenizer.ggml.tokens'];
+  if (Array.isArray(tokens)) return tokens.reduce<number>((most, token) => Math.max(most, typeof token === 'string' ? Buffer.byteLength(token) : 0), 0);
+  return typeof tokens === 'object' ? tokens.longest : undefined;
+}
+
+/** Per model file: what its header said, while the file is unchanged (size, mtime and inode as when it was read). */
+const longestTokens = new Map<string, { stamp: string; longest: Promise<number | undefined> }>();
+
+/**
+ * The longest token of the model file `file` (longestToken), read once per file and kept while the
+ * file is unchanged; undefined when the file cannot be read or has no vocabulary.
+ */
+export async function longestTokenOf(file: string): Promise<number | undefined> {
+  let stamp: string;
+  try {
+    const stats = await stat(file);
+    stamp = `${stats.size}:${stats.mtimeMs}:${stats.ino}`;
+  } catch {
+    return undefined;
+  }
+  const known = longestTokens.get(file);
+  if (known?.stamp === stamp) return known.longest;
+  const longest = readGgufInfo(file).then(longestToken, () => undefined);
+  longestTokens.set(file, { stamp, longest });
+  return longest;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -116,21 +116,13 @@ function recordUsage(series: ChatSeries, usage: AnswerUsage | undefined): void {
   if (usage.perSecond !== undefined && usage.perSecond > 0) series.tokensPerSecond.observe(usage.perSecond);
 }
 
-/** How a door other than chat completions rewrites the worker's events as they pass (the Responses API). */
-export interface StreamTranslation {
-  /** This door's events for a chunk of the worker's whole events. */
-  chunk(events: Buffer): string;
-  /** This door's last events, once the worker's stream is over. */
-  end(): string;
-}
-
 /**
  * A chat stream's own output stream (the route writes the relayed events into it, Fastify sends
- * it): passes every chunk on (unchanged, or as its door's `translation` of it), notes the first
- * one's time and reads the usage from the worker's last chunks. Being the stream itself, it costs
- * no stream of its own in between, on every token. Its series are looked up when they are
- * recorded: a profile deleted or renamed while it streams has had its series removed, and a child
- * bound before would bring them back.
+ * it, or a door's translation of it): passes every chunk on unchanged, notes the first one's time
+ * and reads the usage from the worker's last chunks. Being the stream itself, it costs no stream
+ * of its own in between, on every token. Its series are looked up when they are recorded: a
+ * profile deleted or renamed while it streams has had its series removed, and a child bound
+ * before would bring them back.
  */
 export class ChatStreamTap extends Transform {
   #first = true;
@@ -140,7 +132,6 @@ export class ChatStreamTap extends Transform {
   constructor(
     readonly reply: FastifyReply,
     readonly series: () => ChatSeries,
-    readonly translation?: StreamTranslation,
   ) {
     super();
   }
@@ -152,27 +143,21 @@ export class ChatStreamTap extends Transform {
     }
     this.#previous = this.#last;
     this.#last = chunk;
-    if (!this.translation) {
-      done(null, chunk);
-      return;
-    }
-    const translated = this.translation.chunk(chunk);
-    done(null, translated === '' ? undefined : translated);
+    done(null, chunk);
   }
 
   override _flush(done: TransformCallback): void {
     const parts = [this.#previous, this.#last].filter((part): part is Buffer => part !== undefined);
     recordUsage(this.series(), answerUsage(Buffer.concat(parts).subarray(-TAIL_BYTES)));
-    const last = this.translation?.end();
-    done(null, last === '' ? undefined : last);
+    done();
   }
 }
 
 /** The output stream of one chat stream on its route, measuring it as it passes (see ChatStreamTap). */
-export function chatStreamTap(metrics: Metrics, profiles: ProfileStore, request: FastifyRequest, reply: FastifyReply, translation?: StreamTranslation): ChatStreamTap {
+export function chatStreamTap(metrics: Metrics, profiles: ProfileStore, request: FastifyRequest, reply: FastifyReply): ChatStreamTap {
   const model = modelLabel(request, profiles);
   const route = request.routeOptions.url ?? CHAT_ROUTE;
-  return new ChatStreamTap(reply, () => metrics.chat(route, model), translation);
+  return new ChatStreamTap(reply, () => metrics.chat(route, model));
 }
 
 /** A buffered chat answer (the worker's chat completion) measured: its first byte is the whole answer, so its time is now; its usage is at its end. */

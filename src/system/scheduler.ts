@@ -61,6 +61,12 @@ export interface Lease {
   /** Gives the reservation back; safe to call more than once. */
   release(): void;
   /**
+   * The job's worker has given it no token past its limit and answers no status probe: the
+   * supervisor restarts the worker when others wait for it (every job on it is then revoked with
+   * `message`), and does nothing otherwise; so it is said again while it lasts.
+   */
+  stalled(message: string): void;
+  /**
    * The client went away while the job ran: like release, and a worker start this job began and
    * no other job uses is aborted (spec 3.2: cancel in the chat test during its own model start).
    */
@@ -168,6 +174,9 @@ export class Scheduler {
             signal: revoked.signal,
             release: () => giveBack('gpu.release'),
             cancel: () => giveBack('job.cancel'),
+            stalled: (message) => {
+              if (!released) supervisor.send({ type: 'worker.stalled', kind: event.worker, generation: event.generation, jobId: job.id, message });
+            },
           });
         } else if (event.type === 'gpu.granted' && event.step === 'image') {
           imageStep = { generation: event.generation, start: event.start, gpus: event.gpus };

@@ -12,6 +12,8 @@ import {
   encodeGgufHeader,
   GGML_TYPES,
   ggmlTensorBytes,
+  longestToken,
+  longestTokenOf,
   modelFacts,
   readGgufInfo,
   type GgufModel,
@@ -367,14 +369,25 @@ t.test('big metadata arrays are stepped over: their type and length are kept, th
     tensors: [{ name: 'token_embd.weight', dims: [32, 4], type: Q8_0, data: pattern(136, 9) }],
   };
   const info = await readGgufInfo(await writeModel(t, encodeGguf(model)));
-  t.same(info.metadata['tokenizer.ggml.tokens'], { skipped: true, itemType: 'string', length: vocab });
+  t.same(info.metadata['tokenizer.ggml.tokens'], { skipped: true, itemType: 'string', length: vocab, longest: Buffer.byteLength('token-149999-Ġ') });
   t.same(info.metadata['tokenizer.ggml.token_type'], { skipped: true, itemType: 'int32', length: vocab });
   t.same(info.metadata['tokenizer.ggml.scores'], { skipped: true, itemType: 'float32', length: vocab });
-  t.same(info.metadata['tokenizer.ggml.merges'], { skipped: true, itemType: 'string', length: 513 }, 'one over the small-array limit');
+  t.same(info.metadata['tokenizer.ggml.merges'], { skipped: true, itemType: 'string', length: 513, longest: 6 }, 'one over the small-array limit');
+  t.equal(longestToken(info), 15, "the vocabulary's longest token in bytes (Ġ is two), from the array stepped over");
   t.same(info.metadata['test.per_layer'], Array.from({ length: 512 }, (_, i) => i), 'at the small-array limit: kept');
   t.same(info.metadata['test.nested'], { skipped: true, itemType: 'array', length: 2 }, 'arrays of arrays are summarised');
   t.equal(info.metadata['tokenizer.ggml.eos_token_id'], 151643, 'the key after the big arrays is read right');
   t.same(info.tensors, [{ name: 'token_embd.weight', dims: [32, 4], type: Q8_0, typeName: 'Q8_0', bytes: 136, offset: 0 }]);
+});
+
+t.test("the longest token of a model file: from a kept vocabulary, none without one, read again when the file changes", async (t) => {
+  const file = await writeModel(t, encodeGguf({ metadata: tinyMetadata(), tensors: [] }));
+  t.equal(await longestTokenOf(file), Buffer.byteLength('▁wörd294'), 'the longest of 300 kept tokens, in UTF-8 bytes');
+  await writeFile(file, encodeGguf({ metadata: [...tinyMetadata().filter(([key]) => key !== 'tokenizer.ggml.tokens'), ['tokenizer.ggml.tokens', { type: 'array', itemType: 'string', value: ['<s>', 'a'.repeat(40)] }]], tensors: [] }));
+  t.equal(await longestTokenOf(file), 40, 'a changed file is read again');
+  await writeFile(file, encodeGguf({ metadata: tinyMetadata().filter(([key]) => key !== 'tokenizer.ggml.tokens'), tensors: [] }));
+  t.equal(await longestTokenOf(file), undefined, 'no vocabulary: nothing is known');
+  t.equal(await longestTokenOf(path.join(path.dirname(file), 'missing.gguf')), undefined, 'no file: nothing is known');
 });
 
 t.test('the data section is never read: a 64 MiB tensor behind a small header', async (t) => {

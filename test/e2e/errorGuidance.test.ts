@@ -118,7 +118,9 @@ t.test('a request over the context names the profile setting params.context', as
   const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: await llamaServerPath(), SERVICE_DECK_GPUS: 'none' } });
   await b.startEndpoint();
   await create(b, { name: 'small', category: 'chat', params: { model: await tinyModelIn(dir), context: 256, slots: 1 } });
-  const response = await b.api('POST', '/v1/chat/completions', chatRequest('small', 'many words '.repeat(400)));
+  // 2750 bytes: within what 256 tokens could hold at the model's longest token (12 bytes), so the
+  // worker tokenizes it and finds it too long (promptFit.ts refuses more bytes at once).
+  const response = await b.api('POST', '/v1/chat/completions', chatRequest('small', 'many words '.repeat(250)));
   const { error } = (await response.json()) as ApiErrorBody;
   t.same([response.status, error.code], [400, 'context_length_exceeded'], `400 context_length_exceeded (${error.message})`);
   t.match(error.message, /exceeds the available context size/, "llama-server's own words stay");

@@ -93,7 +93,7 @@ t.test('one service, every worker kind', async (t) => {
       SERVICE_DECK_SD_CLI: SD_CLI,
       SERVICE_DECK_GPUS: 'none',
     },
-    chatLimits: { idleMs: 120_000, streamMs: STREAM_MS, bufferedBytes: 16 * 1024 * 1024, diagnosisWaitMs: 2_000 },
+    chatLimits: { idleMs: 120_000, streamMs: STREAM_MS, bufferedBytes: 16 * 1024 * 1024, diagnosisWaitMs: 2_000, stallMs: 30_000 },
   });
   await b.startEndpoint();
   await publish(b, { name: 'slow', category: 'chat', params: { model, context: 32768, slots: 2 } });

@@ -26,6 +26,13 @@ function profile(sampling: Record<string, number> = {}): { name: string; params:
 // ---------------------------------------------------------------------------------------------
 // Refused requests
 
+/** An object schema `levels` deep: each level one property `a` (two levels of JSON each). */
+function nested(levels: number): Record<string, unknown> {
+  let schema: Record<string, unknown> = { type: 'string' };
+  for (let i = 0; i < levels; i++) schema = { type: 'object', properties: { a: schema } };
+  return schema;
+}
+
 interface Refusal {
   name: string;
   body: Record<string, unknown>;
@@ -118,6 +125,28 @@ const refusals: Refusal[] = [
     message: /'system' \| 'developer' \| 'user' \| 'assistant' \| 'tool'/,
   },
   { name: 'five stop sequences', body: { ...base, stop: ['a', 'b', 'c', 'd', 'e'] }, code: 'invalid_value', param: 'stop', message: /<=4 items/ },
+  // The schemas the worker turns into a grammar (grammarCost.ts): over a limit, refused before any worker sees them.
+  {
+    name: 'a response_format pattern whose repetitions nest four levels deep (it held the real worker for minutes)',
+    body: { ...base, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^(((a{0,9}){0,9}){0,9}){0,9}$' } } } } } },
+    code: 'invalid_value',
+    param: 'response_format.json_schema.schema.properties.a.pattern',
+    message: /nests repetitions whose bounds multiply to 6561, over the limit of 100/,
+  },
+  {
+    name: 'a response_format schema of 600 optional properties',
+    body: { ...base, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: Object.fromEntries(Array.from({ length: 600 }, (_, i) => [`p${i}`, { type: 'string' }])) } } } },
+    code: 'invalid_value',
+    param: 'response_format.json_schema.schema',
+    message: /more than 1000 values/,
+  },
+  {
+    name: "a tool's parameters with a pattern of 1001 characters",
+    body: { ...base, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { type: 'string', pattern: 'a'.repeat(1001) } } } } }] },
+    code: 'invalid_value',
+    param: 'tools.0.function.parameters.properties.a.pattern',
+    message: /a pattern of 1001 characters is over the limit of 1000/,
+  },
 ];
 
 t.test('refused requests: zod issues turned into the contract 400 (validationError)', async (t) => {
@@ -168,6 +197,28 @@ t.test('accepted requests: OpenAI ordinary fields, nulls as not set', async (t) 
     ],
     ['every nullable field null', { temperature: null, top_p: null, seed: null, stop: null, max_tokens: null, stream: null, stream_options: null, reasoning_effort: null, tools: null }],
     ['ultra', { reasoning_effort: 'ultra' }],
+    [
+      'schemas within the grammar limits: two nested repetitions of {0,9}, patterns that nest none, a pattern in const data, 25 levels, 450 properties',
+      {
+        response_format: {
+          type: 'json_schema',
+          json_schema: {
+            name: 'x',
+            schema: {
+              type: 'object',
+              properties: {
+                a: { type: 'string', pattern: '^(a{0,9}){0,9}$' },
+                b: { type: 'string', pattern: '^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$' },
+                c: { type: 'string', pattern: `^.{0,5000}$` },
+                d: { const: { pattern: '(((a{0,9}){0,9}){0,9})' } },
+                e: nested(25),
+              },
+            },
+          },
+        },
+        tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: Object.fromEntries(Array.from({ length: 450 }, (_, i) => [`p${i}`, { type: 'string' }])) } } }],
+      },
+    ],
   ];
   for (const [name, over] of accepted) t.ok(chatRequestSchema.safeParse({ ...base, ...over }).success, name);
 });

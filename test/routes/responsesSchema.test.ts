@@ -89,6 +89,19 @@ const refusals: Refusal[] = [
   { name: 'an unknown field in a message', body: { input: [{ role: 'user', content: 'x', name: 'bob' }] }, code: 'unknown_parameter', param: 'input.0.name', message: /input\.0\.name/ },
   { name: 'an unknown field in the text format', body: { text: { format: { type: 'json_object', schema: {} } } }, code: 'unknown_parameter', param: 'text.format.schema', message: /text\.format\.schema/ },
   { name: 'an unknown field in reasoning', body: { reasoning: { effort: 'low', budget: 100 } }, code: 'unknown_parameter', param: 'reasoning.budget', message: /reasoning\.budget/ },
+  // The schemas the worker turns into a grammar (grammarCost.ts), as on the chat completions door.
+  {
+    name: 'a text.format pattern whose repetitions nest five levels deep (it held the real worker past 40 s without a first token)',
+    body: { text: { format: { type: 'json_schema', name: 'x', schema: { type: 'string', pattern: '^((((a{0,9}){0,9}){0,9}){0,9}){0,9}$' } } } },
+    param: 'text.format.schema.pattern',
+    message: /^Invalid value for 'text\.format\.schema\.pattern': the pattern nests repetitions whose bounds multiply to 59049, over the limit of 100 \(\*, \+ and \{m,\} count as 10\)/,
+  },
+  {
+    name: 'a function tool whose parameters nest * in {0,9} in {0,9}',
+    body: { tools: [{ type: 'function', name: 'f', parameters: { type: 'object', properties: { a: { type: 'string', pattern: '((a*){0,9}){0,9}' } } }, strict: true }] },
+    param: 'tools.0.parameters.properties.a.pattern',
+    message: /multiply to 810, over the limit of 100/,
+  },
 ];
 
 t.test('every refusal names its field and says why (zod issues as the contract 400)', async (t) => {
@@ -137,6 +150,7 @@ t.test('accepted: what the clients send, nulls as not set, the values that keep 
       },
     ],
     ['allowed tools', { tools: [{ type: 'function', name: 'a', parameters: null, strict: null }], tool_choice: { type: 'allowed_tools', mode: 'required', tools: [{ type: 'function', name: 'a' }] } }],
+    ['a text.format pattern within the grammar limits', { text: { format: { type: 'json_schema', name: 'x', schema: { type: 'string', pattern: '^([a-z0-9]+\\.)+[a-z]{2,}$' } } } }],
   ];
   for (const [name, over] of accepted) t.ok(responsesRequestSchema.safeParse({ ...base, ...over }).success, name);
 });
@@ -334,7 +348,7 @@ t.test('a text stream: each event valid and numbered, the deltas and logprobs as
   t.match(String(last.response?.output[0]?.id), /^msg_[0-9a-f]{32}_0$/);
 });
 
-t.test('reasoning, text and two function calls: one item each, in order, each done before the next', async (t) => {
+t.test("reasoning, text and two function calls: one item each, in order; text is done when the next item begins, a call when the answer ends", async (t) => {
   const events = translate(CALLS_STREAM);
   valid(t, events, 'calls');
   const added = events.filter((e) => e.type === 'response.output_item.added').map((e) => [e.output_index, (e.item as { type: string }).type]);
@@ -355,9 +369,9 @@ t.test('reasoning, text and two function calls: one item each, in order, each do
       ['response.function_call_arguments.delta', 3, '{"city":"Paris"}'],
     ],
   );
-  // Each item's done comes before the next item is added.
+  // Text is done before the next item is added; a call only at the end (a later chunk may still add to its arguments).
   const order = events.filter((e) => e.type === 'response.output_item.added' || e.type === 'response.output_item.done').map((e) => `${e.type.endsWith('added') ? '+' : '-'}${e.output_index}`);
-  t.same(order, ['+0', '-0', '+1', '-1', '+2', '-2', '+3', '-3']);
+  t.same(order, ['+0', '-0', '+1', '-1', '+2', '+3', '-2', '-3']);
   t.match(events.find((e) => e.type === 'response.function_call_arguments.done' && e.output_index === 2), { name: 'weather', arguments: '{"city":"Berlin"}' });
   const last = events.at(-1)!;
   t.equal(last.type, 'response.completed', 'tool_calls ends the answer: completed');
@@ -372,6 +386,47 @@ t.test('reasoning, text and two function calls: one item each, in order, each do
     ],
   });
   t.type(last.response?.completed_at, 'number');
+});
+
+t.test("calls whose arguments interleave: no delta after its call's done, each call's arguments whole", async (t) => {
+  const call = (index: number, args: string, first = false) =>
+    chunk({ delta: { tool_calls: [{ index, ...(first ? { id: `call_${index}`, type: 'function', function: { name: 'weather', arguments: args } } : { function: { arguments: args } }) }] } });
+  const events = translate(
+    [
+      chunk({ delta: { role: 'assistant', content: null } }),
+      call(0, '{"city":', true),
+      call(1, '{"city":', true),
+      call(0, '"Berlin"}'),
+      call(1, '"Paris"}'),
+      chunk({ delta: {}, finish_reason: 'tool_calls' }),
+      'data: [DONE]\n\n',
+    ].join(''),
+  );
+  valid(t, events, 'interleaved');
+  for (const index of [0, 1]) {
+    const of = events.filter((e) => e.output_index === index);
+    const done = of.findIndex((e) => e.type === 'response.function_call_arguments.done');
+    t.ok(done > 0, `call ${index} is done`);
+    t.same(of.slice(done).filter((e) => e.type === 'response.function_call_arguments.delta'), [], `no delta of call ${index} after its done`);
+    t.equal(of[done]?.arguments, index === 0 ? '{"city":"Berlin"}' : '{"city":"Paris"}', `call ${index}'s done has its arguments whole`);
+  }
+  t.match(events.at(-1), { type: 'response.completed', response: { output: [{ arguments: '{"city":"Berlin"}', status: 'completed' }, { arguments: '{"city":"Paris"}', status: 'completed' }] } });
+});
+
+t.test('a chunk of another shape, or an event over 1 MiB, ends the answer with response.failed instead of throwing', async (t) => {
+  const shapes: Array<[string, Record<string, unknown>]> = [
+    ['tool_calls that is no list', { delta: { tool_calls: 5 } }],
+    ['logprobs that are no list', { delta: { content: 'a' }, logprobs: { content: { token: 'a' } } }],
+  ];
+  for (const [name, choice] of shapes) {
+    const events = translate(`${chunk({ delta: { content: 'x' } })}${chunk(choice)}${chunk({ delta: { content: 'y' } })}`);
+    valid(t, events, name);
+    t.match(events.at(-1), { type: 'response.failed', response: { status: 'failed', error: { code: 'server_error', message: /shape this door cannot read as a chat completion/ } } }, `${name}: response.failed`);
+    t.notOk(events.some((e) => e.delta === 'y'), `${name}: nothing after it is read`);
+  }
+  const huge = translate(`${chunk({ delta: { content: 'x' } })}data: {"choices":[{"delta":{"content":"${'z'.repeat(1024 * 1024)}`);
+  t.match(huge.at(-1), { type: 'response.failed', response: { error: { message: /larger than 1 MiB/ } } }, 'an event over 1 MiB is not held: the answer fails');
+  t.throws(() => answerFor().completion(Buffer.from(JSON.stringify({ choices: [{ finish_reason: 'stop', message: { content: 'a', tool_calls: { id: 'x' } } }] }))), { statusCode: 502, code: 'worker_failed' }, 'a buffered answer of another shape is 502 worker_failed');
 });
 
 t.test('the events are the same however the worker\'s bytes are cut', async (t) => {

@@ -110,6 +110,22 @@ t.test('the SSE limit ends a stream with response.failed; a silent worker is a 5
   t.match(await answer.json(), { error: { code: 'worker_failed', message: /no data for 1 s \(timeout\)/ } }, "the chat route's error body");
 });
 
+t.test("a worker chunk of another shape ends the stream with response.failed and closes the worker's connection", async (t) => {
+  const b = await setUp(t, 'shape');
+  const response = await ask(b, true);
+  t.equal(response.status, 200);
+  const events = eventsOf(t, await response.text());
+  t.same(events.map((e) => e.type).slice(-2), ['response.output_text.delta', 'response.failed'], 'the token before it, then the end');
+  t.match(events.at(-1)?.response, { status: 'failed', error: { code: 'server_error', message: /shape this door cannot read as a chat completion/ } });
+  const noted = await until('the worker to see its connection closed', async () => {
+    const lines = (await readFile(b.events, 'utf8')).trim().split('\n');
+    return lines.length > 1 ? lines : undefined;
+  }, 10_000);
+  t.same(noted, ['open', 'closed'], "the worker's endless stream was ended, not read to its limit");
+  await until('the reservation to be given back', async () => ((await queue(b)).running.length === 0 ? true : undefined), 10_000);
+  t.pass('the reservation is given back');
+});
+
 t.test('answers are measured under /v1/responses: first token, tokens and speed, as for chat completions', async (t) => {
   const b = await setUp(t, 'slow');
   const streamed = await ask(b, true);

@@ -27,6 +27,7 @@ export const chatRoutes: FastifyPluginAsync<{ service: Service; limits?: ChatLim
       stream: body.stream === true,
       headers: reasoningHeaders(body.reasoning_effort),
       json: completeAnswer,
+      promptField: 'messages',
     });
   });
 };

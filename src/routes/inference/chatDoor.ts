@@ -2,13 +2,15 @@
 // POST /v1/responses (responses.ts): the profile look-up, the reasoning headers, and one request's
 // way through the scheduler and the chat worker (src/workers/chat/chatRequest.ts): a buffered
 // answer whole, or a stream chunk by chunk as the worker sends it, never buffered, measured as it
-// passes, with the SSE limits and the client's leaving as chat completions have them.
+// passes, then translated into the door's own events (StreamTranslation), with the SSE limits and
+// the client's leaving as chat completions have them.
+import { Transform, type Readable, type TransformCallback } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Service } from '../../service.js';
 import type { ChatProfile } from '../../workers/chat/chat.js';
 import { bufferedAnswer, openChat, relayStream, type ChatLimits } from '../../workers/chat/chatRequest.js';
 import { effectiveEffort, type ChatRequest } from '../../workers/chat/chat.schema.js';
-import { chatStreamTap, type StreamTranslation } from '../metrics.js';
+import { chatStreamTap } from '../metrics.js';
 
 /** Spec 4.2: the three headers of an answer whose request set a reasoning effort. */
 export function reasoningHeaders(requested: ChatRequest['reasoning_effort']): Record<string, string> {
@@ -19,6 +21,51 @@ export function reasoningHeaders(requested: ChatRequest['reasoning_effort']): Re
     'x-service-reasoning-effective': effective,
     'x-service-reasoning-semantics': 'model-template-hint',
   };
+}
+
+/** How a door other than chat completions rewrites the worker's events as they pass (the Responses API's ResponseAnswer). */
+export interface StreamTranslation {
+  /** This door's events for a chunk of the worker's whole events. */
+  chunk(events: Buffer): string;
+  /** This door's last events, once the worker's stream is over. */
+  end(): string;
+  /** The translation ended the answer early (a chunk it cannot read): the worker's stream is no longer wanted. */
+  readonly failed: boolean;
+}
+
+/**
+ * A stream's events in its door's words, after the metrics' tap has measured the worker's own. A
+ * translation that ends the answer early stops the worker (`stop`); one that throws ends this
+ * stream with the error (Fastify ends the answer) rather than throwing out of the relay's write.
+ */
+class TranslatedStream extends Transform {
+  constructor(
+    readonly translation: StreamTranslation,
+    readonly stop: () => void,
+  ) {
+    super();
+  }
+
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
+    this.#step(() => this.translation.chunk(chunk), done);
+  }
+
+  override _flush(done: TransformCallback): void {
+    this.#step(() => this.translation.end(), done);
+  }
+
+  #step(translate: () => string, done: TransformCallback): void {
+    let text: string;
+    try {
+      text = translate();
+    } catch (error) {
+      this.stop();
+      done(error as Error);
+      return;
+    }
+    if (this.translation.failed) this.stop();
+    done(null, text === '' ? undefined : text);
+  }
 }
 
 /** What one door into the chat worker sends it and how it answers (chat completions, the Responses API: responses.ts). */
@@ -33,6 +80,8 @@ export interface ChatDoor {
   json(answer: Buffer): Buffer;
   /** A stream's events as this door sends them; without it, the worker's events as they are. */
   events?: () => StreamTranslation;
+  /** The request's field that holds the prompt (`messages`, the Responses API's `input`). */
+  promptField: string;
 }
 
 /** The published, executable chat profile `model` names (404 model_not_found otherwise). */
@@ -49,7 +98,7 @@ export async function chatProfile(service: Service, model: string): Promise<Chat
  */
 export async function answerChat(service: Service, limits: ChatLimits, request: FastifyRequest, reply: FastifyReply, signal: AbortSignal, door: ChatDoor): Promise<FastifyReply> {
   const { profile, stream } = door;
-  const opened = await openChat(service, profile, door.upstream, { source: 'api', stream, signal, limits });
+  const opened = await openChat(service, profile, door.upstream, { source: 'api', stream, signal, limits, promptField: door.promptField });
   if (!stream || opened.response.statusCode !== 200) {
     // The answer, or the worker's error, is in memory: the worker's part is done.
     const answer = await bufferedAnswer(opened, signal, limits, request.log, profile);
@@ -58,9 +107,22 @@ export async function answerChat(service: Service, limits: ChatLimits, request: 
 
   // SSE: the headers go out with the worker's first chunk, then every chunk as it comes; the
   // reservation is kept until the end.
-  // The output stream measures itself for the metrics as the events pass (no extra stream per token).
-  const out = chatStreamTap(service.metrics, service.profiles, request, reply, door.events?.());
-  void relayStream(opened, out, { limits, signal, log: request.log, profile }).finally(() => opened.lease.release());
+  // The output stream measures itself for the metrics as the events pass (no extra stream per
+  // token); a door with its own events translates them after it.
+  const tap = chatStreamTap(service.metrics, service.profiles, request, reply);
+  const translation = door.events?.();
+  let out: Readable = tap;
+  let relaySignal = signal;
+  if (translation) {
+    // A translation that ended the answer ends the relay as a client that left does: the worker's connection closes.
+    const stopped = new AbortController();
+    const stop = () => stopped.abort();
+    if (signal.aborted) stop();
+    else signal.addEventListener('abort', stop, { once: true });
+    relaySignal = stopped.signal;
+    out = tap.pipe(new TranslatedStream(translation, stop));
+  }
+  void relayStream(opened, tap, { limits, signal: relaySignal, log: request.log, profile }).finally(() => opened.lease.release());
   return reply
     .code(200)
     .headers({ ...door.headers, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' })

@@ -52,6 +52,7 @@ export const responsesRoutes: FastifyPluginAsync<{ service: Service; limits?: Ch
         return answer.completion(completion);
       },
       events: () => answer,
+      promptField: 'input',
     });
   });
 };

@@ -11,6 +11,7 @@
 import { z } from 'zod';
 import type { ChatParams } from '../../store/profile.schema.js';
 import { notOffered, refusedField, type FieldFates } from '../fields.js';
+import { boundedJsonSchema } from './grammarCost.js';
 
 const onlyText = "only text content parts ({ type: 'text', text }) are accepted: this endpoint has no vision, audio or file input";
 const textPart = z.strictObject({ type: z.literal('text', onlyText), text: z.string() });
@@ -55,7 +56,7 @@ const tool = z.strictObject({
   function: z.strictObject({
     name: functionName,
     description: z.string().optional(),
-    parameters: z.record(z.string(), z.unknown()).optional(),
+    parameters: boundedJsonSchema.optional(),
     strict: z.boolean().nullish(),
   }),
 });
@@ -75,7 +76,7 @@ const responseFormat = z.discriminatedUnion('type', [
     json_schema: z.strictObject({
       name: schemaName,
       description: z.string().optional(),
-      schema: z.record(z.string(), z.unknown()).optional(),
+      schema: boundedJsonSchema.optional(),
       strict: z.boolean().nullish(),
     }),
   }),

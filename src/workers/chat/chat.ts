@@ -111,6 +111,31 @@ export class ChatWorker extends LifecycleWorker<ReturnType<ChatWorkerActor['getS
     return { generation, port: context.port, key, agent, name: context.launch.name };
   }
 
+  /**
+   * Asks the start `generation` for its slots (GET /slots). llama-server answers that from the main
+   * loop that also samples every slot's tokens, so an answer says the loop goes round; a loop held
+   * by one slot's grammar never answers. Resolves true with the answer, false when the start is
+   * not the current one or its connection fails; stays pending while the loop is held, until
+   * `signal` aborts (then the request is ended and it resolves false).
+   */
+  probe(generation: number, signal: AbortSignal): Promise<boolean> {
+    const connection = this.connection(generation);
+    if (!connection || signal.aborted) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const request = http.get({ host: '127.0.0.1', port: connection.port, path: '/slots', agent: false, headers: { authorization: `Bearer ${connection.key}` } }, (response) => {
+        response.resume();
+        signal.removeEventListener('abort', end);
+        resolve(true);
+      });
+      const end = () => {
+        request.destroy();
+        resolve(false);
+      };
+      request.on('error', end);
+      signal.addEventListener('abort', end, { once: true });
+    });
+  }
+
   override stop(): void {
     super.stop();
     for (const agent of this.#agents.values()) agent.destroy();

@@ -7,14 +7,17 @@
 // takes a fresh connection (llama-server closes a connection after a stream, so it is never
 // reused); buffered answers reuse keep-alive connections. When the worker dies, the supervisor
 // revokes the request's reservation with the diagnosis, which becomes the 502 `worker_failed`.
+// A request that gets no token for 30 s has its worker probed; one held by an answer (its loop
+// answers no probe for 30 s more) is restarted when others wait (stallWatch.ts).
 import http from 'node:http';
 import type { Service } from '../../service.js';
 import type { Lease } from '../../system/scheduler.js';
 import { clientOrLease, revocation, withLease } from '../lease.js';
 import { ApiError, errors } from '../../errors.js';
 import { WorkerGone, type ChatConnection, type ChatProfile } from './chat.js';
-import type { ChatParams } from '../../store/profile.schema.js';
-import { eventData, eventStart, nextBlankLine, wholeEventsEnd } from './sse.js';
+import { EVENT_LIMIT, eventData, eventStart, nextBlankLine, wholeEventsEnd } from './sse.js';
+import { StallWatch } from './stallWatch.js';
+import { contextNote, refuseUnfitPrompt, type ContextProfile } from './promptFit.js';
 
 export const CHAT_LIMITS = {
   /** Spec 8: 120 s without response data from the worker. */
@@ -25,6 +28,11 @@ export const CHAT_LIMITS = {
   bufferedBytes: 16 * 1024 * 1024,
   /** How long a failed request waits for the supervisor's diagnosis of a dead worker. */
   diagnosisWaitMs: 2_000,
+  /**
+   * A request that got no token for this long has its worker probed, and a worker that answers no
+   * probe for this long again is held by one answer: it is restarted when others wait (stallWatch.ts).
+   */
+  stallMs: 30_000,
 } as const;
 
 export interface ChatLimits {
@@ -32,6 +40,7 @@ export interface ChatLimits {
   streamMs: number;
   bufferedBytes: number;
   diagnosisWaitMs: number;
+  stallMs: number;
 }
 
 export interface OpenedChat {
@@ -40,6 +49,8 @@ export interface OpenedChat {
   response: http.IncomingMessage;
   /** Ends the worker request (the worker notices the closed connection and frees the slot). */
   abort(): void;
+  /** A stream's stall watch: told of each chunk, stopped at the end (a buffered answer's ended when it came). */
+  stall: Pick<StallWatch, 'token' | 'stop'>;
 }
 
 export class UpstreamFailure extends Error {
@@ -193,7 +204,7 @@ export function workerErrorDetail(message: string): string {
 /** Where a worker's error detail is logged (never shown to the client). */
 export type StatusLog = { warn: (fields: object, message: string) => void };
 /** What a worker's error message is completed with (the context size a request ran past). */
-export type StatusProfile = { name: string; params: Pick<ChatParams, 'context' | 'slots'> };
+export type StatusProfile = ContextProfile;
 
 /**
  * llama-server's error answer (`{ error: { message, type } }`, OpenAI's shape) read, and its
@@ -212,17 +223,6 @@ export function readWorkerError(status: number, body: Buffer | string, log: Stat
   const type = typeof parsed?.error?.type === 'string' ? parsed.error.type : undefined;
   if (message !== undefined) log.warn({ component: worker.component, worker_status: status, worker_error: workerErrorDetail(message) }, `the ${worker.name} answered with an error`);
   return { ...(message === undefined ? {} : { message }), ...(type === undefined ? {} : { type }) };
-}
-
-/**
- * What the context a request did not fit is: the profile's params.context (shared by its slots:
- * the worker's KV cache is unified), which only the operator changes. llama-server's own words
- * ("try increasing it") do not say that the client cannot.
- */
-function contextNote(profile: StatusProfile | undefined): string {
-  if (!profile) return '';
-  const { context, slots } = profile.params;
-  return ` (The context is the chat profile ${profile.name}'s params.context, ${context} tokens shared by its ${slots} slot(s): send fewer or shorter messages or a smaller max_tokens, or ask the operator to raise params.context.)`;
 }
 
 /**
@@ -265,12 +265,16 @@ export async function openChat(
     stream: boolean;
     signal: AbortSignal;
     limits?: ChatLimits;
+    /** The request's field that holds the prompt, for a prompt that cannot fit (default `messages`). */
+    promptField?: string;
     onQueued?: (position: number) => void;
     /** The reservation is granted: the worker starts or is joined. */
     onGranted?: (lease: Lease) => void;
   },
 ): Promise<OpenedChat> {
   const limits = options.limits ?? CHAT_LIMITS;
+  // What cannot fit the context is refused before it waits or holds a slot.
+  await refuseUnfitPrompt(profile, body, options.promptField ?? 'messages');
   const lease = await service.scheduler.reserve(
     {
       kind: 'chat',
@@ -293,8 +297,16 @@ export async function openChat(
       service.chat.start(lease, profile);
       const connection = await service.chat.connect(lease.generation, both);
       const sent = postToWorker(connection, Buffer.from(JSON.stringify(body)), { stream: options.stream, signal: both, idleMs: limits.idleMs });
-      const response = await sent.response;
-      return { lease, connection, response, abort: sent.abort };
+      const stall = new StallWatch((signal) => service.chat.probe(lease.generation, signal), lease, limits.stallMs, service.log);
+      try {
+        const response = await sent.response;
+        // A buffered answer comes whole, and an error answer is no stream: either way the worker is not held.
+        if (!options.stream || response.statusCode !== 200) stall.stop();
+        return { lease, connection, response, abort: sent.abort, stall };
+      } catch (error) {
+        stall.stop();
+        throw error;
+      }
     },
     (error) => workerError(lease, error, limits),
     'keep',
@@ -334,8 +346,6 @@ export const sseError = (error: ApiError): string => `data: ${JSON.stringify(err
 
 /** Only an event that holds these bytes can be an error event (JSON escapes a quote inside a string). */
 const ERROR_KEY = Buffer.from('"error"');
-/** An unfinished event held back longer than this is relayed as it is (the memory a stream may pin). */
-const HELD_LIMIT = 1024 * 1024;
 
 /**
  * The worker's error event among whole SSE events (llama-server ends a stream that fails after its
@@ -394,6 +404,7 @@ export function relayStream(
     const finish = (error?: ApiError) => {
       if (over) return;
       over = true;
+      opened.stall.stop();
       clearTimeout(limitTimer);
       options.signal.removeEventListener('abort', onClientGone);
       if (error) {
@@ -457,11 +468,12 @@ export function relayStream(
     let held: Buffer | undefined;
     response.on('data', (chunk: Buffer) => {
       if (over || chunk.length === 0) return;
+      opened.stall.token();
       const data = held ? Buffer.concat([held, chunk]) : chunk;
       const cut = wholeEventsEnd(data);
       held = cut < data.length ? data.subarray(cut) : undefined;
       if (cut > 0) relay(cut === data.length ? data : data.subarray(0, cut));
-      if (held && held.length > HELD_LIMIT && !over) {
+      if (held && held.length > EVENT_LIMIT && !over) {
         relay(held);
         held = undefined;
       }

@@ -11,6 +11,7 @@
 // unknown_parameter). `null` counts as not set, as in OpenAI's schema.
 import { z } from 'zod';
 import { notOffered, refusedField, type FieldFates } from '../fields.js';
+import { boundedJsonSchema } from './grammarCost.js';
 import { functionName, maxTokens, reasoningEffort, schemaName, STREAM_OPTIONS_ISSUE, streamOptionsOnlyWhenStreaming, toolArguments } from './chat.schema.js';
 
 /** Why whatever needs a response kept is refused. */
@@ -126,7 +127,7 @@ const functionTool = z.strictObject({
   type: z.literal('function'),
   name: functionName,
   description: z.string().nullish(),
-  parameters: z.record(z.string(), z.unknown()).nullish(),
+  parameters: boundedJsonSchema.nullish(),
   strict: z.boolean().nullish(),
   // Describes what the function returns; nothing here reads it.
   output_schema: z.record(z.string(), z.unknown()).nullish(),
@@ -194,7 +195,7 @@ const textFormat = z.discriminatedUnion('type', [
     type: z.literal('json_schema'),
     name: schemaName,
     description: z.string().optional(),
-    schema: z.record(z.string(), z.unknown()),
+    schema: boundedJsonSchema,
     strict: z.boolean().nullish(),
   }),
 ]);

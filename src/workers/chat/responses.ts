@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { errors } from '../../errors.js';
 import { effectiveEffort, type ChatRequest } from './chat.schema.js';
 import { LOGPROBS, type ContentPart, type ResponsesRequest } from './responses.schema.js';
-import { SseReader } from './sse.js';
+import { EVENT_LIMIT, SseReader } from './sse.js';
 
 type ChatMessage = ChatRequest['messages'][number];
 type Json = Record<string, unknown>;
@@ -154,6 +154,9 @@ const logprobOf = (entry: ChatLogprob): Json => ({
   top_logprobs: (entry.top_logprobs ?? []).map((top) => ({ token: top.token, logprob: top.logprob, bytes: top.bytes ?? [] })),
 });
 
+/** Why an answer of another shape than a chat completion's ends (never the worker's text). */
+const UNREADABLE = "The chat worker's answer has a shape this door cannot read as a chat completion; the answer was ended.";
+
 /** The classes of the service's error body as OpenAI's ResponseErrorCode. */
 const ERROR_CODES: Readonly<Record<string, string>> = { server_error: 'server_error', rate_limit_error: 'rate_limit_exceeded' };
 
@@ -168,8 +171,8 @@ interface Open {
   item: Json;
   /** The message's output_text or the reasoning's reasoning_text part. */
   part?: Json & { text: string };
-  /** The chat tool call's index (function calls). */
-  call?: number;
+  /** Its done events went out. */
+  done?: boolean;
 }
 
 /**
@@ -182,9 +185,17 @@ export class ResponseAnswer {
   readonly response: Json;
   readonly #hex = randomUUID().replaceAll('-', '');
   readonly #output: Json[] = [];
+  /**
+   * The function calls by the chat tool call's index. They stay open until the answer ends: the
+   * worker may add to a call's arguments after another call began, and no delta may follow a
+   * call's done.
+   */
   readonly #calls = new Map<number, Open>();
   readonly #events: Json[] = [];
-  readonly #reader = new SseReader((data) => this.#read(data));
+  readonly #reader = new SseReader((data) => this.#read(data), {
+    onOverflow: () => this.#fail('server_error', `An event of the chat worker's stream is larger than ${EVENT_LIMIT / 1024 / 1024} MiB; the answer was ended.`),
+  });
+  /** The open message or reasoning item. */
   #open: Open | undefined;
   #finish: string | undefined;
   #sequence = 0;
@@ -224,6 +235,11 @@ export class ResponseAnswer {
     };
   }
 
+  /** Whether the answer failed (the worker's stream is no longer read: its worker may stop). */
+  get failed(): boolean {
+    return this.response.status === 'failed';
+  }
+
   /** A buffered chat completion as the Response's JSON. */
   completion(body: Buffer): Buffer {
     let answer: ChatAnswer;
@@ -234,8 +250,12 @@ export class ResponseAnswer {
     }
     const choice = answer.choices?.[0];
     if (!choice) throw errors.workerFailed("The chat worker's answer holds no choice.");
-    const message = choice.message ?? {};
-    this.#apply({ ...message, tool_calls: message.tool_calls?.map((call, index) => ({ ...call, index })) }, choice, answer.usage);
+    try {
+      const message = choice.message ?? {};
+      this.#apply({ ...message, tool_calls: message.tool_calls?.map((call, index) => ({ ...call, index })) }, choice, answer.usage);
+    } catch {
+      throw errors.workerFailed(UNREADABLE);
+    }
     this.#end();
     this.#events.length = 0;
     return Buffer.from(JSON.stringify(this.response));
@@ -261,13 +281,18 @@ export class ResponseAnswer {
     } catch {
       return;
     }
-    // The relay's own error event (the worker's error, a limit, a dead worker): the answer failed.
-    if (chunk.error) {
-      this.#fail(ERROR_CODES[chunk.error.type ?? ''] ?? 'invalid_prompt', chunk.error.message ?? 'The chat worker failed.');
-      return;
+    try {
+      // The relay's own error event (the worker's error, a limit, a dead worker): the answer failed.
+      if (chunk.error) {
+        this.#fail(ERROR_CODES[chunk.error.type ?? ''] ?? 'invalid_prompt', chunk.error.message ?? 'The chat worker failed.');
+        return;
+      }
+      const choice = chunk.choices?.[0];
+      this.#apply(choice?.delta ?? {}, choice, chunk.usage);
+    } catch {
+      // A chunk of another shape than a chat completion chunk's (a tool_calls that is no list, …).
+      this.#fail('server_error', UNREADABLE);
     }
-    const choice = chunk.choices?.[0];
-    this.#apply(choice?.delta ?? {}, choice, chunk.usage);
   }
 
   #apply(delta: ChatDelta, choice: ChatChoice | undefined, usage: ChatUsage | null | undefined): void {
@@ -298,28 +323,28 @@ export class ResponseAnswer {
     this.#emit({ type: 'response.in_progress', response: { ...this.response, output: [] } });
   }
 
-  /** The open item of `kind` (of the chat tool call `call`), or a new one after the open one is done. */
-  #item(kind: Kind, call?: ChatToolCall): Open {
-    const open = this.#open;
-    if (open?.kind === kind && open.call === call?.index) return open;
-    this.#close('completed');
+  /** The open message or reasoning item, or a new one after the open one is done. */
+  #item(kind: Exclude<Kind, 'function_call'>): Open {
+    if (this.#open?.kind === kind) return this.#open;
+    this.#closeText();
+    const opened = this.#added(kind, (id) => {
+      const part = kind === 'message' ? { type: 'output_text', text: '', annotations: [], logprobs: [] } : { type: 'reasoning_text', text: '' };
+      const item = kind === 'message' ? { type: 'message', id, role: 'assistant', status: 'in_progress', content: [part] } : { type: 'reasoning', id, summary: [], content: [part], status: 'in_progress' };
+      return { item, part };
+    });
+    this.#open = opened;
+    return opened;
+  }
+
+  /** A new output item, announced. */
+  #added(kind: Kind, make: (id: string, index: number) => { item: Json; part?: Json & { text: string } }): Open {
     const index = this.#output.length;
     const id = `${PREFIX[kind]}_${this.#hex}_${index}`;
-    const opened: Open = { kind, index, item: {} };
-    if (kind === 'function_call') {
-      opened.item = { type: 'function_call', id, call_id: call?.id ?? `call_${this.#hex}_${index}`, name: call?.function?.name ?? '', arguments: '', status: 'in_progress' };
-      opened.call = call?.index;
-    } else if (kind === 'message') {
-      opened.part = { type: 'output_text', text: '', annotations: [], logprobs: [] };
-      opened.item = { type: 'message', id, role: 'assistant', status: 'in_progress', content: [opened.part] };
-    } else {
-      opened.part = { type: 'reasoning_text', text: '' };
-      opened.item = { type: 'reasoning', id, summary: [], content: [opened.part], status: 'in_progress' };
-    }
-    this.#output.push(opened.item);
-    this.#open = opened;
-    this.#emit({ type: 'response.output_item.added', output_index: index, item: opened.part ? { ...opened.item, content: [] } : { ...opened.item } });
-    if (opened.part) this.#emit({ type: 'response.content_part.added', item_id: id, output_index: index, content_index: 0, part: { ...opened.part } });
+    const { item, part } = make(id, index);
+    const opened: Open = { kind, index, item, ...(part ? { part } : {}) };
+    this.#output.push(item);
+    this.#emit({ type: 'response.output_item.added', output_index: index, item: part ? { ...item, content: [] } : { ...item } });
+    if (part) this.#emit({ type: 'response.content_part.added', item_id: id, output_index: index, content_index: 0, part: { ...part } });
     return opened;
   }
 
@@ -337,19 +362,35 @@ export class ResponseAnswer {
 
   #call(call: ChatToolCall): void {
     const key = call.index ?? this.#calls.size;
-    const open = this.#calls.get(key) ?? this.#item('function_call', { ...call, index: key });
-    this.#calls.set(key, open);
+    let open = this.#calls.get(key);
+    if (!open) {
+      // A call ends the text before it.
+      this.#closeText();
+      open = this.#added('function_call', (id, index) => ({
+        item: { type: 'function_call', id, call_id: call.id ?? `call_${this.#hex}_${index}`, name: call.function?.name ?? '', arguments: '', status: 'in_progress' },
+      }));
+      this.#calls.set(key, open);
+    }
     const delta = call.function?.arguments ?? '';
     if (delta === '') return;
     open.item.arguments = `${String(open.item.arguments)}${delta}`;
     this.#emit({ type: 'response.function_call_arguments.delta', item_id: open.item.id, output_index: open.index, delta });
   }
 
-  /** The open item is done: its text or arguments whole, then the item. */
-  #close(status: 'completed' | 'incomplete'): void {
-    const open = this.#open;
-    if (!open) return;
+  /** The open message or reasoning item is done. */
+  #closeText(): void {
+    if (this.#open) this.#close(this.#open, 'completed');
     this.#open = undefined;
+  }
+
+  /** Every item not yet done, in output order. */
+  #pending(): Open[] {
+    return [...(this.#open ? [this.#open] : []), ...this.#calls.values()].filter((open) => !open.done).sort((a, b) => a.index - b.index);
+  }
+
+  /** An item is done: its text or arguments whole, then the item. */
+  #close(open: Open, status: 'completed' | 'incomplete'): void {
+    open.done = true;
     const { item, index, part } = open;
     const at = { item_id: item.id, output_index: index };
     if (open.kind === 'function_call') {
@@ -371,7 +412,10 @@ export class ResponseAnswer {
       return;
     }
     const reason = INCOMPLETE[this.#finish];
-    this.#close(reason ? 'incomplete' : 'completed');
+    // The last item the limit cut is incomplete; the ones before it are whole.
+    const pending = this.#pending();
+    pending.forEach((open, i) => this.#close(open, reason && i === pending.length - 1 ? 'incomplete' : 'completed'));
+    this.#open = undefined;
     this.#state = 'over';
     this.response.status = reason ? 'incomplete' : 'completed';
     this.response.incomplete_details = reason ? { reason } : null;
@@ -380,8 +424,9 @@ export class ResponseAnswer {
   }
 
   #fail(code: string, message: string): void {
+    if (this.#state === 'over') return;
     this.#start();
-    if (this.#open) this.#open.item.status = 'incomplete';
+    for (const open of this.#pending()) open.item.status = 'incomplete';
     this.#open = undefined;
     this.#state = 'over';
     this.response.status = 'failed';

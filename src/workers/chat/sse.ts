@@ -40,19 +40,75 @@ export function eventData(event: string): string {
     .join('\n');
 }
 
-/** Reads a stream chunk by chunk and hands each whole event's data (never empty) to `onEvent`. */
+/** The most an event may hold (1 MiB): the relay passes a longer unfinished one on as it is, a reader drops it. */
+export const EVENT_LIMIT = 1024 * 1024;
+
+/**
+ * Reads a stream chunk by chunk and hands each whole event's data (never empty) to `onEvent`. Each
+ * byte is searched for a blank line once: a new chunk is searched with the two bytes before it (a
+ * blank line may begin there), and the bytes of an unfinished event are kept as the chunks that
+ * came, joined once when its end comes. An event longer than `limit` is dropped up to its end,
+ * and `onOverflow` is told (so what a reader holds stays bounded whatever the stream sends).
+ */
 export class SseReader {
-  #pending: Buffer = Buffer.alloc(0);
-  constructor(readonly onEvent: (data: string) => void) {}
+  #parts: Buffer[] = [];
+  #length = 0;
+  /** The last two bytes read: a blank line that ends in the next chunk may begin here. */
+  #edge: Buffer = Buffer.alloc(0);
+  /** Dropping an event over the limit until its end. */
+  #dropping = false;
+
+  constructor(
+    readonly onEvent: (data: string) => void,
+    readonly options: { limit?: number; onOverflow?: () => void } = {},
+  ) {}
+
+  /** The bytes of the unfinished event held now. */
+  get pending(): number {
+    return this.#length;
+  }
 
   push(chunk: Buffer): void {
-    const bytes = this.#pending.length > 0 ? Buffer.concat([this.#pending, chunk]) : chunk;
-    let from = 0;
-    for (let blank = nextBlankLine(bytes, from); blank; blank = nextBlankLine(bytes, from)) {
-      const data = eventData(bytes.subarray(from, blank.at).toString('utf8'));
-      from = blank.end;
-      if (data !== '') this.onEvent(data);
+    if (chunk.length === 0) return;
+    const edge = this.#edge;
+    const probe = edge.length > 0 ? Buffer.concat([edge, chunk]) : chunk;
+    this.#edge = Buffer.from(probe.subarray(-2));
+    const first = nextBlankLine(probe);
+    if (!first) {
+      this.#keep(chunk);
+      return;
     }
-    this.#pending = Buffer.from(bytes.subarray(from));
+    // The held event ends in this chunk (its blank line may have begun in the bytes before it:
+    // then the event keeps a line end or two, which its data ignores).
+    const ends = Math.max(0, first.at - edge.length);
+    if (!this.#dropping) this.#emit(Buffer.concat([...this.#parts, chunk.subarray(0, ends)]));
+    this.#parts = [];
+    this.#length = 0;
+    this.#dropping = false;
+    let from = first.end - edge.length;
+    for (let blank = nextBlankLine(chunk, from); blank; blank = nextBlankLine(chunk, from)) {
+      this.#emit(chunk.subarray(from, blank.at));
+      from = blank.end;
+    }
+    if (from < chunk.length) this.#keep(chunk.subarray(from));
+  }
+
+  #emit(event: Buffer): void {
+    const data = eventData(event.toString('utf8'));
+    if (data !== '') this.onEvent(data);
+  }
+
+  /** Holds the start of an unfinished event (a copy: the chunk's buffer is not pinned), unless it is over the limit. */
+  #keep(bytes: Buffer): void {
+    if (this.#dropping) return;
+    if (this.#length + bytes.length > (this.options.limit ?? EVENT_LIMIT)) {
+      this.#parts = [];
+      this.#length = 0;
+      this.#dropping = true;
+      this.options.onOverflow?.();
+      return;
+    }
+    this.#parts.push(Buffer.from(bytes));
+    this.#length += bytes.length;
   }
 }

@@ -46,7 +46,7 @@ t.test('a client that stops reading pauses the worker; reading again delivers ev
   });
 
   let aborted = false;
-  const opened = { response, abort: () => (aborted = true) } as unknown as OpenedChat;
+  const opened = { response, abort: () => (aborted = true), stall: { token: () => undefined, stop: () => undefined } } as unknown as OpenedChat;
   const out = new PassThrough();
   const warnings: string[] = [];
   const relayed = relayStream(opened, out, { limits: CHAT_LIMITS, signal: new AbortController().signal, log: { warn: (_fields, message) => warnings.push(message) } });

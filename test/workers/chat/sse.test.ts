@@ -32,6 +32,24 @@ t.test('the data of each event, with LF or CRLF, whatever the chunks', async (t)
   t.equal(eventData(': only a comment'), '');
 });
 
+t.test('an event over the limit is dropped to its end and told, and what the reader holds stays within the limit', async (t) => {
+  const seen: string[] = [];
+  let overflows = 0;
+  const reader = new SseReader((data) => seen.push(data), { limit: 1000, onOverflow: () => (overflows += 1) });
+  reader.push(Buffer.from('data: a\n\ndata: '));
+  let most = 0;
+  for (let i = 0; i < 100; i++) {
+    reader.push(Buffer.from('x'.repeat(64)));
+    most = Math.max(most, reader.pending);
+  }
+  t.ok(most <= 1000, `at most the limit held (${most} bytes)`);
+  t.equal(overflows, 1, 'the overflow is told once');
+  reader.push(Buffer.from('xx\n'));
+  reader.push(Buffer.from('\ndata: b\n\n'));
+  t.same(seen, ['a', 'b'], 'the long event is dropped; the events around it are read');
+  t.equal(reader.pending, 0);
+});
+
 t.test('blank lines and whole events in bytes', async (t) => {
   const lf = Buffer.from('data: a\n\ndata: b\n\ndata: c');
   t.same(nextBlankLine(lf), { at: 7, end: 9 });
@@ -74,7 +92,7 @@ t.test('the relay passes a CRLF stream on event by event, as the worker wrote it
   const out = new PassThrough();
   const chunks: string[] = [];
   out.on('data', (chunk: Buffer) => chunks.push(chunk.toString('utf8')));
-  const relayed = relayStream({ response, abort: () => undefined } as unknown as OpenedChat, out, { limits: CHAT_LIMITS, signal: new AbortController().signal, log: { warn: () => undefined } });
+  const relayed = relayStream({ response, abort: () => undefined, stall: { token: () => undefined, stop: () => undefined } } as unknown as OpenedChat, out, { limits: CHAT_LIMITS, signal: new AbortController().signal, log: { warn: () => undefined } });
   // The first event, then half of the second: only the whole first event goes on.
   const first = `data: ${events[0]}\r\n\r\n`;
   write!(first + 'data: {"choi');
