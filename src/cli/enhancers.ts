@@ -66,8 +66,13 @@ export async function follow(
     if (view.state !== 'installing') return view;
     if (stop.aborted) return null;
     await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, intervalMs);
-      stop.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+      // Each wait takes its abort listener away again: a long install polls hundreds of times.
+      const onAbort = () => (clearTimeout(timer), resolve());
+      const timer = setTimeout(() => {
+        stop.removeEventListener('abort', onAbort);
+        resolve();
+      }, intervalMs);
+      stop.addEventListener('abort', onAbort, { once: true });
     });
     if (stop.aborted) return null;
   }

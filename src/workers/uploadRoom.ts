@@ -31,6 +31,11 @@ export class UploadRoom {
     readonly marginBytes = UPLOAD_MARGIN_BYTES,
   ) {}
 
+  /** Reservations not released yet: accepted uploads whose folders are still there. */
+  get count(): number {
+    return this.#held.size;
+  }
+
   /** Bytes the accepted uploads may still write (what they wrote is in the free space already). */
   get reserved(): number {
     let bytes = 0;

@@ -358,13 +358,15 @@ t.test('a client that leaves while its job waits for the enhancer to end: the jo
   // The enhancer answered and is being ended: the job waits for it.
   await until('the enhancer unloading', async () => (b.service.enhancer.actor.getSnapshot().matches({ running: 'unloading' }) ? true : undefined), 30_000);
   order.push('enhancer unloading');
-  t.ok(b.service.uploads.reserved > 0, 'the upload holds its room');
+  // Read whole, the upload's file is on disk and its reservation holds no more bytes, but is kept until its folder goes.
+  t.equal(b.service.uploads.count, 1, 'the upload holds its reservation');
+  t.equal((await readdir(path.join(b.stateDir, 'jobs'))).length, 1, 'and its job folder');
   abort.abort();
   t.equal(await request.then(() => 'answered', (error: unknown) => (error as Error).name), 'AbortError');
   await until('the reservation given back', async () => (order.includes('reservation given back') ? true : undefined), 15_000);
   await until('the job folder gone', async () => ((await readdir(path.join(b.stateDir, 'jobs'))).length === 0 ? true : undefined), 20_000);
   t.same(order, ['enhancer unloading', 'reservation given back', 'enhancer lost'], 'the job ended while the enhancer was still being ended; its folder went once it was lost');
-  t.equal(b.service.uploads.reserved, 0, 'the upload room is released');
+  t.same([b.service.uploads.count, b.service.uploads.reserved], [0, 0], 'the upload room is released');
   t.same(await runs(model), [], 'sd-cli never ran');
   t.equal(subscriptions(), 0, "nothing is left listening on the enhancer's machine");
 });
