@@ -342,7 +342,10 @@ t.test('SIGKILL of the service while profiles and the endpoint record are writte
         if (!killed || (error instanceof Error && /^(create|update|publish|config):/.test(error.message))) throw error;
       }),
     );
-    await new Promise((resolve) => setTimeout(resolve, 100 + Math.random() * 400));
+    // The kill comes at a random moment after the first acknowledged write (not after a fixed
+    // time: on a busy machine the first answer may take longer than that).
+    await until(`round ${round}: a first acknowledged write`, async () => (writes > 0 ? true : undefined), 30_000);
+    await new Promise((resolve) => setTimeout(resolve, Math.random() * 400));
     killed = true;
     service.child.kill('SIGKILL');
     await service.exited;
