@@ -44,7 +44,7 @@ export async function whisperTranscribe(engine: WhisperEngine, pcm: PcmFile, lan
   if (engine.mode === 'server') {
     const form = new FormData();
     const samples = (await openAsBlob(pcm.file)).slice(pcm.offset, pcm.offset + pcm.bytes);
-    form.set('file', new Blob([wavHeader(pcm.bytes, SAMPLE_RATE), samples], { type: 'audio/wav' }), 'recording.wav');
+    form.set('file', new Blob([new Uint8Array(wavHeader(pcm.bytes, SAMPLE_RATE)), samples], { type: 'audio/wav' }), 'recording.wav');
     form.set('response_format', 'json');
     form.set('language', language);
     form.set('temperature', '0');
