@@ -18,7 +18,8 @@
 //   neither holds (the cap is full of requests under way) is the new one refused, and then in HTTP:
 //   `503` with `Retry-After` and `Connection: close` (the OpenAI error body, code
 //   `too_many_connections`), a moment to read it while what it sends is drained, then the close.
-//   Node's HTTP parser never sees it.
+//   Node's HTTP parser never sees it. At most MAX_LINGERING refusals linger at once: past that a
+//   refused connection is closed at once, without the answer.
 // - **Waiting is counted in the listener's own time.** Each sweep counts at most its own interval,
 //   so a stretch in which the event loop was busy (and read nothing) is held against no one: a burst
 //   the server has not yet read is never taken for slow.
@@ -42,8 +43,12 @@ export interface ConnectionLimits {
 export interface ConnectionCounts {
   open: number;
   pending: number;
+  /** Refused connections still reading their 503. */
+  lingering: number;
   /** Answered 503 past the cap. */
   refused: number;
+  /** Refused while MAX_LINGERING refusals lingered: closed at once, without the 503. */
+  dropped: number;
   /** Pending connections closed for a new one at the cap. */
   evicted: number;
   /** Closed for sending nothing within the first-byte limit. */
@@ -52,6 +57,8 @@ export interface ConnectionCounts {
 
 /** How long a pending connection keeps its place at the cap while pending connections are within their share: a request head sent in a few pieces takes well under it. */
 export const PENDING_GRACE_MS = 1_000;
+/** Refused connections that may read their 503 at once; further refusals are closed at once. */
+export const MAX_LINGERING = 64;
 
 /** An open connection. */
 interface Connection {
@@ -110,7 +117,8 @@ export function guardConnections(server: Server, limits: ConnectionLimits, now: 
   const open = new Map<Socket, Connection>();
   /** Pending connections, the longest waiting first. */
   const pending = new Set<Socket>();
-  const counts = { refused: 0, evicted: 0, silent: 0 };
+  const counts = { refused: 0, dropped: 0, evicted: 0, silent: 0 };
+  let lingering = 0;
   const sweepMs = Math.max(50, Math.min(125, Math.floor(limits.firstByteTimeoutMs / 4)));
   /** The listener's time: it advances by at most one sweep interval per sweep. */
   let time = 0;
@@ -154,10 +162,22 @@ export function guardConnections(server: Server, limits: ConnectionLimits, now: 
     return false;
   };
 
+  /** Answers 503 and closes, or closes at once while MAX_LINGERING refusals linger. */
+  const refuse = (socket: Socket) => {
+    if (lingering >= MAX_LINGERING) {
+      counts.dropped += 1;
+      socket.destroy();
+      return;
+    }
+    counts.refused += 1;
+    lingering += 1;
+    socket.once('close', () => (lingering -= 1));
+    answerAndClose(socket, answer);
+  };
+
   server.on('connection', (socket: Socket) => {
     if (open.size >= limits.maxConnections && !makeRoom()) {
-      counts.refused += 1;
-      answerAndClose(socket, answer);
+      refuse(socket);
       return;
     }
     const connection: Connection = { since: time, requests: 0 };
@@ -201,7 +221,7 @@ export function guardConnections(server: Server, limits: ConnectionLimits, now: 
   return {
     counts: () => {
       for (const socket of pending) waiting(socket);
-      return { open: open.size, pending: pending.size, ...counts };
+      return { open: open.size, pending: pending.size, lingering, ...counts };
     },
     trust: settle,
     closePending() {

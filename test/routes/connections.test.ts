@@ -6,7 +6,7 @@
 import { createServer, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
-import { guardConnections, PENDING_GRACE_MS, type ConnectionGuard, type ConnectionLimits } from '../../src/routes/connections.js';
+import { guardConnections, MAX_LINGERING, PENDING_GRACE_MS, type ConnectionGuard, type ConnectionLimits } from '../../src/routes/connections.js';
 import { build, PASSWORD, TOKEN, type Built } from '../helpers/build.js';
 import { openSocket, parseRaw, rawRequest, type OpenSocket } from '../helpers/raw.js';
 
@@ -360,4 +360,35 @@ t.test('a burst the server has not yet read is not taken for slow, however long 
   t.ok(await until(() => knockReply.startsWith('HTTP/1.1 503')), 'the new one was refused with 503 instead');
   knock.destroy();
   for (const open of [...held, ...burst]) open.socket.destroy();
+});
+
+t.test(`at most ${MAX_LINGERING} refusals linger for their 503; further refused connections are closed at once`, async (t) => {
+  const { url, guard } = await bareServer(t, { maxConnections: 1, maxPendingConnections: 1, firstByteTimeoutMs: 5_000 });
+  const held = await openSocket(url);
+  held.socket.write('GET /hold HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
+  t.ok(await until(() => guard.counts().pending === 0), 'one request under way holds the only place');
+  // Clients that never close their side: each refusal would linger its full second.
+  const port = Number(new URL(url).port);
+  const refused = await Promise.all(
+    Array.from({ length: MAX_LINGERING + 8 }, async () => {
+      const socket = connect({ host: '127.0.0.1', port, allowHalfOpen: true });
+      let reply = '';
+      socket.setEncoding('utf8');
+      socket.on('data', (chunk: string) => (reply += chunk));
+      socket.on('error', () => undefined);
+      await new Promise((resolve) => socket.once('connect', resolve));
+      return { socket, reply: () => reply };
+    }),
+  );
+  t.ok(await until(() => guard.counts().refused + guard.counts().dropped === refused.length), 'every one was refused');
+  const counts = guard.counts();
+  t.equal(counts.lingering, MAX_LINGERING, `${counts.lingering} linger at once`);
+  t.equal(counts.dropped, refused.length - MAX_LINGERING, `${counts.dropped} were closed at once`);
+  // The lingering ones are closed after their second; the client's side stays open (it never closes it).
+  t.ok(await until(() => guard.counts().lingering === 0), 'none lingers after its second');
+  const answers = refused.map((o) => parseRaw(o.reply()).status);
+  t.equal(answers.filter((status) => status === 503).length, MAX_LINGERING, 'each lingering one had its 503');
+  t.equal(answers.filter((status) => status === 0).length, counts.dropped, 'the ones closed at once got no answer');
+  for (const o of refused) o.socket.destroy();
+  held.socket.destroy();
 });
