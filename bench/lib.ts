@@ -1,5 +1,5 @@
 // What the benchmarks share: the repository's root, percentiles of a sample, waiting on a state,
-// the built service as its own process, and stopping a child process.
+// stopping a child process, and the built service started as an operator starts it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { access } from 'node:fs/promises';
@@ -38,7 +38,11 @@ export async function stop(child: ChildProcess, graceMs = 3000): Promise<void> {
   clearTimeout(timer);
 }
 
-/** Polls `probe` every 100 ms until it returns a value (a throw counts as none), or fails after `limitMs`. */
+/** The operator's password and the API token of the service serveBench starts. */
+export const BENCH_PASSWORD = 'bench password 0123';
+export const BENCH_TOKEN = 'sd-bench-token-0123456789abcdefghijklmnop';
+
+/** Resolves with the first value `probe` gives within `limitMs` (a probe that throws counts as none), polling every 100 ms. */
 export async function until<T>(what: string, probe: () => Promise<T | undefined>, limitMs: number): Promise<T> {
   const end = Date.now() + limitMs;
   for (;;) {
@@ -53,6 +57,7 @@ export async function until<T>(what: string, probe: () => Promise<T | undefined>
 export interface Served {
   child: ChildProcess;
   pid: number;
+  adminUrl: string;
   apiPort: number;
   /** One admin API call with the session; anything but 200 or 201 throws. */
   admin: (method: string, url: string, body?: unknown) => Promise<Response>;
@@ -63,17 +68,25 @@ export interface Served {
 /**
  * `service-deck serve` over dist/ (as an operator runs it, so that its resident memory and open
  * descriptors are its own) with `stateDir`, the admin `password` and `env` beside PATH and HOME;
- * its endpoint started on a free port. `bench` names the benchmark in the message that asks for a
- * build first (the run exits 2 then). `onChild` gets the process as soon as it is spawned, so that
- * the caller can stop it whatever happens next.
+ * its endpoint started on `ports.apiPort` (else a free port), its admin listener on `ports.uiPort`
+ * (else a free port). `bench` names the benchmark in the message that asks for a build first (the
+ * run exits 2 then). `onChild` gets the process as soon as it is spawned, so that the caller can
+ * stop it whatever happens next.
  */
-export async function serveBuilt(bench: string, stateDir: string, password: string, env: NodeJS.ProcessEnv, onChild: (child: ChildProcess) => void): Promise<Served> {
+export async function serveBuilt(
+  bench: string,
+  stateDir: string,
+  password: string,
+  env: NodeJS.ProcessEnv,
+  onChild: (child: ChildProcess) => void,
+  ports: { uiPort?: number; apiPort?: number } = {},
+): Promise<Served> {
   await access(path.join(ROOT, 'dist', 'src', 'cli.js')).catch(() => {
     console.error(`${bench} runs the built service: npm run build first`);
     process.exit(2);
   });
-  const uiPort = await freePort();
-  const apiPort = await freePort();
+  const uiPort = ports.uiPort ?? (await freePort());
+  const apiPort = ports.apiPort ?? (await freePort());
   const child = spawn(process.execPath, [path.join(ROOT, 'bin', 'service-deck.js'), 'serve', '--state-dir', stateDir, '--ui-port', String(uiPort)], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, SERVICE_DECK_ADMIN_PASSWORD: password, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -100,5 +113,17 @@ export async function serveBuilt(bench: string, stateDir: string, password: stri
     const created = await admin('POST', '/api/v1/profiles', profile);
     await admin('POST', '/api/v1/endpoint/profile', { id: ((await created.json()) as { id: string }).id, enabled: true });
   };
-  return { child, pid: child.pid!, apiPort, admin, publish };
+  return { child, pid: child.pid!, adminUrl, apiPort, admin, publish };
 }
+
+/**
+ * The built service with `env` (beside PATH, HOME, BENCH_PASSWORD and BENCH_TOKEN), its state and
+ * cache in `dir`, logged in, its inference listener on `apiPort`. Its stderr goes to this process's.
+ */
+export async function serveBench(dir: string, { uiPort, apiPort, env }: { uiPort: number; apiPort: number; env: NodeJS.ProcessEnv }): Promise<Served> {
+  const benchEnv = { SERVICE_DECK_API_TOKEN: BENCH_TOKEN, SERVICE_DECK_CACHE_DIR: path.join(dir, 'cache'), ...env };
+  return serveBuilt('the benchmark', path.join(dir, 'state'), BENCH_PASSWORD, benchEnv, () => undefined, { uiPort, apiPort });
+}
+
+/** What serveBench gives: the served service. */
+export type BenchService = Served;

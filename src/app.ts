@@ -1,8 +1,9 @@
 // The two listeners as Fastify instances. Both share one construction: the same limits (1 MiB
-// bodies, no chunked bodies, JSON only, a time limit to receive a request, a connection cap that
-// answers 503, a budget of half-open connections, answers for clients that half-close), the
-// Host check, one error handler rendering the OpenAI error body, and one access line per request. Routes live in src/routes/; they validate, send one event, await the
-// reply and map it to HTTP.
+// bodies, no chunked bodies, JSON only, a time limit to receive a request, a connection cap at
+// which waiting connections make room and past which a new one is answered 503, answers for
+// clients that half-close), the Host check, one error handler rendering the OpenAI error body,
+// and one access line per request. Routes live in src/routes/; they validate, send one event,
+// await the reply and map it to HTTP.
 import { randomFillSync } from 'node:crypto';
 import fastifyCookie from '@fastify/cookie';
 import fastifyMultipart from '@fastify/multipart';
@@ -10,6 +11,7 @@ import Fastify, {
   LogController,
   type onRequestHookHandler,
   type FastifyBaseLogger,
+  type FastifyRequest,
   type FastifyInstance,
   type RawReplyDefaultExpression,
   type RawRequestDefaultExpression,
@@ -61,6 +63,12 @@ export interface ListenerOptions {
   http?: HttpConfig;
   /** The listener's own admission check (the inference token), before any body is read. */
   gate?: onRequestHookHandler;
+  /**
+   * Whether a request proved a credential before its body is read (every hook of `onRequest` has
+   * passed): its connection then holds its place until the answer is over. Without it, a request
+   * with a body waits as a pending connection until the body is in (src/routes/connections.ts).
+   */
+  credited?: (request: FastifyRequest) => boolean;
 }
 
 /**
@@ -82,7 +90,7 @@ export function requestIds(count = 512): () => string {
   };
 }
 
-export function createListenerApp(name: 'admin' | 'inference', log: Logger, { onAccess, http = DEFAULT_HTTP, gate }: ListenerOptions = {}): App {
+export function createListenerApp(name: 'admin' | 'inference', log: Logger, { onAccess, http = DEFAULT_HTTP, gate, credited }: ListenerOptions = {}): App {
   const app = Fastify({
     loggerInstance: log.child({ listener: name }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
@@ -104,10 +112,16 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, { on
     requestIdHeader: false,
     genReqId: requestIds(),
   }).withTypeProvider<ZodTypeProvider>() as App;
-  // The connection cap answers 503, half-open connections have a budget of their own, silent ones go early.
+  // At the connection cap, waiting connections make room or the new one is answered 503; silent ones go early.
   const guard = guardConnections(app.server, http);
   // A client that ends its side after its request still gets its answer (src/routes/halfClose.ts).
   void app.register(halfClose);
+  if (credited) {
+    app.addHook('preParsing', (request, _reply, payload, done) => {
+      if (credited(request)) guard.trust(request.raw.socket);
+      done(null, payload);
+    });
+  }
   // A closing listener waits for requests under way, not for connections still sending their headers.
   app.addHook('preClose', (done) => {
     guard.closePending();
@@ -150,6 +164,8 @@ export async function buildInferenceApp(service: Service): Promise<App> {
       measure(route, status, request, reply);
     },
     http: service.config.http,
+    // A request that reaches its body has passed the token check.
+    credited: () => true,
     gate: (request, reply, done) => {
       // What an endpoint stop waits for: every request until its answer is over or its client gone.
       service.counters.opened();
@@ -177,7 +193,12 @@ export async function buildInferenceApp(service: Service): Promise<App> {
 
 /** The UI/admin listener: the operator console at `/` and its session API under /api/v1. */
 export async function buildAdminApp(service: Service): Promise<App> {
-  const app = createListenerApp('admin', service.log, { http: service.config.http, onAccess: requestMetrics(service.metrics, 'admin', service.profiles) });
+  const app = createListenerApp('admin', service.log, {
+    http: service.config.http,
+    onAccess: requestMetrics(service.metrics, 'admin', service.profiles),
+    // An operator's session (adminAuth); a login proves the password only with its body.
+    credited: (request) => request.adminSession !== undefined,
+  });
   app.addHook('onSend', securityHeaders);
   await app.register(fastifyCookie, { secret: service.secrets.sessionKey });
   await app.register(adminMetricsRoutes, { service });

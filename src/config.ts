@@ -33,9 +33,13 @@ export interface HttpConfig {
   headersTimeoutMs: number;
   /** How long an idle keep-alive connection stays open between requests. */
   keepAliveTimeoutMs: number;
-  /** Open connections per listener; a further one is answered 503 with Retry-After and closed (src/routes/connections.ts). */
+  /** Open connections per listener; at the cap a waiting one makes room, else a further one is answered 503 with Retry-After and closed (src/routes/connections.ts). */
   maxConnections: number;
-  /** Connections that have not yet sent a whole request head, per listener; past it the oldest goes. */
+  /**
+   * The share of the cap that waiting connections (for a request head, between requests, for the
+   * body of a request that proved no credential) may hold: at the cap, past it, the oldest makes
+   * room for a new one at once. At most half the cap.
+   */
   maxPendingConnections: number;
   /** A connection that sends no byte within this is closed (the headers limit applies once a request has begun). */
   firstByteTimeoutMs: number;
@@ -211,13 +215,16 @@ function httpConfig(env: NodeJS.ProcessEnv): HttpConfig {
   const maxText = env.SERVICE_DECK_MAX_CONNECTIONS;
   const pendingText = env.SERVICE_DECK_MAX_PENDING_CONNECTIONS;
   const requestHeadMs = Math.min(requestTimeoutMs, ms('SERVICE_DECK_HEADERS_TIMEOUT_MS', DEFAULT_HTTP.headersTimeoutMs));
+  const maxConnections = maxText ? Math.max(1, parseWhole(maxText, 'SERVICE_DECK_MAX_CONNECTIONS', 'connections')) : defaultMaxConnections();
+  const maxPending = pendingText ? Math.max(1, parseWhole(pendingText, 'SERVICE_DECK_MAX_PENDING_CONNECTIONS', 'connections')) : DEFAULT_HTTP.maxPendingConnections;
   return {
     requestTimeoutMs,
     // Node refuses a headers limit above the whole request's.
     headersTimeoutMs: requestHeadMs,
     keepAliveTimeoutMs: ms('SERVICE_DECK_KEEP_ALIVE_TIMEOUT_MS', DEFAULT_HTTP.keepAliveTimeoutMs),
-    maxConnections: maxText ? Math.max(1, parseWhole(maxText, 'SERVICE_DECK_MAX_CONNECTIONS', 'connections')) : defaultMaxConnections(),
-    maxPendingConnections: pendingText ? Math.max(1, parseWhole(pendingText, 'SERVICE_DECK_MAX_PENDING_CONNECTIONS', 'connections')) : DEFAULT_HTTP.maxPendingConnections,
+    maxConnections,
+    // At most half the cap: a share as large as the cap would let young waiting connections refuse everyone.
+    maxPendingConnections: Math.max(1, Math.min(maxPending, Math.floor(maxConnections / 2))),
     // Never longer than the headers limit, which Node applies to a connection that has begun a request.
     firstByteTimeoutMs: Math.min(requestHeadMs, ms('SERVICE_DECK_FIRST_BYTE_TIMEOUT_MS', DEFAULT_HTTP.firstByteTimeoutMs)),
     allowedHosts: parseAllowedHosts(env.SERVICE_DECK_ALLOWED_HOSTS ?? ''),

@@ -23,6 +23,8 @@ t.test('the pending budget and the first-byte limit from the environment', async
   t.match(http({ SERVICE_DECK_MAX_PENDING_CONNECTIONS: '16', SERVICE_DECK_FIRST_BYTE_TIMEOUT_MS: '700' }), { maxPendingConnections: 16, firstByteTimeoutMs: 700 });
   t.match(http({ SERVICE_DECK_HEADERS_TIMEOUT_MS: '1000', SERVICE_DECK_FIRST_BYTE_TIMEOUT_MS: '5000' }), { firstByteTimeoutMs: 1000 }, 'at most the headers limit');
   t.match(http({ SERVICE_DECK_MAX_CONNECTIONS: '300' }), { maxConnections: 300 });
+  t.match(http({ SERVICE_DECK_MAX_CONNECTIONS: '100', SERVICE_DECK_MAX_PENDING_CONNECTIONS: '90' }), { maxPendingConnections: 50 }, 'at most half the cap');
+  t.match(http({ SERVICE_DECK_MAX_CONNECTIONS: '4' }), { maxPendingConnections: 2 }, 'the default too');
   t.throws(() => http({ SERVICE_DECK_MAX_PENDING_CONNECTIONS: 'many' }), /SERVICE_DECK_MAX_PENDING_CONNECTIONS/);
 });
 
