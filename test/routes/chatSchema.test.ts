@@ -415,8 +415,8 @@ t.test("names reach the worker (llama-server gives the template each message's n
   const cut = sent('{ "city" : "Be');
   t.same(JSON.parse(cut?.function.arguments ?? 'null'), { unparsed_arguments: '{ "city" : "Be' }, 'arguments that are not JSON: an object that holds their text');
   t.match(cut, { id: 'c1', function: { name: 'f' } }, 'the call keeps its id and name');
-  t.equal(sent('').function.arguments, '{}', 'empty arguments (a call without parameters): an empty object');
-  t.equal(sent('  ').function.arguments, '{}', 'blank arguments: an empty object');
-  t.equal(sent('{"a": [1, 2]}').function.arguments, '{"a": [1, 2]}', 'JSON arguments unchanged, spacing included');
-  t.equal(sent('"text"').function.arguments, '"text"', 'any JSON text is left to the worker');
+  t.equal(sent('')?.function.arguments, '{}', 'empty arguments (a call without parameters): an empty object');
+  t.equal(sent('  ')?.function.arguments, '{}', 'blank arguments: an empty object');
+  t.equal(sent('{"a": [1, 2]}')?.function.arguments, '{"a": [1, 2]}', 'JSON arguments unchanged, spacing included');
+  t.equal(sent('"text"')?.function.arguments, '"text"', 'any JSON text is left to the worker');
 });
