@@ -124,6 +124,34 @@ const refusals: Refusal[] = [
     param: 'messages.0.role',
     message: /'system' \| 'developer' \| 'user' \| 'assistant' \| 'tool'/,
   },
+  {
+    name: 'an unknown field in a tool message beside its name',
+    body: { ...base, messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] }, { role: 'tool', tool_call_id: 'c1', name: 'f', content: 'y', artifact: {} }] },
+    code: 'unknown_parameter',
+    param: 'messages.2.artifact',
+    message: /^Unknown parameter: 'messages\.2\.artifact'\.$/,
+  },
+  {
+    name: 'a name on a tool call (it belongs in its function)',
+    body: { ...base, messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', name: 'f', function: { name: 'f', arguments: '{}' } }] }] },
+    code: 'unknown_parameter',
+    param: 'messages.1.tool_calls.0.name',
+    message: /messages\.1\.tool_calls\.0\.name/,
+  },
+  {
+    name: 'a tool message without its tool_call_id',
+    body: { ...base, messages: [{ role: 'tool', name: 'f', content: 'y' }] },
+    code: 'invalid_value',
+    param: 'messages.0.tool_call_id',
+    message: /messages\.0\.tool_call_id/,
+  },
+  {
+    name: 'tool call arguments that are not a string',
+    body: { ...base, messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: { a: 1 } } }] }] },
+    code: 'invalid_value',
+    param: 'messages.0.tool_calls.0.function.arguments',
+    message: /expected string/,
+  },
   { name: 'five stop sequences', body: { ...base, stop: ['a', 'b', 'c', 'd', 'e'] }, code: 'invalid_value', param: 'stop', message: /<=4 items/ },
   // The schemas the worker turns into a grammar (grammarCost.ts): over a limit, refused before any worker sees them.
   {
@@ -175,6 +203,22 @@ t.test('refused requests through a real listener (Fastify hands the zod issues o
   }
   const ok = await app.inject({ method: 'POST', url: '/v1/chat/completions', payload: base });
   t.equal(ok.statusCode, 200, 'a plain request passes');
+  // The conversation LangChain's createAgent sends at its second model call (issue 40): a name on
+  // every tool message, which the strict schema refused with unknown_parameter messages.2.name.
+  const agent = await app.inject({
+    method: 'POST',
+    url: '/v1/chat/completions',
+    payload: {
+      ...base,
+      messages: [
+        { role: 'system', content: 'Use the tools.', name: 'setup' },
+        { role: 'user', content: 'weather?', name: 'alice' },
+        { role: 'assistant', content: '', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'weather', arguments: '{"city":"Ber' } }] },
+        { role: 'tool', tool_call_id: 'c1', name: 'weather', content: 'sunny' },
+      ],
+    },
+  });
+  t.equal(agent.statusCode, 200, `names on every role and a cut call pass (${agent.body})`);
 });
 
 t.test('accepted requests: OpenAI ordinary fields, nulls as not set', async (t) => {
@@ -192,6 +236,35 @@ t.test('accepted requests: OpenAI ordinary fields, nulls as not set', async (t) 
           { role: 'user', content: 'weather?' },
           { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'weather', arguments: '{}' } }] },
           { role: 'tool', tool_call_id: 'c1', content: 'sunny' },
+        ],
+      },
+    ],
+    ...(['system', 'developer', 'user', 'assistant'] as const).map((role): [string, Record<string, unknown>] => [`a ${role} message with a name`, { messages: [{ role, content: 'x', name: 'alice' }] }]),
+    [
+      "LangChain's tool agent: a name on the tool message, as ToolMessage carries it",
+      {
+        messages: [
+          { role: 'user', content: 'weather?', name: 'alice' },
+          { role: 'assistant', content: '', name: 'agent', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'weather', arguments: '{"city":"Berlin"}' } }] },
+          { role: 'tool', tool_call_id: 'c1', name: 'weather', content: 'sunny' },
+        ],
+      },
+    ],
+    [
+      'a call cut by the token limit, sent back whole, and a call with empty arguments',
+      {
+        messages: [
+          { role: 'user', content: 'weather?' },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [
+              { id: 'c1', type: 'function', function: { name: 'weather', arguments: '{ "city" : "Be' } },
+              { id: 'c2', type: 'function', function: { name: 'now', arguments: '' } },
+            ],
+          },
+          { role: 'tool', tool_call_id: 'c1', content: 'cut' },
+          { role: 'tool', tool_call_id: 'c2', content: '12:00' },
         ],
       },
     ],
@@ -324,4 +397,26 @@ t.test('what is passed on: the own fields without nulls, the profile name as mod
   t.equal(body.model, 'chat-profile', 'model upstream is the profile name');
   const nulls = upstreamBody(request({ seed: null, stop: null, tools: null, logprobs: null, response_format: null, user: null, store: null }), profile());
   t.same(nulls, { model: 'chat-profile', messages: base.messages }, 'nulls are dropped');
+});
+
+t.test("names reach the worker (llama-server gives the template each message's name); a call's arguments reach it as JSON", async (t) => {
+  const named = [
+    { role: 'user', content: 'weather?', name: 'alice' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'weather', arguments: '{"city":"Berlin"}' } }] },
+    { role: 'tool', tool_call_id: 'c1', name: 'weather', content: 'sunny' },
+  ];
+  t.same(upstreamBody(request({ messages: named }), profile()).messages, named, 'JSON arguments and names go as they came');
+
+  const sent = (args: string) => {
+    const body = upstreamBody(request({ messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }] }] }), profile());
+    const assistant = (body.messages as Array<{ tool_calls?: Array<{ id: string; function: { name: string; arguments: string } }> }>)[1];
+    return assistant?.tool_calls?.[0];
+  };
+  const cut = sent('{ "city" : "Be');
+  t.same(JSON.parse(cut?.function.arguments ?? 'null'), { unparsed_arguments: '{ "city" : "Be' }, 'arguments that are not JSON: an object that holds their text');
+  t.match(cut, { id: 'c1', function: { name: 'f' } }, 'the call keeps its id and name');
+  t.equal(sent('')?.function.arguments, '{}', 'empty arguments (a call without parameters): an empty object');
+  t.equal(sent('  ')?.function.arguments, '{}', 'blank arguments: an empty object');
+  t.equal(sent('{"a": [1, 2]}')?.function.arguments, '{"a": [1, 2]}', 'JSON arguments unchanged, spacing included');
+  t.equal(sent('"text"')?.function.arguments, '"text"', 'any JSON text is left to the worker');
 });

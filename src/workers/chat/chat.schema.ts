@@ -26,8 +26,29 @@ function isJson(text: string): boolean {
   }
 }
 
-/** A tool call's arguments: the worker parses them to render them into the prompt, so anything but JSON would fail there. */
-export const toolArguments = z.string().refine(isJson, 'the arguments must be a JSON text');
+/**
+ * A tool call's arguments, any string, as OpenAI takes them: a call that the token limit cut off
+ * (finish_reason "length") has arguments that are not JSON, and OpenAI's guide and LangChain send
+ * the whole answer back. The worker gets a JSON text instead (workerArguments).
+ */
+export const toolArguments = z.string();
+
+/** The key under which arguments that are not JSON reach the worker (workerArguments). */
+export const UNPARSED_ARGUMENTS = 'unparsed_arguments';
+
+/**
+ * The arguments the worker gets for a call sent back. llama-server parses a call's arguments as
+ * JSON before it renders them into the prompt whenever the model's chat template reads them as an
+ * object (`arguments | items`, `arguments.city`: common/chat.cpp, func_args_not_string), and answers
+ * 500 "Failed to parse tool call arguments as JSON" to anything else. So arguments that are not
+ * JSON (a call cut by the token limit) go as an object holding their text, which every template
+ * renders, as an object or through `tojson`, and the model still sees what it wrote; empty
+ * arguments (a call without parameters) go as `{}`. JSON arguments go as they are.
+ */
+export function workerArguments(text: string): string {
+  if (text.trim() === '') return '{}';
+  return isJson(text) ? text : JSON.stringify({ [UNPARSED_ARGUMENTS]: text });
+}
 
 const toolCall = z.strictObject({
   id: z.string().min(1),
@@ -46,7 +67,10 @@ const message = z.discriminatedUnion('role', [
     refusal: z.string().nullish(),
     tool_calls: z.array(toolCall).optional(),
   }),
-  z.strictObject({ role: z.literal('tool'), content, tool_call_id: z.string().min(1) }),
+  // `name` on a tool message is not in OpenAI's schema, but OpenAI's API takes it, and LangChain
+  // sends it on every tool result (ToolMessage.name). llama-server hands it to the chat template
+  // as the message's `name`, as for every other role.
+  z.strictObject({ role: z.literal('tool'), content, tool_call_id: z.string().min(1), name: z.string().optional() }),
 ]);
 
 export const functionName = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a function name: letters, digits, _ and -, at most 64');
@@ -204,8 +228,16 @@ export function effectiveEffort(requested: ChatRequest['reasoning_effort']): Rea
   return requested === 'ultra' ? 'max' : requested;
 }
 
+type Message = ChatRequest['messages'][number];
+
+/** A message as the worker gets it: an assistant's calls with their arguments as JSON (workerArguments). */
+function workerMessage(message: Message): Message {
+  if (message.role !== 'assistant' || !message.tool_calls) return message;
+  const toolCalls = message.tool_calls.map((call) => ({ ...call, function: { ...call.function, arguments: workerArguments(call.function.arguments) } }));
+  return { ...message, tool_calls: toolCalls };
+}
+
 const PASSED_ON = [
-  'messages',
   'temperature',
   'top_p',
   'top_k',
@@ -225,13 +257,14 @@ const PASSED_ON = [
 ] as const;
 
 /**
- * The body the worker gets: the request's own fields (nulls dropped), the profile's sampling
+ * The body the worker gets: the request's messages (the arguments of calls sent back as JSON:
+ * workerMessage), its own fields (nulls dropped), the profile's sampling
  * defaults where the request leaves a value out, the profile name as `model`, `max_tokens` for
  * either token limit, and the effective reasoning effort. `includeUsage` asks for the usage
  * chunk at the end of a stream (the chat test always wants it).
  */
 export function upstreamBody(request: ChatRequest, profile: { name: string; params: ChatParams }, options: { includeUsage?: boolean } = {}): Record<string, unknown> {
-  const body: Record<string, unknown> = { model: profile.name };
+  const body: Record<string, unknown> = { model: profile.name, messages: request.messages.map(workerMessage) };
   for (const key of PASSED_ON) {
     const value = request[key];
     if (value !== undefined && value !== null) body[key] = value;
