@@ -1,8 +1,10 @@
 // OpenAI's Responses API (`POST /v1/responses`) on a chat profile, the API the AI SDK's OpenAI
 // provider and OpenAI's Agents SDK speak by default: one answer and its `output_text`, a stream
 // through the client's `responses.stream()` helper, and a function-tool round trip (the call comes
-// back as a `function_call` item, its result goes back as a `function_call_output` item). The
-// service keeps nothing between requests: each one sends the whole conversation in `input`.
+// back as a `function_call` item, its result goes back as a `function_call_output` item). Each
+// request here sends the whole conversation in `input`; the service also keeps recent answers in
+// memory for a while, so `previous_response_id` and `item_reference` work too (docs/api.md, Kept
+// responses).
 // The Responses API goes beyond the specification, so it is off until an operator turns it on:
 //   node bin/service-deck.js extensions enable responses     (or the console's overview)
 // Run: TOKEN=sd-... node examples/responses.mjs     (MODEL=<profile name> for another chat profile)

@@ -52,6 +52,7 @@ import { WorkerHooks } from './system/workers.js';
 import { ChatWorker } from './workers/chat/chat.js';
 import { CHAT_LIMITS, type ChatLimits } from './workers/chat/chatRequest.js';
 import { ChatTests } from './workers/chat/chatTests.js';
+import { ResponseMemory } from './workers/chat/responseMemory.js';
 import { CONSOLE_FEED_TIMING, ConsoleFeed, type ConsoleFeedTiming } from './workers/consoleFeed.js';
 import { EnhancerWorker } from './workers/enhancer/enhancer.js';
 import { EnhancerPreviews } from './workers/enhancer/enhancerPreviews.js';
@@ -201,6 +202,9 @@ export async function startService(loaded: Config, options: StartOptions): Promi
   const config = portRangeInForce(loaded, record, log);
 
   const extensions = new Extensions(endpoint, log);
+  const { memoryMiB, ttlSeconds } = config.responses;
+  const responseMemory = new ResponseMemory({ maxBytes: memoryMiB * 1024 * 1024, ttlMs: ttlSeconds * 1000, log });
+  responseMemory.forgetWhenOff(extensions);
   const host = new HostFacts(config.stateDir);
   const enhancers = await EnhancerInstalls.open({
     dir: path.join(config.stateDir, 'enhancers'),
@@ -291,6 +295,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     secrets,
     endpoint,
     extensions,
+    responseMemory,
     profiles,
     catalog,
     sessions,
@@ -367,6 +372,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
         builds.stop();
         supervisor.stop();
         for (const worker of [chat, stt, tts, image, enhancer]) worker.stop();
+        responseMemory.clear();
         await endpoint.flushed();
         await closeAdmin(admin);
         await removeAdminRecord(config.stateDir, process.pid);

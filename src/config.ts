@@ -93,6 +93,12 @@ export interface Config {
   scheduling: { order: 'swap-aware' | 'strict'; switchMaxWaitMs: number };
   /** How often the programs of loaded workers are looked at for a new build (spec 3.5, 9). */
   buildPollMs: number;
+  /**
+   * The Responses API's memory of recent responses (src/workers/chat/responseMemory.ts): at most
+   * `memoryMiB` (`SERVICE_DECK_RESPONSES_MEMORY_MIB`, 64; 0 keeps none), each kept `ttlSeconds`
+   * after its last use (`SERVICE_DECK_RESPONSES_TTL_S`, 3600; 1 to RESPONSES_TTL_CAP_S).
+   */
+  responses: { memoryMiB: number; ttlSeconds: number };
   firstPassword: string | undefined;
   firstToken: string | undefined;
   logLevel: string;
@@ -245,6 +251,22 @@ function parseScheduling(env: NodeJS.ProcessEnv): Config['scheduling'] {
   return { order, switchMaxWaitMs };
 }
 
+/** The longest a response may be kept after its last use: OpenAI's own retention, 30 days. */
+export const RESPONSES_TTL_CAP_S = 30 * 24 * 3600;
+/** The most memory the responses may take: 64 GiB (MiB). */
+export const RESPONSES_MEMORY_CAP_MIB = 65_536;
+
+/** The Responses API's memory (see Config.responses); a setting out of its range is refused, not lowered. */
+function parseResponses(env: NodeJS.ProcessEnv): Config['responses'] {
+  const memory = (env.SERVICE_DECK_RESPONSES_MEMORY_MIB ?? '').trim();
+  const ttl = (env.SERVICE_DECK_RESPONSES_TTL_S ?? '').trim();
+  const memoryMiB = memory === '' ? 64 : parseWhole(memory, 'SERVICE_DECK_RESPONSES_MEMORY_MIB');
+  const ttlSeconds = ttl === '' ? 3600 : parseWhole(ttl, 'SERVICE_DECK_RESPONSES_TTL_S', 'seconds');
+  if (memoryMiB > RESPONSES_MEMORY_CAP_MIB) throw new ConfigError(`SERVICE_DECK_RESPONSES_MEMORY_MIB: ${memoryMiB} is above ${RESPONSES_MEMORY_CAP_MIB} MiB (0 keeps no responses)`);
+  if (ttlSeconds < 1 || ttlSeconds > RESPONSES_TTL_CAP_S) throw new ConfigError(`SERVICE_DECK_RESPONSES_TTL_S: ${ttlSeconds} is not between 1 and ${RESPONSES_TTL_CAP_S} seconds (30 days)`);
+  return { memoryMiB, ttlSeconds };
+}
+
 /** The checkout or installed package this module belongs to (src/ runs under tsx, dist/src/ built). */
 function packageRoot(): string {
   let dir = path.dirname(fileURLToPath(import.meta.url));
@@ -285,6 +307,7 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     gpuPollMs: Math.max(100, parseWhole(env.SERVICE_DECK_GPU_POLL_MS ?? '2000', 'SERVICE_DECK_GPU_POLL_MS', 'milliseconds')),
     scheduling: parseScheduling(env),
     buildPollMs: Math.max(100, parseWhole(env.SERVICE_DECK_BUILD_POLL_MS ?? '5000', 'SERVICE_DECK_BUILD_POLL_MS', 'milliseconds')),
+    responses: parseResponses(env),
     firstPassword: env.SERVICE_DECK_ADMIN_PASSWORD,
     firstToken: env.SERVICE_DECK_API_TOKEN,
     logLevel: env.SERVICE_DECK_LOG_LEVEL ?? 'info',

@@ -25,6 +25,7 @@ import type { WorkerHooks } from './system/workers.js';
 import type { ChatWorker } from './workers/chat/chat.js';
 import type { ChatLimits } from './workers/chat/chatRequest.js';
 import type { ChatTests } from './workers/chat/chatTests.js';
+import type { ResponseMemory } from './workers/chat/responseMemory.js';
 import type { ConsoleFeed } from './workers/consoleFeed.js';
 import type { EnhancerWorker } from './workers/enhancer/enhancer.js';
 import type { EnhancerPreviews } from './workers/enhancer/enhancerPreviews.js';
@@ -44,6 +45,8 @@ export interface Service {
   endpoint: EndpointStore;
   /** The operator's switches for what goes beyond the specification, off by default (CONTRACT section 9). */
   extensions: Extensions;
+  /** The Responses API's recent responses, in memory for a while, per API token (responseMemory.ts). */
+  responseMemory: ResponseMemory;
   profiles: ProfileStore;
   catalog: Catalog;
   sessions: SessionStore;

@@ -43,6 +43,16 @@ t.test('the queue order and the swap bound from the environment', async (t) => {
   );
 });
 
+t.test("the Responses API's kept responses: 64 MiB and an hour by default, 0 MiB keeps none, out of range refused", async (t) => {
+  const responses = (env: NodeJS.ProcessEnv) => loadConfig({ stateDir: '/tmp/unused' }, env).responses;
+  t.same(responses({}), { memoryMiB: 64, ttlSeconds: 3600 });
+  t.same(responses({ SERVICE_DECK_RESPONSES_MEMORY_MIB: '0', SERVICE_DECK_RESPONSES_TTL_S: '2592000' }), { memoryMiB: 0, ttlSeconds: 2_592_000 });
+  t.throws(() => responses({ SERVICE_DECK_RESPONSES_MEMORY_MIB: 'lots' }), { name: 'ConfigError', message: /^SERVICE_DECK_RESPONSES_MEMORY_MIB: "lots" is not a whole number of MiB/ });
+  t.throws(() => responses({ SERVICE_DECK_RESPONSES_MEMORY_MIB: '65537' }), { name: 'ConfigError', message: /^SERVICE_DECK_RESPONSES_MEMORY_MIB: 65537 is above 65536 MiB/ });
+  t.throws(() => responses({ SERVICE_DECK_RESPONSES_TTL_S: '0' }), { name: 'ConfigError', message: /^SERVICE_DECK_RESPONSES_TTL_S: 0 is not between 1 and 2592000 seconds/ });
+  t.throws(() => responses({ SERVICE_DECK_RESPONSES_TTL_S: '2592001' }), { name: 'ConfigError', message: /^SERVICE_DECK_RESPONSES_TTL_S: 2592001 is not between 1 and 2592000/ });
+});
+
 t.test('serve refuses a swap bound above the cap before it starts, naming the variable', async (t) => {
   const names = ['SERVICE_DECK_SWITCH_MAX_WAIT_MS', 'SERVICE_DECK_BUILD_POLL_MS'] as const;
   const before = names.map((name) => process.env[name]);

@@ -15,6 +15,11 @@ declare module 'fastify' {
 
 const BEARER = /^Bearer\s+(\S+)\s*$/i;
 
+/** The bearer token a request presents (on the inference listener, the one bearerAuth accepted). */
+export function bearerToken(request: FastifyRequest): string | undefined {
+  return BEARER.exec(request.headers.authorization ?? '')?.[1];
+}
+
 /**
  * The inference listener's token check: undefined when the presented token is the one in force,
  * else the 401. The token file is stat'ed on every request, so a rotation by another process
@@ -23,8 +28,7 @@ const BEARER = /^Bearer\s+(\S+)\s*$/i;
  */
 export function bearerAuth(secrets: SecretStore): (request: FastifyRequest) => ApiError | undefined | Promise<ApiError | undefined> {
   return (request) => {
-    const match = BEARER.exec(request.headers.authorization ?? '');
-    const presented = match?.[1];
+    const presented = bearerToken(request);
     if (!presented) return errors.invalidApiKey();
     const verdict = () => (secrets.tokenMatches(presented) ? undefined : errors.invalidApiKey('Invalid API token.'));
     return secrets.unchanged() ? verdict() : secrets.refresh().then(verdict);

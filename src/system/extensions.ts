@@ -12,9 +12,9 @@ export const EXTENSION_FACTS: Record<ExtensionName, { title: string; route: stri
   responses: { title: "OpenAI's Responses API", route: 'POST /v1/responses' },
 };
 
-/** The words a client hears when it asks for an extension that is off (a 404, like an unknown route). */
-export function extensionOffMessage(name: ExtensionName): string {
-  const { title, route } = EXTENSION_FACTS[name];
+/** The words a client hears when it asks for an extension that is off (a 404, like an unknown route): `route` is the one it asked for. */
+export function extensionOffMessage(name: ExtensionName, route = EXTENSION_FACTS[name].route): string {
+  const { title } = EXTENSION_FACTS[name];
   return (
     `Unknown route: ${route}. ${title} goes beyond this endpoint's specification and is off; ` +
     `an operator can turn it on (the console's overview, or service-deck extensions enable ${name}).`

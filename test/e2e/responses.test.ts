@@ -1,8 +1,8 @@
 // OpenAI's Responses API (`POST /v1/responses`) against the real service with the real
 // llama-server on a tiny generated model, driven by the clients that speak it by default: the
 // official `openai` client (`responses.create`, `output_text`, the `responses.stream()` helper, a
-// function-tool round trip) and the AI SDK's default OpenAI provider (`generateText`,
-// `streamText`). Every JSON answer is validated against OpenAI's `Response` and every stream event
+// function-tool round trip, a kept response continued and retrieved) and the AI SDK's default
+// OpenAI provider (`generateText`, `streamText`, a second turn by item_reference). Every JSON answer is validated against OpenAI's `Response` and every stream event
 // against `ResponseStreamEvent`, with the sequence numbers and indexes checked in order.
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, jsonSchema, streamText, tool, type JSONSchema7 } from 'ai';
@@ -67,7 +67,7 @@ t.test('responses.create and responses.stream() through the openai client', asyn
   const { b, client } = await setUp(t);
   const answer = await client.responses.create({ model: 'tiny', input: 'Hello', instructions: 'Be brief.', max_output_tokens: 12 });
   matchesSchema(t, 'Response', answer, 'the JSON answer matches Response');
-  t.match(answer, { object: 'response', model: 'tiny', status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, instructions: 'Be brief.', max_output_tokens: 12, error: null, store: false });
+  t.match(answer, { object: 'response', model: 'tiny', status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, instructions: 'Be brief.', max_output_tokens: 12, error: null, store: true });
   t.match(answer.id, /^resp_[0-9a-f]{32}$/);
   t.equal(answer.usage?.output_tokens, 12, 'the usage counts the 12 tokens');
   t.ok((answer.usage?.input_tokens ?? 0) > 0, 'and the input');
@@ -142,9 +142,17 @@ t.test('responses.create and responses.stream() through the openai client', asyn
   const missing = await client.responses.create({ model: 'nope', input: 'x' }).catch((e: unknown) => e);
   t.ok(missing instanceof OpenAI.NotFoundError, 'an unknown model is the same 404 as for chat completions');
   t.match((missing as InstanceType<typeof OpenAI.NotFoundError>).error, { code: 'model_not_found', param: 'model' });
-  const stateful = await client.responses.create({ model: 'tiny', input: 'x', previous_response_id: answer.id }).catch((e: unknown) => e);
-  t.ok(stateful instanceof OpenAI.BadRequestError, 'previous_response_id is refused');
-  t.match((stateful as InstanceType<typeof OpenAI.BadRequestError>).error, { code: 'invalid_value', param: 'previous_response_id', message: /is not offered by this endpoint/ });
+
+  // Kept for a while (responseMemory.ts): retrieved, and continued by previous_response_id.
+  const retrieved = await client.responses.retrieve(answer.id);
+  matchesSchema(t, 'Response', retrieved, 'a retrieved Response matches Response');
+  t.same(retrieved, answer, 'responses.retrieve gives the kept Response');
+  const continued = await client.responses.create({ model: 'tiny', input: 'Again', previous_response_id: answer.id, max_output_tokens: 4 });
+  t.equal(continued.previous_response_id, answer.id);
+  t.ok((continued.usage?.input_tokens ?? 0) > (answer.usage?.input_tokens ?? 0), 'the kept conversation reached the worker: more input tokens than the first request');
+  const unkept = await client.responses.create({ model: 'tiny', input: 'x', previous_response_id: 'resp_00000000000000000000000000000000' }).catch((e: unknown) => e);
+  t.ok(unkept instanceof OpenAI.BadRequestError, 'a previous_response_id that is not kept is a 400');
+  t.match((unkept as InstanceType<typeof OpenAI.BadRequestError>).error, { code: 'invalid_value', param: 'previous_response_id', message: /is not kept here: this service keeps responses only for a while/ });
 });
 
 /** The weather table the function tool answers from. */
@@ -245,13 +253,15 @@ t.test("the AI SDK's default OpenAI provider: generateText, streamText and a too
   t.ok(call && ['Berlin', 'Paris'].includes((call.input as { city: string }).city), `with its input (${JSON.stringify(call?.input)})`);
 
   // A second turn: the SDK sends the earlier answer back. By default (its `store` is true) it names
-  // that answer by an item_reference, which a service that keeps nothing refuses by name; with
-  // `store: false` it sends the answer itself.
+  // that answer by an item_reference, which the service finds in its memory of recent responses;
+  // with `store: false` it sends the answer itself. (test/e2e/aiSdkConversation.test.ts runs whole
+  // conversations and tool loops on the stand-in worker.)
   const first = await generateText({ model, prompt: 'Hello', maxOutputTokens: 4, maxRetries: 0 });
   const messages = [{ role: 'user' as const, content: 'Hello' }, ...first.response.messages, { role: 'user' as const, content: 'Again' }];
-  const referenced = await generateText({ model, messages, maxOutputTokens: 4, maxRetries: 0 }).catch((e: unknown) => e);
-  t.match(referenced, { statusCode: 400, message: /item_reference is not offered by this endpoint: the service keeps nothing after an answer/ }, 'an item_reference is refused by name');
+  const referenced = await generateText({ model, messages, maxOutputTokens: 4, maxRetries: 0 });
+  t.equal(referenced.usage.outputTokens, 4, 'by default (item_reference) the second turn is answered');
+  t.ok((referenced.usage.inputTokens ?? 0) > (first.usage.inputTokens ?? 0), 'with the first answer in its input');
   const second = await generateText({ model, messages, maxOutputTokens: 4, maxRetries: 0, providerOptions: { openai: { store: false } } });
   t.equal(second.usage.outputTokens, 4, 'with store: false the second turn is answered');
-  t.ok((second.usage.inputTokens ?? 0) > (first.usage.inputTokens ?? 0), 'with the first answer in its input');
+  t.equal(second.usage.inputTokens, referenced.usage.inputTokens, 'with the same input: the referenced answer is the one sent whole');
 });

@@ -38,7 +38,7 @@ t.test("the route's lists of built-in tools, tool choices and items are OpenAI's
   t.same([...BUILT_IN_ITEMS].sort(), OPENAI.items, 'every InputItem type but the messages, function calls and outputs, reasoning, references and compaction');
 });
 const NOT_OFFERED = /is not offered by this endpoint: /;
-const STATELESS = /is not offered by this endpoint: the service keeps nothing after an answer/;
+const NO_CONVERSATIONS = /is not offered by this endpoint: the service keeps no conversation objects, only recent responses for a while/;
 const BUILT_IN = /is not offered by this endpoint: only function tools are offered/;
 
 interface Refusal {
@@ -50,10 +50,9 @@ interface Refusal {
 }
 
 const refusals: Refusal[] = [
-  { name: 'previous_response_id', body: { previous_response_id: 'resp_1' }, param: 'previous_response_id', message: STATELESS },
-  { name: 'conversation by id', body: { conversation: 'conv_1' }, param: 'conversation', message: STATELESS },
-  { name: 'conversation as an object', body: { conversation: { id: 'conv_1' } }, param: 'conversation', message: STATELESS },
-  { name: 'store: true', body: { store: true }, param: 'store', message: /store: true is not offered by this endpoint: the service keeps nothing/ },
+  { name: 'conversation by id', body: { conversation: 'conv_1' }, param: 'conversation', message: NO_CONVERSATIONS },
+  { name: 'conversation as an object', body: { conversation: { id: 'conv_1' } }, param: 'conversation', message: NO_CONVERSATIONS },
+  { name: 'an empty previous_response_id', body: { previous_response_id: '' }, param: 'previous_response_id', message: /Too small: expected string to have >=1 characters/ },
   { name: 'background: true', body: { background: true }, param: 'background', message: /background: true is not offered by this endpoint: nothing is kept/ },
   { name: 'a stored prompt', body: { prompt: { id: 'pmpt_1' } }, param: 'prompt', message: /prompt is not offered by this endpoint: there are no stored prompt templates/ },
   { name: 'context_management', body: { context_management: [{ type: 'compaction' }] }, param: 'context_management', message: /no conversation to compact/ },
@@ -62,7 +61,7 @@ const refusals: Refusal[] = [
   ...OPENAI.tools.map((type) => ({ name: `the built-in tool ${type}`, body: { tools: [{ type }] }, param: 'tools.0.type', message: new RegExp(`^Invalid value for 'tools\\.0\\.type': the ${type} tool ${BUILT_IN.source}`) })),
   ...OPENAI.choices.map((type) => ({ name: `tool_choice ${type}`, body: { tool_choice: { type } }, param: 'tool_choice.type', message: new RegExp(`tool_choice of type ${type} ${BUILT_IN.source}`) })),
   ...OPENAI.items.map((type) => ({ name: `a ${type} input item`, body: { input: [{ type, id: 'x' }] }, param: 'input.0.type', message: new RegExp(`a ${type} item ${BUILT_IN.source}`) })),
-  { name: 'an item_reference', body: { input: [{ type: 'item_reference', id: 'msg_1' }] }, param: 'input.0.type', message: STATELESS },
+  { name: 'an item_reference without an id', body: { input: [{ type: 'item_reference' }] }, param: 'input.0.id', message: /./ },
   { name: 'a compaction item', body: { input: [{ type: 'compaction', encrypted_content: 'x' }] }, param: 'input.0.type', message: /a compaction item is not offered/ },
   {
     name: 'an input_image part',
@@ -129,9 +128,10 @@ t.test('every refusal through a real listener (Fastify hands the zod issues over
   t.equal((await app.inject({ method: 'POST', url: '/v1/responses', payload: base })).statusCode, 200, 'a plain request passes');
 });
 
-t.test('accepted: what the clients send, nulls as not set, the values that keep nothing', async (t) => {
+t.test('accepted: what the clients send, nulls as not set, the values that keep nothing, and what names a kept response', async (t) => {
   const accepted: Array<[string, Record<string, unknown>]> = [
     ['store: false, background: false, truncation disabled', { store: false, background: false, truncation: 'disabled' }],
+    ["store: true (the AI SDK's default), previous_response_id, item_reference items", { store: true, previous_response_id: 'resp_1', input: [{ type: 'item_reference', id: 'msg_1' }, { role: 'user', content: 'and?' }] }],
     ['every nullable field null', { instructions: null, temperature: null, top_p: null, max_output_tokens: null, tools: null, tool_choice: null, text: null, reasoning: null, stream: null, previous_response_id: null, conversation: null, prompt: null, store: null }],
     ['reasoning with a summary', { reasoning: { effort: 'ultra', summary: 'auto' } }],
     ['a reasoning item of an earlier answer', { input: [{ type: 'reasoning', id: 'rs_1', summary: [{ type: 'summary_text', text: 'thought' }] }, { role: 'user', content: 'go on' }] }],

@@ -4,18 +4,20 @@
 // or items, `instructions`), function tools and their round trip, the structured output, the
 // sampling overrides, the token limit, the reasoning effort and the stream are honoured or passed
 // to llama-server (as a chat completion request: responses.ts); identifiers, cache and tier hints
-// are accepted and ignored; what needs state the service does not keep (`previous_response_id`,
-// `conversation`, `store: true`, stored prompts, item references, background answers) and
-// OpenAI's built-in tools (web search, file search, computer use, MCP, …) are refused with a 400
-// that names the field and says why. Any other field is an unknown extension field (400
+// are accepted and ignored. Recent answers are kept in memory for a while (`store`, on unless
+// `false`; responseMemory.ts), so `previous_response_id` and `item_reference` items name them; what
+// needs state the service does not keep (`conversation`, stored prompts, background answers,
+// compaction) and OpenAI's built-in tools (web search, file search, computer use, MCP, …) are
+// refused with a 400 that names the field and says why. Any other field is an unknown extension field (400
 // unknown_parameter). `null` counts as not set, as in OpenAI's schema.
 import { z } from 'zod';
 import { notOffered, refusedField, type FieldFates } from '../fields.js';
 import { boundedJsonSchema } from './grammarCost.js';
 import { functionName, maxTokens, reasoningEffort, schemaName, STREAM_OPTIONS_ISSUE, streamOptionsOnlyWhenStreaming, toolArguments } from './chat.schema.js';
 
-/** Why whatever needs a response kept is refused. */
-const STATELESS = 'the service keeps nothing after an answer; send the whole conversation in input, with the function_call and function_call_output items';
+/** Why whatever needs more than the recent responses kept in memory is refused. */
+const NO_CONVERSATIONS =
+  'the service keeps no conversation objects, only recent responses for a while: name the last one in previous_response_id, or send the whole conversation in input';
 
 /** An object of one of `types` whose every value is refused with `what` and `why`, naming its `type`. */
 function refusedKinds<const T extends readonly [string, ...string[]]>(types: T, what: (type: string) => string, why: string) {
@@ -110,12 +112,13 @@ export const BUILT_IN_ITEMS = [
 ] as const;
 const BUILT_IN_TOOLS_WHY = 'only function tools are offered: OpenAI\'s built-in tools (web search, file search, computer use, MCP, code interpreter, image generation, shells, patches, tool search, custom tools) do not run here; declare a function tool and run it yourself';
 
-const inputItem = z.discriminatedUnion('type', [
+export const inputItem = z.discriminatedUnion('type', [
   messageItem,
   functionCallItem,
   functionCallOutputItem,
   reasoningItem,
-  refusedKinds(['item_reference'], () => 'item_reference', STATELESS),
+  // An item of a kept response, by its id (responseMemory.ts puts the item in its place).
+  z.strictObject({ type: z.literal('item_reference'), id: z.string().min(1) }),
   refusedKinds(['compaction', 'compaction_trigger'], (type) => `a ${type} item`, 'the service keeps no conversation to compact'),
   refusedKinds(BUILT_IN_ITEMS, (type) => `a ${type} item`, BUILT_IN_TOOLS_WHY),
 ]);
@@ -237,8 +240,9 @@ export const responsesRequestSchema = z
     stream: z.boolean().nullish(),
     stream_options: z.strictObject({ include_obfuscation: z.boolean().optional() }).nullish(),
     truncation: z.literal('disabled', notOffered("truncation 'auto'", 'no input is dropped to fit the context: a request that does not fit is a 400 context_length_exceeded')).nullish(),
-    // Nothing is kept: the values that would keep something are refused.
-    store: z.literal(false, notOffered('store: true', STATELESS)).nullish(),
+    // Kept in memory for a while unless false (responseMemory.ts); named later by previous_response_id or item_reference.
+    store: z.boolean().nullish(),
+    previous_response_id: z.string().min(1).nullish(),
     background: z.literal(false, notOffered('background: true', 'nothing is kept to be fetched later: stream the answer instead')).nullish(),
     // Accepted and not passed on.
     metadata: z.record(z.string().max(64), z.string().max(512)).nullish(),
@@ -250,8 +254,7 @@ export const responsesRequestSchema = z
     service_tier: z.enum(['auto', 'default', 'flex', 'scale', 'priority', 'fast', 'ultrafast']).nullish(),
     max_tool_calls: z.number().int().min(0).nullish(),
     // Refused whatever their value (null aside).
-    previous_response_id: refusedField('previous_response_id', STATELESS),
-    conversation: refusedField('conversation', STATELESS),
+    conversation: refusedField('conversation', NO_CONVERSATIONS),
     prompt: refusedField('prompt', 'there are no stored prompt templates: send the instructions and the input themselves'),
     context_management: refusedField('context_management', 'the service keeps no conversation to compact'),
     moderation: refusedField('moderation', 'nothing moderates the request or the answer'),
@@ -295,7 +298,7 @@ export const RESPONSES_FIELDS = {
   prompt_cache_options: 'ignored',
   service_tier: 'ignored',
   max_tool_calls: 'ignored',
-  previous_response_id: 'refused',
+  previous_response_id: 'honoured',
   conversation: 'refused',
   prompt: 'refused',
   context_management: 'refused',

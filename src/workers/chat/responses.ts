@@ -162,6 +162,19 @@ const ERROR_CODES: Readonly<Record<string, string>> = { server_error: 'server_er
 
 type Kind = 'message' | 'reasoning' | 'function_call';
 const PREFIX: Readonly<Record<Kind, string>> = { message: 'msg', reasoning: 'rs', function_call: 'fc' };
+
+/** The id of the Response whose output holds the item `itemId` (`msg_<hex>_<index>` is an item of `resp_<hex>`), if it is one of ours. */
+export function responseIdOfItem(itemId: string): string | undefined {
+  const hex = /^(?:msg|rs|fc)_([0-9a-f]{32})_\d+$/.exec(itemId)?.[1];
+  return hex === undefined ? undefined : `resp_${hex}`;
+}
+
+/** How a Response is kept once it ends (responseMemory.ts): `store` is what the Response says. */
+export interface Keeping {
+  store: boolean;
+  /** The Response once it ended: completed, incomplete or failed. */
+  onEnd?: (response: Readonly<Record<string, unknown>>) => void;
+}
 /** What ends an answer early, as OpenAI's incomplete_details.reason. */
 const INCOMPLETE: Readonly<Record<string, string>> = { length: 'max_output_tokens', content_filter: 'content_filter' };
 
@@ -200,8 +213,10 @@ export class ResponseAnswer {
   #finish: string | undefined;
   #sequence = 0;
   #state: 'new' | 'running' | 'over' = 'new';
+  readonly #onEnd: Keeping['onEnd'];
 
-  constructor(request: ResponsesRequest, model: string, upstream: Readonly<Record<string, unknown>>) {
+  constructor(request: ResponsesRequest, model: string, upstream: Readonly<Record<string, unknown>>, keeping: Keeping = { store: false }) {
+    this.#onEnd = keeping.onEnd;
     const number = (value: unknown) => (typeof value === 'number' ? value : null);
     this.response = {
       id: `resp_${this.#hex}`,
@@ -218,11 +233,11 @@ export class ResponseAnswer {
       model,
       output: this.#output,
       parallel_tool_calls: request.parallel_tool_calls ?? true,
-      previous_response_id: null,
+      previous_response_id: request.previous_response_id ?? null,
       prompt_cache_key: request.prompt_cache_key ?? null,
       reasoning: { effort: effectiveEffort(request.reasoning?.effort), summary: null },
       safety_identifier: request.safety_identifier ?? null,
-      store: false,
+      store: keeping.store,
       temperature: number(upstream.temperature),
       text: { format: request.text?.format ?? { type: 'text' }, verbosity: request.text?.verbosity ?? 'medium' },
       tool_choice: request.tool_choice ?? 'auto',
@@ -421,6 +436,7 @@ export class ResponseAnswer {
     this.response.incomplete_details = reason ? { reason } : null;
     this.response.completed_at = reason ? null : Math.floor(Date.now() / 1000);
     this.#emit({ type: reason ? 'response.incomplete' : 'response.completed', response: this.response });
+    this.#onEnd?.(this.response);
   }
 
   #fail(code: string, message: string): void {
@@ -432,5 +448,6 @@ export class ResponseAnswer {
     this.response.status = 'failed';
     this.response.error = { code, message };
     this.#emit({ type: 'response.failed', response: this.response });
+    this.#onEnd?.(this.response);
   }
 }
