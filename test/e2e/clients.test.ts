@@ -60,7 +60,7 @@ function runAgent(b: Built, how: 'buffered' | 'streamed'): Promise<{ messages: A
 t.test("LangChain's createAgent runs its tool loop to the end, buffered and streamed (a name on every tool message)", async (t) => {
   const dir = await tempDir(t);
   const events = path.join(dir, 'events');
-  const b = await serve(t, dir, await fakeLlamaServerIn(dir, 'agent', events), 'agent', await tinyModelIn(dir));
+  const b = await serve(t, dir, await fakeLlamaServerIn(dir, 'tools', events), 'agent', await tinyModelIn(dir));
   for (const how of ['buffered', 'streamed'] as const) {
     const before = (await workerConversations(events).catch(() => [])).length;
     const { messages, asked, chunks } = await runAgent(b, how);
