@@ -7,7 +7,7 @@
 export type { EndpointStatus } from './status.js';
 export type { SupervisedWorker } from './diagnostics.js';
 export type { AudioPolicyView } from '../audioPolicy.js';
-export type { InstallView } from '../enhancers/enhancerInstalls.js';
+export type { InstallPlan, InstallView } from '../enhancers/enhancerInstalls.js';
 export type { ChatTestJob } from '../../workers/chat/chatTests.js';
 export type { ImageTestJob } from '../../workers/image/imageTests.js';
 export type { EnhancerPreview } from '../../workers/enhancer/enhancerPreviews.js';
