@@ -46,7 +46,9 @@ t.test('the console from the walk-through: install size, port, tables, unload, s
   const other = await otherSession(origin);
   const created = (await (await other('POST', '/api/v1/profiles', { name: 'walrus-chat', category: 'chat', params: { model } })).json()) as { id: string };
   await other('POST', '/api/v1/endpoint/profile', { id: created.id, enabled: true });
-  for (const name of ['a-second-profile-with-a-long-name', 'third']) await other('POST', '/api/v1/profiles', { name, category: 'chat', params: { model } });
+  await other('POST', '/api/v1/profiles', { name: 'a-second-profile-with-a-long-name', category: 'chat', params: { model } });
+  // A profile that cannot run: its blockers make its row taller than its buttons.
+  await other('POST', '/api/v1/profiles', { name: 'third', category: 'chat', params: { model: path.join(dir, 'missing.gguf') } });
 
   const browser = await launch(t);
   const w = await openPage(browser, origin);
@@ -99,7 +101,8 @@ t.test('the console from the walk-through: install size, port, tables, unload, s
   const reader = streaming.body!.getReader();
   await reader.read();
   const unload = page.getByRole('button', { name: 'Unload the chat worker' });
-  await page.locator('tr[data-worker="chat"]').getByText('1 active of 1 slots').waitFor();
+  // The page's status says loaded with one active job (an earlier one may still say loading).
+  await page.locator('tr[data-worker="chat"]', { hasText: /loaded.*1 active of 1 slots/ }).waitFor();
   t.equal(await unload.isDisabled(), true, 'Unload is disabled while the worker answers');
   t.match(await unload.getAttribute('title'), /Refused while it answers a request \(spec 3\.2\)/);
   while (!(await reader.read()).done) {
