@@ -22,6 +22,7 @@ import { DEFAULT_HTTP, type HttpConfig } from './config.js';
 import type { Logger } from './system/observe/log.js';
 import type { Service } from './service.js';
 import { logAccess, type AccessRecorder } from './routes/access.js';
+import { recentRequestRecorder } from './routes/recent.js';
 import { bearerAuth } from './routes/auth.js';
 import { errors, type ApiError } from './errors.js';
 import { clientErrorHandler, installErrorHandling } from './routes/errors.js';
@@ -35,6 +36,7 @@ import { adminImageTestRoutes } from './routes/admin/imageTests.js';
 import { adminSpeechTestRoutes } from './routes/admin/speechTests.js';
 import { imageRoutes } from './routes/inference/images.js';
 import { adminChatTestRoutes } from './routes/admin/chatTests.js';
+import { adminWorkerRoutes } from './routes/admin/workers.js';
 import { adminConsoleRoutes } from './routes/admin/console.js';
 import { adminEnhancerRoutes } from './routes/admin/enhancers.js';
 import { adminEndpointRoutes } from './routes/admin/endpoint.js';
@@ -158,10 +160,12 @@ export function createListenerApp(name: 'admin' | 'inference', log: Logger, { on
 export async function buildInferenceApp(service: Service): Promise<App> {
   const authenticate = bearerAuth(service.secrets);
   const measure = requestMetrics(service.metrics, 'inference', service.profiles);
+  const remember = recentRequestRecorder(service.recent, service.profiles);
   const app = createListenerApp('inference', service.log, {
     onAccess: (route, status, request, reply) => {
       service.counters.record(route, status);
       measure(route, status, request, reply);
+      remember(route, status, request, reply);
     },
     http: service.config.http,
     // A request that reaches its body has passed the token check.
@@ -206,6 +210,7 @@ export async function buildAdminApp(service: Service): Promise<App> {
   await app.register(adminEndpointRoutes, { service });
   await app.register(adminProfileRoutes, { service });
   await app.register(adminChatTestRoutes, { service });
+  await app.register(adminWorkerRoutes, { service });
   await app.register(adminAudioPolicyRoutes, { service });
   await app.register(adminImageTestRoutes, { service });
   await app.register(adminSpeechTestRoutes, { service });

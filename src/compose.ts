@@ -34,6 +34,7 @@ import { AudioPolicies } from './system/audioPolicy.js';
 import { BuildWatcher } from './system/catalog/builds.js';
 import { catalogOf } from './system/catalog/catalog.js';
 import { Counters } from './system/observe/counters.js';
+import { RecentRequests } from './system/observe/recentRequests.js';
 import { ChartFeed } from './system/observe/charts.js';
 import { HostFacts } from './system/host.js';
 import { UploadRoom } from './workers/uploadRoom.js';
@@ -300,6 +301,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     catalog,
     sessions,
     counters,
+    recent: new RecentRequests(),
     metrics,
     workers: hooks,
     supervisor,

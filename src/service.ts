@@ -9,6 +9,7 @@ import type { BuildWatcher } from './system/catalog/builds.js';
 import type { ChartFeed } from './system/observe/charts.js';
 import type { Catalog } from './system/catalog/catalog.js';
 import type { Counters } from './system/observe/counters.js';
+import type { RecentRequests } from './system/observe/recentRequests.js';
 import type { EnhancerInstalls } from './system/enhancers/enhancerInstalls.js';
 import type { UploadRoom } from './workers/uploadRoom.js';
 import type { HostFacts } from './system/host.js';
@@ -51,6 +52,8 @@ export interface Service {
   catalog: Catalog;
   sessions: SessionStore;
   counters: Counters;
+  /** The inference listener's last answers (numbers and names, no prompt or answer), for the console. */
+  recent: RecentRequests;
   /** The Prometheus metrics of GET /metrics. */
   metrics: Metrics;
   workers: WorkerHooks;

@@ -1,9 +1,9 @@
 // The one event stream the page keeps open while logged in (GET /api/v1/events): the server
 // pushes the status, the audio policy, each actor's state, log lines and the two test jobs as they
 // change; the page never polls. A dropped stream is reopened after a growing pause (1 s to 15 s).
-import type { ActorView, LogLineView } from '../../src/system/observe/console.types.js';
+import type { ActorView, LogLineView, RecentRequestView } from '../../src/system/observe/console.types.js';
 import { ApiError, api, setCsrfToken, sse } from './api.js';
-import { LOG_KEEP, actors, enhancers, passwordSet, audioPolicy, chatTest, connection, imageTest, logs, resetLive, session, status } from './state.js';
+import { LOG_KEEP, REQUESTS_KEEP, actors, enhancers, requests, passwordSet, audioPolicy, chatTest, connection, imageTest, logs, resetLive, session, status } from './state.js';
 
 let controller: AbortController | null = null;
 
@@ -42,6 +42,14 @@ function apply(event: string, data: string): void {
     case 'enhancers':
       enhancers.value = value as typeof enhancers.value;
       break;
+    case 'request': {
+      const record = value as RecentRequestView;
+      const current = requests.value;
+      // A reconnect sends the recent ones again: keep each sequence number once.
+      if (current.length > 0 && record.seq <= current[current.length - 1]!.seq) break;
+      requests.value = [...current.slice(Math.max(0, current.length - REQUESTS_KEEP + 1)), record];
+      break;
+    }
     default:
       break;
   }

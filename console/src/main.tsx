@@ -12,6 +12,7 @@ import { ImageTest } from './views/ImageTest.js';
 import { Logs } from './views/Logs.js';
 import { Overview } from './views/Overview.js';
 import { Profiles } from './views/Profiles.js';
+import { Requests } from './views/Requests.js';
 import { Settings } from './views/Settings.js';
 import { Alert } from './ui.js';
 import './style.css';
@@ -33,6 +34,7 @@ function LazyCharts() {
 const PAGES = [
   { path: 'overview', title: 'Overview', view: Overview },
   { path: 'profiles', title: 'Profiles', view: Profiles },
+  { path: 'requests', title: 'Requests', view: Requests },
   { path: 'chat', title: 'Chat test', view: ChatTest },
   { path: 'image', title: 'Image test', view: ImageTest },
   { path: 'enhancers', title: 'Enhancers', view: Enhancers },

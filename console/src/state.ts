@@ -3,7 +3,7 @@
 // stream (live.ts) and the actions write them. Nothing here is stored: a reload starts empty, and
 // the chat test's history lives only in this page's memory (spec 4.7).
 import { signal } from '@preact/signals';
-import type { ActorView, LogLineView } from '../../src/system/observe/console.types.js';
+import type { ActorView, LogLineView, RecentRequestView } from '../../src/system/observe/console.types.js';
 import type { AudioPolicyView, ChatTestJob, EndpointStatus, EnhancersView, ImageTestJob } from './types.js';
 
 export type SessionState = 'checking' | 'out' | 'in';
@@ -21,6 +21,9 @@ export const logs = signal<readonly LogLineView[]>([]);
 export const chatTest = signal<ChatTestJob | null>(null);
 export const imageTest = signal<(ImageTestJob & { has_image?: boolean }) | null>(null);
 export const enhancers = signal<EnhancersView | null>(null);
+/** The inference listener's recent answers, oldest first (the service keeps 200). */
+export const requests = signal<readonly RecentRequestView[]>([]);
+export const REQUESTS_KEEP = 200;
 
 /** The last lines the page keeps (the service keeps 500). */
 export const LOG_KEEP = 1000;
@@ -50,4 +53,5 @@ export function resetLive(): void {
   chatTest.value = null;
   imageTest.value = null;
   enhancers.value = null;
+  requests.value = [];
 }

@@ -7,14 +7,17 @@ import type {
   EnhancerPreview,
   ImageTestJob,
   InstallView,
+  RecentRequestView,
   SupervisedWorker,
+  WorkerStderrView,
 } from '../../src/system/observe/console.types.js';
 
 export type { SupervisedWorker, EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob };
 export type ProfileView = EndpointStatus['profiles'][number];
 export type WorkerView = EndpointStatus['workers'][number];
 export type Category = ProfileView['category'];
-export type { InstallView, EnhancerPreview };
+export type { InstallView, EnhancerPreview, RecentRequestView, WorkerStderrView };
+export type { InstallPlan } from '../../src/system/observe/console.types.js';
 /** GET /api/v1/prompt-enhancers and the `enhancers` event: each task's install and the last preview. */
 export interface EnhancersView {
   t2i: InstallView;

@@ -78,7 +78,7 @@ export function ProfileSelect(props: { id: string; label: string; profiles: Prof
   );
 }
 
-export function ActionButton(props: { onClick: () => Promise<unknown>; children: ComponentChildren; disabled?: boolean; kind?: 'primary' | 'danger' | 'plain'; label?: string }) {
+export function ActionButton(props: { onClick: () => Promise<unknown>; children: ComponentChildren; disabled?: boolean; kind?: 'primary' | 'danger' | 'plain'; label?: string; title?: string }) {
   const [busy, setBusy] = useState(false);
   return (
     <button
@@ -87,6 +87,7 @@ export function ActionButton(props: { onClick: () => Promise<unknown>; children:
       disabled={busy || props.disabled}
       aria-busy={busy}
       aria-label={props.label}
+      title={props.title}
       onClick={async () => {
         setBusy(true);
         try {

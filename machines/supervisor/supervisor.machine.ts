@@ -443,7 +443,8 @@ export const supervisorMachine = setup({
     }),
     unloadRequest: enqueueActions(({ context, event, enqueue }) => {
       assertEvent(event, 'worker.unloadRequest');
-      const active = runningOn(context.jobs, event.kind);
+      // The enhancer lives inside an image job: a running image job is its active request.
+      const active = runningOn(context.jobs, event.kind === 'enhancer' ? 'image' : event.kind);
       if (active > 0) {
         const message = `the ${event.kind} worker has ${active} active request(s): the unload is rejected`;
         enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: { ok: false, code: 'active_requests', message } });
@@ -452,7 +453,7 @@ export const supervisorMachine = setup({
       const workers = { ...context.workers };
       const jobs = { ...context.jobs };
       revokePreloads(enqueue, jobs, event.kind, 'explicit unload');
-      unload(enqueue, workers, event.kind, 'operator', 'explicit unload in the chat test');
+      unload(enqueue, workers, event.kind, 'operator', 'explicit unload by the operator (the chat test or the console)');
       enqueue.assign({ workers, jobs });
       enqueue.emit({ type: 'supervisor.reply', requestId: event.requestId, outcome: OK });
     }),

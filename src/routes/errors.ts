@@ -102,6 +102,7 @@ export function toApiError(error: unknown): ApiError {
 }
 
 export function sendError(reply: FastifyReply, error: ApiError): FastifyReply {
+  reply.request.errorCode = error.code;
   return reply.code(error.statusCode).headers(error.headers).type('application/json; charset=utf-8').send(error.body());
 }
 

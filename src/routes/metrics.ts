@@ -14,7 +14,22 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The profile a route resolved, for the metrics' model label (multipart routes, whose body Fastify does not parse). */
     metricsModel?: string;
+    /** What a chat answer's measures said, for the recent-requests view (src/routes/recent.ts): numbers only. */
+    answerFacts?: AnswerFacts;
   }
+}
+
+/** A chat answer's measures: time to its first byte, the worker's usage and speed, its queue wait. */
+export interface AnswerFacts {
+  ttftMs?: number;
+  usage?: AnswerUsage;
+  queueMs?: number;
+  stream?: boolean;
+}
+
+/** Notes `facts` on the request, over what it had. */
+export function noteAnswer(request: FastifyRequest, facts: AnswerFacts): void {
+  request.answerFacts = { ...request.answerFacts, ...facts };
 }
 
 export const CHAT_ROUTE = '/v1/chat/completions';
@@ -140,6 +155,7 @@ export class ChatStreamTap extends Transform {
     if (this.#first && chunk.length > 0) {
       this.#first = false;
       this.series().firstToken.observe(this.reply.elapsedTime / 1000);
+      noteAnswer(this.reply.request, { ttftMs: this.reply.elapsedTime, stream: true });
     }
     this.#previous = this.#last;
     this.#last = chunk;
@@ -148,7 +164,9 @@ export class ChatStreamTap extends Transform {
 
   override _flush(done: TransformCallback): void {
     const parts = [this.#previous, this.#last].filter((part): part is Buffer => part !== undefined);
-    recordUsage(this.series(), answerUsage(Buffer.concat(parts).subarray(-TAIL_BYTES)));
+    const usage = answerUsage(Buffer.concat(parts).subarray(-TAIL_BYTES));
+    recordUsage(this.series(), usage);
+    if (usage) noteAnswer(this.reply.request, { usage });
     done();
   }
 }
@@ -164,7 +182,9 @@ export function chatStreamTap(metrics: Metrics, profiles: ProfileStore, request:
 export function measureAnswer(metrics: Metrics, profiles: ProfileStore, request: FastifyRequest, reply: FastifyReply, answer: Buffer | string): void {
   const series = metrics.chat(request.routeOptions.url ?? CHAT_ROUTE, modelLabel(request, profiles));
   series.firstToken.observe(reply.elapsedTime / 1000);
-  recordUsage(series, answerUsage(Buffer.isBuffer(answer) ? answer.subarray(-TAIL_BYTES) : Buffer.from(answer.slice(-TAIL_BYTES))));
+  const usage = answerUsage(Buffer.isBuffer(answer) ? answer.subarray(-TAIL_BYTES) : Buffer.from(answer.slice(-TAIL_BYTES)));
+  recordUsage(series, usage);
+  noteAnswer(request, { ttftMs: reply.elapsedTime, stream: false, ...(usage ? { usage } : {}) });
 }
 
 /**

@@ -47,6 +47,8 @@ export interface Lease {
   /** The worker start plan when this job's grant starts the worker; null when it is already loaded. */
   start: StartPlan | null;
   gpus: string[];
+  /** How long the job waited for its grant (queue and memory check), in ms. */
+  waitedMs: number;
   /** image jobs with the prompt enhancer on (4.7): the enhancer's start, which runs first. */
   enhancer: { generation: number; plan: StartPlan } | null;
   /**
@@ -157,6 +159,7 @@ export class Scheduler {
             generation: event.generation,
             start: event.start,
             gpus: event.gpus,
+            waitedMs: times.grantedAt - job.at,
             enhancer: event.enhancer ?? null,
             imageStep: (signal) => {
               if (imageStep) return Promise.resolve(imageStep);

@@ -1,6 +1,8 @@
 // The status lines of the workers: each adapter registers here once its machine, the supervisor's
 // child, runs, and the status shows what each describes. (The supervisor commands its worker
-// machines itself: nothing here carries an unload.)
+// machines itself: nothing here carries an unload.) Beside them, each kind's recent stderr lines.
+import { WorkerStderr } from './observe/stderrLines.js';
+
 export interface WorkerHook {
   name: string;
   kind?: WorkerStatus['kind'];
@@ -20,6 +22,8 @@ export interface WorkerStatus {
 
 export class WorkerHooks {
   readonly #hooks: WorkerHook[] = [];
+  /** Each worker kind's recent stderr lines, redacted, for the console. */
+  readonly stderr = new WorkerStderr();
 
   register(hook: WorkerHook): void {
     this.#hooks.push(hook);

@@ -12,6 +12,8 @@
 //   image test without its image (`has_image` says whether there is one).
 // - `enhancers`: the prompt enhancers' installs (at most one every 250 ms while one downloads) and
 //   the last preview.
+// - `request`: each answered inference request (the recent-requests view; the snapshot sends the
+//   kept ones, oldest first).
 import { PassThrough } from 'node:stream';
 import type { ConsoleEvents } from '../system/observe/console.types.js';
 import type { ImageTestJob } from './image/imageTests.js';
@@ -148,6 +150,7 @@ export class ConsoleFeed {
     stream.send('chat-test', { job: service.chatTests.current() });
     stream.send('image-test', { job: imageTestView(service.imageTests.current()) });
     stream.send('enhancers', enhancersView(service));
+    for (const record of service.recent.list()) stream.send('request', record);
     this.#streams.add(stream);
     if (this.#streams.size === 1) this.#attach();
     return () => this.#remove(stream);
@@ -197,9 +200,11 @@ export class ConsoleFeed {
       status();
     };
     const log = (line: ConsoleEvents['log']) => this.#broadcast('log', line);
+    const request = (record: ConsoleEvents['request']) => this.#broadcast('request', record);
     for (const c of [this.#status, this.#chatTest, this.#imageTest, this.#enhancers]) c.start();
     service.charts.on('actor', actor);
     service.logs.on('line', log);
+    service.recent.on('request', request);
     service.counters.on('change', status);
     service.profiles.on('profile.created', status);
     service.profiles.on('profile.changed', status);
@@ -214,6 +219,7 @@ export class ConsoleFeed {
     this.#detach.push(
       () => service.charts.off('actor', actor),
       () => service.logs.off('line', log),
+      () => service.recent.off('request', request),
       () => service.counters.off('change', status),
       () => service.profiles.off('profile.created', status),
       () => service.profiles.off('profile.changed', status),

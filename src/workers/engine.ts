@@ -26,6 +26,7 @@ import { readOomKills } from '../adapters/memory.js';
 import { startWorker, type WorkerCommand } from '../adapters/parentDeath.js';
 import type { WorkerKind } from '../system/diagnose.js';
 import type { Logger } from '../system/observe/log.js';
+import type { StderrLines } from '../system/observe/stderrLines.js';
 import { ProcessRecord } from './leftovers.js';
 import { endReport, Tail, WORKER_PROCESS } from './process.js';
 
@@ -72,6 +73,8 @@ export interface EngineInfo {
   runtimeDir: string | undefined;
   /** A start failure's detail may quote the command line (a prompt): only its name is logged. */
   privateCommand?: boolean;
+  /** Where the process's stderr lines are kept for the console, redacted (src/system/observe/stderrLines.ts). */
+  stderr?: StderrLines;
 }
 
 /** What one start runs; `engineActor` asks for them with each start's launch. */
@@ -189,6 +192,12 @@ export function runEngine(
     if (child.pid !== undefined) void record?.write(child.pid, group);
     if (hooks.tail !== 'stderr') child.stdout?.on('data', (chunk: Buffer) => tail.push(chunk));
     child.stderr?.on('data', (chunk: Buffer) => tail.push(chunk));
+    // The console's lines: the start's own filter first (the image worker's prompt), then the redaction.
+    const { stderr, tailText } = hooks;
+    if (stderr) {
+      stderr.begin(generation, tailText ? (line) => tailText(line) || null : undefined);
+      child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
+    }
     hooks.spawned?.(child, handle);
     void child.then(async (result) => {
       exited = true;

@@ -411,3 +411,51 @@ t.test('the choice route refuses what it cannot save', async (t) => {
   const own = await b.admin('POST', '/api/v1/profiles/prompt-enhancer', { id: profile.id, revision: 1, prompt_enhancer: { t2i: 'other-org/other-model', i2i: false, device: 'auto' } });
   t.same(((await own.json()) as { prompt_enhancer: unknown }).prompt_enhancer, { t2i: 'other-org/other-model', i2i: null, device: 'auto' }, 'a repository of its own is kept as given');
 });
+
+t.test('the install plan: the size the hub states, what the store holds, the free disk and whether it fits, before any byte', async (t) => {
+  const { b, hub } = await setUp(t);
+  const MARGIN = 512 * 1024 * 1024;
+  diskWith(b, 100 * 2 ** 30);
+  const plan = async (task: string) => {
+    const response = await b.admin('GET', `/api/v1/prompt-enhancers/plan?task=${task}`);
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  };
+  const first = await plan('i2i');
+  t.equal(first.status, 200);
+  t.same(first.body, {
+    task: 'i2i',
+    repo: REPO,
+    revision: 'main',
+    files: [
+      { path: 'tiny-Q4.gguf', bytes: MODEL.length, bytes_on_disk: 0 },
+      { path: 'mmproj/tiny-mmproj.gguf', bytes: MMPROJ.length, bytes_on_disk: 0 },
+    ],
+    bytes_total: MODEL.length + MMPROJ.length,
+    bytes_on_disk: 0,
+    bytes_to_download: MODEL.length + MMPROJ.length,
+    free_bytes: 100 * 2 ** 30,
+    margin_bytes: MARGIN,
+    fits: true,
+    reason: null,
+  });
+  t.notOk(hub.requests.some((r) => r.method === 'GET'), 'asked with HEAD only: no byte moved');
+
+  // With t2i installed, i2i has only its projector to fetch.
+  await b.admin('POST', '/api/v1/prompt-enhancers/install', { task: 't2i' });
+  t.equal((await settledIn(b, 't2i', ['installed', 'failed'])).state, 'installed');
+  t.match((await plan('i2i')).body, { bytes_total: MODEL.length + MMPROJ.length, bytes_on_disk: MODEL.length, bytes_to_download: MMPROJ.length, fits: true });
+
+  // A disk one byte short of the download and its margin: it does not fit, and says by how much.
+  diskWith(b, MMPROJ.length + MARGIN - 1024);
+  const short = (await plan('i2i')).body;
+  t.match(short, { fits: false, free_bytes: MMPROJ.length + MARGIN - 1024, reason: /not enough free disk space in .*enhancers.*: 0\.5 GiB needed \(0\.0 GiB to download and 0\.5 GiB to spare\), 0\.5 GiB free/ });
+
+  // A hub that states no size: nothing can be told, and the install would be refused.
+  hub.options.linkedHeaders = false;
+  hub.options.redirect = false;
+  hub.options.endless = true;
+  t.match((await plan('t2i')).body, { bytes_total: null, bytes_to_download: null, fits: null, reason: /states no size for tiny-Q4\.gguf/ });
+
+  const unknown = await plan('x2y');
+  t.equal(unknown.status, 400, 'an unknown task');
+});

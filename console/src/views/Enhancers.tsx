@@ -3,9 +3,10 @@
 // saved with the profile's revision; the last preview (made on the image test page), original
 // beside suggestion.
 import type { ComponentChildren } from 'preact';
-import { api } from '../api.js';
+import { useEffect, useState } from 'preact/hooks';
+import { api, message } from '../api.js';
 import { enhancers, notify, status } from '../state.js';
-import type { EnhancerPreview, InstallView, ProfileView } from '../types.js';
+import type { EnhancerPreview, InstallPlan, InstallView, ProfileView } from '../types.js';
 import { Alert, ActionButton, Badge, Facts, Section, Table, attempt, bytes, clock, since } from '../ui.js';
 import { PreviewPrompts } from './enhancerPreview.js';
 
@@ -16,8 +17,66 @@ const TASKS = [
 
 const tone = (state: InstallView['state']) => (state === 'installed' ? 'ok' : state === 'failed' ? 'bad' : state === 'installing' ? 'warn' : 'idle');
 
+/** A download's size as hubs state it (decimal units: the official recipe is "19.9 GB"). */
+export const gb = (value: number | null | undefined): string =>
+  value == null ? '—' : value >= 1e9 ? `${(value / 1e9).toFixed(1)} GB` : value >= 1e6 ? `${(value / 1e6).toFixed(1)} MB` : `${Math.max(1, Math.round(value / 1e3))} kB`;
+
+/** What an install would download and whether it fits (GET /api/v1/prompt-enhancers/plan), asked of the hub when the page shows a task not installed. */
+function useInstallPlan(task: 't2i' | 'i2i', wanted: boolean) {
+  const [plan, setPlan] = useState<InstallPlan | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    if (!wanted) return undefined;
+    const controller = new AbortController();
+    api<InstallPlan>('GET', `/api/v1/prompt-enhancers/plan?task=${task}`, undefined, { signal: controller.signal }).then(
+      (answer) => {
+        setPlan(answer);
+        setError(null);
+      },
+      (failure: unknown) => {
+        if (!controller.signal.aborted) setError(message(failure));
+      },
+    );
+    return () => controller.abort();
+  }, [task, wanted]);
+  return { plan, error, setPlan };
+}
+
+/** The Install button's own words: what it will download and what the disk has free. */
+function sizeText(plan: InstallPlan | null): string {
+  if (!plan) return '';
+  const download = plan.bytes_to_download === null ? 'size unknown' : gb(plan.bytes_to_download);
+  return ` (${download}, ${plan.free_bytes === null ? 'free disk unknown' : `${gb(plan.free_bytes)} free`})`;
+}
+
+/**
+ * Asks the hub again right before the install, then asks the operator: a download that does not
+ * fit is refused with the numbers; one that fits is confirmed with its size and the free disk.
+ */
+async function confirmInstall(task: 't2i' | 'i2i', setPlan: (plan: InstallPlan) => void): Promise<void> {
+  const plan = await attempt('Install', () => api<InstallPlan>('GET', `/api/v1/prompt-enhancers/plan?task=${task}`));
+  if (!plan) return;
+  setPlan(plan);
+  if (plan.fits === false) {
+    notify('error', `Install: ${plan.reason ?? 'the download does not fit the free disk'}.`);
+    return;
+  }
+  const question =
+    plan.bytes_to_download === null
+      ? `The hub states no size for this download (${plan.reason ?? 'size unknown'}). Install ${plan.repo} anyway?`
+      : `Download ${gb(plan.bytes_to_download)} from ${plan.repo}` +
+        (plan.bytes_on_disk > 0 ? ` (${gb(plan.bytes_total)} in all, ${gb(plan.bytes_on_disk)} already here)` : '') +
+        `?\n\nFree disk: ${plan.free_bytes === null ? 'unknown' : gb(plan.free_bytes)}` +
+        (plan.free_bytes === null ? '' : `, ${gb(plan.free_bytes - plan.bytes_to_download)} left afterwards`) +
+        '.';
+  if (!window.confirm(question)) return;
+  await attempt('Install', () => api('POST', '/api/v1/prompt-enhancers/install', { task }));
+}
+
 function Install({ task, title, view, busy }: { task: 't2i' | 'i2i'; title: string; view: InstallView; busy: boolean }) {
   const installing = view.state === 'installing';
+  const { plan, error, setPlan } = useInstallPlan(task, view.state !== 'installed' && !installing);
+  const wontFit = plan?.fits === false;
   return (
     <Section title={title} id={`enhancer-${task}`}>
       <Facts
@@ -32,9 +91,25 @@ function Install({ task, title, view, busy }: { task: 't2i' | 'i2i'; title: stri
         <progress max={view.bytes_total} value={view.bytes_done} aria-label={`${title}: downloaded`} />
       ) : null}
       <Alert text={view.error} />
+      {view.state !== 'installed' && !installing ? (
+        <p class="hint" data-testid={`plan-${task}`}>
+          {plan
+            ? `Download: ${plan.bytes_to_download === null ? 'size unknown' : gb(plan.bytes_to_download)}${plan.bytes_on_disk > 0 ? ` of ${gb(plan.bytes_total)} (${gb(plan.bytes_on_disk)} already here)` : ''}; free disk: ${plan.free_bytes === null ? 'unknown' : gb(plan.free_bytes)}.`
+            : error
+              ? `The download's size could not be asked of the hub: ${error}`
+              : 'Asking the hub for the download size…'}
+          {wontFit ? <span class="error"> It does not fit: {plan.reason}.</span> : null}
+        </p>
+      ) : null}
       <div class="form-actions">
-        <ActionButton kind="primary" disabled={installing || busy || view.state === 'installed'} onClick={() => attempt('Install', () => api('POST', '/api/v1/prompt-enhancers/install', { task }))}>
+        <ActionButton
+          kind="primary"
+          disabled={installing || busy || view.state === 'installed'}
+          title={wontFit ? (plan.reason ?? undefined) : undefined}
+          onClick={() => confirmInstall(task, setPlan)}
+        >
           {view.state === 'failed' && view.bytes_done > 0 ? 'Resume install' : 'Install'}
+          {view.state === 'installed' || installing ? '' : sizeText(plan)}
         </ActionButton>
         <ActionButton kind="danger" disabled={!installing} onClick={() => attempt('Cancel', () => api('POST', '/api/v1/prompt-enhancers/cancel', {}))}>
           Cancel

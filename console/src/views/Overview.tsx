@@ -1,12 +1,12 @@
 // The overview, live from the event stream: the listener with start, stop and its port; the
 // extensions beyond the specification (off by default); what needs attention first; the workers
 // with their memory plans; the queue; the counters; GPUs and RAM.
-import { useState } from 'preact/hooks';
-import { api } from '../api.js';
+import { useEffect, useState } from 'preact/hooks';
+import { api, message } from '../api.js';
 import { attentionOf } from '../attention.js';
 import { audioPolicy, notify, status } from '../state.js';
-import type { EndpointStatus, SupervisedWorker, WorkerView } from '../types.js';
-import { ActionButton, Badge, Facts, Section, Table, attempt, duration, mib, since } from '../ui.js';
+import type { EndpointStatus, SupervisedWorker, WorkerStderrView, WorkerView } from '../types.js';
+import { ActionButton, Badge, Facts, Section, Table, attempt, clock, duration, mib, since } from '../ui.js';
 
 /** A profile by its name (the API's model name), its id when it is gone. */
 const profileName = (s: EndpointStatus, id: string | null) => (id === null ? '—' : (s.profiles.find((p) => p.id === id)?.name ?? id));
@@ -70,10 +70,20 @@ function Listener({ s }: { s: EndpointStatus }) {
           value={port}
           onInput={(e) => setPort(e.currentTarget.value)}
         />
-        <button class="btn" type="submit">
+        <button
+          class="btn"
+          type="submit"
+          disabled={s.status !== 'stopped'}
+          aria-describedby={s.status !== 'stopped' ? 'port-why' : undefined}
+          title={s.status !== 'stopped' ? 'The port changes only while the listener is stopped: stop it first.' : undefined}
+        >
           Change port
         </button>
-        {running ? <span class="hint">Only while stopped: the service answers 409 otherwise.</span> : null}
+        {s.status !== 'stopped' ? (
+          <span class="hint" id="port-why">
+            The port changes only while the listener is stopped (spec 3.1): stop it first, then change the port and start it again.
+          </span>
+        ) : null}
         {outside ? (
           <span class="hint">
             The saved port {s.port} is outside {s.port_range.first}-{s.port_range.last}: choose one in the range, then Start.
@@ -123,13 +133,82 @@ function Extensions({ s }: { s: EndpointStatus }) {
   );
 }
 
-function Workers({ s }: { s: EndpointStatus }) {
+/** A worker whose process runs and takes jobs (the supervisor says loaded; a hook may say ready). */
+const loaded = (state: string) => state === 'loaded' || state === 'ready';
+
+const WORKER_KINDS: Array<WorkerView['kind']> = ['chat', 'image', 'tts', 'stt', 'enhancer'];
+
+/**
+ * The spec's explicit unload (3.2), for any loaded worker: the service refuses it with 409
+ * `active_requests` while a job runs on the worker, and answers once the process is gone.
+ */
+async function unloadWorker(kind: WorkerView['kind']) {
+  if (!window.confirm(`Unload the ${kind} worker? Its process ends; the next request for it loads it again.`)) return;
+  const done = await attempt(`Unload ${kind}`, () => api<{ unloaded: boolean }>('POST', `/api/v1/workers/${kind}/unload`, {}));
+  if (done) notify('info', done.unloaded ? `The ${kind} worker is unloaded.` : `The ${kind} worker is unloading.`);
+}
+
+/** A worker kind's recent stderr lines (bounded and redacted by the service), read when shown and on Refresh. */
+function WorkerStderr({ kind, asked, onKind }: { kind: WorkerView['kind']; asked: number; onKind: (kind: WorkerView['kind']) => void }) {
+  const [view, setView] = useState<WorkerStderrView | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [reads, setReads] = useState(0);
+  useEffect(() => {
+    const controller = new AbortController();
+    setError(null);
+    api<WorkerStderrView>('GET', `/api/v1/workers/${kind}/stderr`, undefined, { signal: controller.signal }).then(setView, (failure: unknown) => {
+      if (!controller.signal.aborted) setError(message(failure));
+    });
+    return () => controller.abort();
+  }, [kind, reads, asked]);
+  return (
+    <Section
+      title="Worker stderr"
+      id="worker-stderr"
+      actions={
+        <>
+          <label for="stderr-kind">Worker</label>
+          <select id="stderr-kind" value={kind} onChange={(e) => onKind(e.currentTarget.value as WorkerView['kind'])}>
+            {WORKER_KINDS.map((k) => (
+              <option key={k} value={k}>
+                {k}
+              </option>
+            ))}
+          </select>
+          <button type="button" class="btn" onClick={() => setReads(reads + 1)}>
+            Refresh
+          </button>
+        </>
+      }
+    >
+      <p class="hint">
+        What the worker's own process wrote to stderr, its last {view?.limit ?? 200} lines, each cut to {view?.line_chars ?? 300} characters, in the service's memory only.
+        Redacted: a line that may quote a prompt or an answer is withheld, quoted text and secrets are replaced.
+      </p>
+      {error ? <p class="error">{error}</p> : null}
+      {view && view.lines.length === 0 ? <p class="empty">The {kind} worker has written nothing to stderr since the service started.</p> : null}
+      {view && view.lines.length > 0 ? (
+        <ol class="log stderr" aria-label={`stderr of the ${kind} worker`}>
+          {view.lines.map((line) => (
+            <li key={line.seq}>
+              <time dateTime={line.at}>{clock(line.at)}</time>
+              <span class="hint">#{line.generation}</span>
+              <span class="stderr-text">{line.text}</span>
+            </li>
+          ))}
+        </ol>
+      ) : null}
+    </Section>
+  );
+}
+
+function Workers({ s, onStderr }: { s: EndpointStatus; onStderr: (kind: WorkerView['kind']) => void }) {
   return (
     <Section title="Workers" id="workers">
       {s.workers.length === 0 ? (
         <p class="empty">No worker has started since the service started.</p>
       ) : (
-        <Table head={['Kind', 'State', 'Profile', 'PID', 'GPUs', 'Since', 'Memory plan (forecast vs free)', 'Notes']}>
+        <Table head={['Kind', 'State', 'Profile', 'PID', 'GPUs', 'Since', 'Memory plan (forecast vs free)', 'Notes', 'Actions']}>
               {s.workers.map((view) => {
                 // Workers the supervisor knows carry their plan and notes; the others only their state.
                 const w = view as WorkerView & Partial<SupervisedWorker>;
@@ -138,7 +217,7 @@ function Workers({ s }: { s: EndpointStatus }) {
                   <tr key={w.kind} data-worker={w.kind}>
                     <th scope="row">{w.kind}</th>
                     <td>
-                      <Badge tone={w.state === 'loaded' || w.state === 'ready' ? 'ok' : w.state.startsWith('fail') ? 'bad' : 'idle'}>{w.state}</Badge>
+                      <Badge tone={loaded(w.state) ? 'ok' : w.state.startsWith('fail') ? 'bad' : 'idle'}>{w.state}</Badge>
                     </td>
                     <td>{profileName(s, w.profile_id)}</td>
                     <td>{w.pid ?? '—'}</td>
@@ -165,6 +244,28 @@ function Workers({ s }: { s: EndpointStatus }) {
                       {w.stale ? <div>goes when idle: {w.stale}</div> : null}
                       {w.last ? <div>last: {w.last}</div> : null}
                       {w.active_jobs !== undefined ? <div>{w.active_jobs} active of {w.slots} slots</div> : null}
+                    </td>
+                    <td>
+                      <div class="row-actions">
+                      <ActionButton
+                        kind="danger"
+                        label={`Unload the ${w.kind} worker`}
+                        disabled={!loaded(w.state) || (w.active_jobs ?? 0) > 0}
+                        title={
+                          !loaded(w.state)
+                            ? `Only a loaded worker is unloaded (this one is ${w.state}).`
+                            : (w.active_jobs ?? 0) > 0
+                              ? 'Refused while it answers a request (spec 3.2): wait for its end.'
+                              : 'End its process now; the next request loads it again.'
+                        }
+                        onClick={() => unloadWorker(w.kind)}
+                      >
+                        Unload
+                      </ActionButton>
+                      <button type="button" class="btn" aria-label={`stderr of the ${w.kind} worker`} onClick={() => onStderr(w.kind)}>
+                        stderr
+                      </button>
+                      </div>
                     </td>
                   </tr>
                 );
@@ -244,6 +345,9 @@ function Resources({ s }: { s: EndpointStatus }) {
 
 export function Overview() {
   const s = status.value;
+  const [stderrKind, setStderrKind] = useState<WorkerView['kind']>('chat');
+  /** Each click on a worker's stderr button reads its lines again. */
+  const [stderrAsked, setStderrAsked] = useState(0);
   if (!s) return <p class="loading">Waiting for the service's status…</p>;
   const attention = attentionOf(s, audioPolicy.value);
   return (
@@ -264,7 +368,15 @@ export function Overview() {
       </Section>
       <Listener s={s} />
       <Extensions s={s} />
-      <Workers s={s} />
+      <Workers
+        s={s}
+        onStderr={(kind) => {
+          setStderrKind(kind);
+          setStderrAsked((n) => n + 1);
+          document.getElementById('worker-stderr')?.scrollIntoView({ block: 'start' });
+        }}
+      />
+      <WorkerStderr kind={stderrKind} asked={stderrAsked} onKind={setStderrKind} />
       <Queue s={s} />
       <Section title="Counters">
         <Facts

@@ -165,6 +165,7 @@ export function Profiles() {
     <div class="grid">
       <Section
         title="Profiles"
+        id="profiles-list"
         actions={
           <button type="button" class="btn primary" onClick={() => setEditing({ id: null, revision: null, name: '', category: 'chat', params: {} })}>
             New profile
@@ -194,7 +195,8 @@ export function Profiles() {
                         </ul>
                       ) : null}
                     </td>
-                    <td class="row-actions">
+                    <td>
+                      <div class="row-actions">
                       <ActionButton
                         label={`${p.published ? 'Unpublish' : 'Publish'} ${p.name}`}
                         onClick={() => attempt(p.published ? 'Unpublish' : 'Publish', () => api('POST', '/api/v1/endpoint/profile', { id: p.id, enabled: !p.published }))}
@@ -214,6 +216,7 @@ export function Profiles() {
                       >
                         Delete
                       </ActionButton>
+                      </div>
                     </td>
                   </tr>
                 ))}

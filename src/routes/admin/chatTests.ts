@@ -4,10 +4,8 @@
 // stay in RAM: nothing here logs them.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import { waitFor } from 'xstate';
 import { z } from 'zod';
-import type { SupervisorEmitted } from '../../../machines/supervisor/index.js';
-import { ask } from '../../system/ask.js';
+import { unloadWorker } from '../../system/unload.js';
 import { CHAT_TEST_APIS, CHAT_TEST_MAX_TOKENS } from '../../workers/chat/chatTests.js';
 import type { Service } from '../../service.js';
 import { adminAuth } from '../auth.js';
@@ -16,9 +14,6 @@ import { errors } from '../../errors.js';
 import { testProfile } from './testProfile.js';
 
 const emptyBody = z.strictObject({}).nullish();
-const UNLOAD_REPLY_MS = 15_000;
-/** How long the unload answer waits for the process to end before it answers 202 (still unloading). */
-const UNLOAD_WAIT_MS = 30_000;
 
 const startBody = z.strictObject({
   profile_id: z.string().min(1),
@@ -56,19 +51,7 @@ export const adminChatTestRoutes: FastifyPluginAsync<{ service: Service }> = asy
   });
 
   app.post('/api/v1/chat-tests/unload', { schema: { body: emptyBody } }, async (request, reply) => {
-    const replied = await ask<typeof service.supervisor.logic, Extract<SupervisorEmitted, { type: 'supervisor.reply' }>>(
-      service.supervisor,
-      'supervisor.reply',
-      { type: 'worker.unloadRequest', kind: 'chat' },
-      { timeoutMs: UNLOAD_REPLY_MS, signal: clientGone(reply) },
-    );
-    if (!replied) throw errors.unavailable('supervisor_timeout', 'The scheduler did not answer the unload in time.');
-    if (!replied.outcome.ok) throw errors.conflict(replied.outcome.code, replied.outcome.message);
-    // The answer comes once the process is gone (SIGTERM, then SIGKILL after the grace).
-    const gone = await waitFor(service.supervisor, (s) => s.context.workers.chat.state === 'unloaded', { timeout: UNLOAD_WAIT_MS }).then(
-      () => true,
-      () => false,
-    );
-    return reply.code(gone ? 200 : 202).send({ unloaded: gone, status: await service.status() });
+    const { unloaded } = await unloadWorker(service.supervisor, 'chat', clientGone(reply));
+    return reply.code(unloaded ? 200 : 202).send({ unloaded, status: await service.status() });
   });
 };

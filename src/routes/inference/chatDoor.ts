@@ -10,7 +10,7 @@ import type { Service } from '../../service.js';
 import type { ChatProfile } from '../../workers/chat/chat.js';
 import { bufferedAnswer, openChat, relayStream, type ChatLimits } from '../../workers/chat/chatRequest.js';
 import { effectiveEffort, type ChatRequest } from '../../workers/chat/chat.schema.js';
-import { chatStreamTap } from '../metrics.js';
+import { chatStreamTap, noteAnswer } from '../metrics.js';
 
 /** Spec 4.2: the three headers of an answer whose request set a reasoning effort. */
 export function reasoningHeaders(requested: ChatRequest['reasoning_effort']): Record<string, string> {
@@ -98,7 +98,14 @@ export async function chatProfile(service: Service, model: string): Promise<Chat
  */
 export async function answerChat(service: Service, limits: ChatLimits, request: FastifyRequest, reply: FastifyReply, signal: AbortSignal, door: ChatDoor): Promise<FastifyReply> {
   const { profile, stream } = door;
-  const opened = await openChat(service, profile, door.upstream, { source: 'api', stream, signal, limits, promptField: door.promptField });
+  const opened = await openChat(service, profile, door.upstream, {
+    source: 'api',
+    stream,
+    signal,
+    limits,
+    promptField: door.promptField,
+    onGranted: (lease) => noteAnswer(request, { queueMs: lease.waitedMs }),
+  });
   if (!stream || opened.response.statusCode !== 200) {
     // The answer, or the worker's error, is in memory: the worker's part is done.
     const answer = await bufferedAnswer(opened, signal, limits, request.log, profile);

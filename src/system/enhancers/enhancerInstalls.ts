@@ -62,6 +62,32 @@ export interface InstalledEnhancer {
 /** The context of an installed enhancer whose recipe has since been replaced by another. */
 const DEFAULT_CONTEXT = 8192;
 
+/**
+ * What an install of a task would download, asked of the hub before it starts (HEAD requests, no
+ * byte of a file moves), beside the free disk: the console shows it on the Install button and asks
+ * before a large download.
+ */
+export interface InstallPlan {
+  task: EnhancerTask;
+  repo: string;
+  revision: string;
+  /** Each recipe file: its size as the hub states it (null: it states none), and what of it is in the store already. */
+  files: Array<{ path: string; bytes: number | null; bytes_on_disk: number }>;
+  /** Every file's size together; null when the hub states no size for one of them (the install would be refused). */
+  bytes_total: number | null;
+  /** Already in the store: complete files of the stated size, and partial downloads an install resumes. */
+  bytes_on_disk: number;
+  bytes_to_download: number | null;
+  /** Free bytes on the filesystem of the store (statfs); null when it cannot be read. */
+  free_bytes: number | null;
+  /** Kept free beyond the download (DISK_MARGIN_BYTES). */
+  margin_bytes: number;
+  /** Whether the download and the margin fit the free disk; null when either is unknown. */
+  fits: boolean | null;
+  /** Why it does not fit or cannot be told, for people; null when it fits. */
+  reason: string | null;
+}
+
 export type InstallStart = { ok: true } | { ok: false; code: 'install_running'; message: string };
 
 function urlOf(hub: string, recipe: Recipe, file: string): string {
@@ -142,6 +168,34 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     const recipe = this.recipes[task];
     const context = recipe.repo === installed.repo ? recipe.context : DEFAULT_CONTEXT;
     return model ? { repo: installed.repo, model, mmproj: at('mmproj'), context } : null;
+  }
+
+  /** What installing `task` would download now, and whether it fits the free disk (see InstallPlan). */
+  async plan(task: EnhancerTask, signal?: AbortSignal): Promise<InstallPlan> {
+    const recipe = this.recipes[task];
+    const files: InstallPlan['files'] = [];
+    for (const file of recipe.files) {
+      const probe = await probeHubFile(urlOf(this.hub, recipe, file.path), signal);
+      const stored = storedPath(this.dir, { repo: recipe.repo, revision: recipe.revision, path: file.path });
+      const complete = stored === null ? 0 : await sizeOf(stored);
+      const onDisk = probe.size !== null && complete === probe.size ? complete : stored === null ? 0 : Math.min(await sizeOf(`${stored}.part`), probe.size ?? Infinity);
+      files.push({ path: file.path, bytes: probe.size, bytes_on_disk: onDisk });
+    }
+    const unsized = files.filter((f) => f.bytes === null).map((f) => f.path);
+    const total = unsized.length > 0 ? null : files.reduce((sum, f) => sum + (f.bytes ?? 0), 0);
+    const onDisk = files.reduce((sum, f) => sum + f.bytes_on_disk, 0);
+    const toDownload = total === null ? null : total - onDisk;
+    const free = await this.room(storeDir(this.dir));
+    const fits = toDownload === null || free === null ? null : free >= toDownload + DISK_MARGIN_BYTES;
+    const reason =
+      total === null
+        ? `the hub states no size for ${unsized.join(', ')}: the install would be refused, since its download could not be bounded`
+        : free === null
+          ? 'the free disk space could not be read'
+          : fits
+            ? null
+            : `not enough free disk space in ${storeDir(this.dir)}: ${gib(toDownload! + DISK_MARGIN_BYTES)} needed (${gib(toDownload!)} to download and ${gib(DISK_MARGIN_BYTES)} to spare), ${gib(free)} free`;
+    return { task, repo: recipe.repo, revision: recipe.revision, files, bytes_total: total, bytes_on_disk: onDisk, bytes_to_download: toDownload, free_bytes: free, margin_bytes: DISK_MARGIN_BYTES, fits, reason };
   }
 
   /** Starts an install; it runs on its own (follow it in `view()` and the `change` event). */

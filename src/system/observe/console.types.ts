@@ -7,7 +7,7 @@
 export type { EndpointStatus } from './status.js';
 export type { SupervisedWorker } from './diagnostics.js';
 export type { AudioPolicyView } from '../audioPolicy.js';
-export type { InstallView } from '../enhancers/enhancerInstalls.js';
+export type { InstallPlan, InstallView } from '../enhancers/enhancerInstalls.js';
 export type { ChatTestJob } from '../../workers/chat/chatTests.js';
 export type { ImageTestJob } from '../../workers/image/imageTests.js';
 export type { EnhancerPreview } from '../../workers/enhancer/enhancerPreviews.js';
@@ -96,6 +96,57 @@ export interface HostView {
   unavailable: string[];
 }
 
+/** One line a worker process wrote to its stderr, as the console shows it: redacted and cut (stderrLines.ts). */
+export interface StderrLineView {
+  /** Increasing per worker kind, for the page's keys. */
+  seq: number;
+  /** When the service read it (ISO). */
+  at: string;
+  /** The worker start (generation) that wrote it. */
+  generation: number;
+  text: string;
+}
+
+/** `GET /api/v1/workers/<kind>/stderr`: a worker kind's last stderr lines, oldest first. */
+export interface WorkerStderrView {
+  kind: 'chat' | 'image' | 'tts' | 'stt' | 'enhancer';
+  lines: StderrLineView[];
+  /** At most this many lines are kept, each at most `line_chars` characters. */
+  limit: number;
+  line_chars: number;
+}
+
+/**
+ * One answered request of the inference listener, as the recent-requests view shows it: what was
+ * asked of which profile, how it ended and how fast. Never the prompt or the answer.
+ */
+export interface RecentRequestView {
+  /** Increasing, for the page's keys. */
+  seq: number;
+  /** The request id (the `x-request-id` header it was answered with). */
+  id: string;
+  /** When the answer ended (ISO). */
+  at: string;
+  method: string;
+  route: string;
+  /** The profile name the request named, when it is a stored profile; else null. */
+  profile: string | null;
+  status: number;
+  /** The error code of a refused or failed answer, else null. */
+  code: string | null;
+  /** From the request's arrival to its answer's end. */
+  duration_ms: number;
+  /** Time waited in the queue for a reservation (chat), else null. */
+  queue_ms: number | null;
+  /** From the request's arrival to the answer's first byte (a stream's first event), chat only. */
+  ttft_ms: number | null;
+  prompt_tokens: number | null;
+  completion_tokens: number | null;
+  /** Generated tokens per second as the worker measured them (no load or queue time in it). */
+  tokens_per_second: number | null;
+  stream: boolean | null;
+}
+
 /**
  * The server-sent events of `GET /api/v1/events` (event name → data). On connect the stream sends
  * one of each as a snapshot (`actor` once per actor, `log` for the recent lines), then each as it
@@ -111,4 +162,6 @@ export interface ConsoleEvents {
   'image-test': { job: unknown };
   /** The prompt enhancers' installs, as `GET /api/v1/prompt-enhancers` (progress included). */
   enhancers: unknown;
+  /** One answered inference request (the snapshot sends the recent ones, oldest first). */
+  request: RecentRequestView;
 }

@@ -62,7 +62,7 @@ export class ChatWorker extends LifecycleWorker<ReturnType<ChatWorkerActor['getS
   constructor(deps: ChatWorkerDeps) {
     const keys = new Map<number, string>();
     const logic = chatWorkerMachine.provide({
-      actors: { engine: llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys }) },
+      actors: { engine: llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys, stderr: deps.workers.stderr.of('chat') }) },
     });
     super(logic, 'chat', connectionOf(deps, 'chat worker', WORKER_IDS.chat), (reason) => new WorkerGone(reason));
     this.#keys = keys;

@@ -15,6 +15,7 @@ import { diesWithService } from '../../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage, type RuntimeLookup } from '../../adapters/runtimes.js';
 import type { Logger } from '../../system/observe/log.js';
 import { engineActor, type StartHooks } from '../engine.js';
+import type { StderrLines } from '../../system/observe/stderrLines.js';
 import { workerEnv, freePort } from '../process.js';
 
 export interface ServerDeps {
@@ -25,6 +26,8 @@ export interface ServerDeps {
   log: Logger;
   /** Where each start's key is kept for the requests (never in a machine's context, never logged). */
   keys: Map<number, string>;
+  /** Where the process's stderr lines are kept for the console (redacted). */
+  stderr?: StderrLines;
 }
 
 /** One GET of /health: its status code, or 0 when nothing answered. */
@@ -49,7 +52,7 @@ export interface ServerRole<L extends ChatLaunch> {
 export const CHAT_SERVER: ServerRole<ChatLaunch> = { kind: 'chat', name: 'chat worker', args: serverArgs };
 
 export function llamaServerActor<L extends ChatLaunch = ChatLaunch>(deps: ServerDeps, role: ServerRole<L> = CHAT_SERVER as unknown as ServerRole<L>) {
-  return engineActor<L>({ worker: role.kind, name: role.name, log: deps.log, runtimeDir: deps.runtimeDir }, (launch): StartHooks => {
+  return engineActor<L>({ worker: role.kind, name: role.name, log: deps.log, runtimeDir: deps.runtimeDir, ...(deps.stderr ? { stderr: deps.stderr } : {}) }, (launch): StartHooks => {
     const { generation } = launch;
     const keyFile = path.join(deps.runtimeDir, `${role.kind}-${generation}-${process.pid}.key`);
     return {

@@ -133,7 +133,7 @@ export class EnhancerWorker extends LifecycleWorker<ReturnType<EnhancerActor['ge
 
   constructor(deps: ChatWorkerDeps) {
     const keys = new Map<number, string>();
-    const engine = llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys }, ENHANCER_SERVER);
+    const engine = llamaServerActor({ lookup: deps.lookup, runtimeDir: deps.runtimeDir, env: deps.env, log: deps.log, keys, stderr: deps.workers.stderr.of('enhancer') }, ENHANCER_SERVER);
     super(enhancerWorkerMachine.provide({ actors: { engine } }), 'enhancer', connectionOf(deps, 'prompt enhancer', WORKER_IDS.enhancer), (reason) => new EnhancerFailure(reason));
     this.#keys = keys;
     this.#log = deps.log;

@@ -73,7 +73,7 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
     const progress = new Map<number, ImageProgress>();
     const progressListeners = new Set<(generation: number) => void>();
     // The error of a failed start may quote the command line, and with it the prompt.
-    const info = { worker: 'image', name: 'image worker', log: deps.log, runtimeDir: deps.runtimeDir, privateCommand: true } as const;
+    const info = { worker: 'image', name: 'image worker', log: deps.log, runtimeDir: deps.runtimeDir, stderr: deps.workers.stderr.of('image'), privateCommand: true } as const;
     const engine = engineActor<ImageLaunch, ImageWorkerEvent>(info, (launch): StartHooks => {
       const { generation } = launch;
       const job = jobs.get(generation);

@@ -125,7 +125,7 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
   constructor(deps: WorkerDeps) {
     const links = new Map<number, EngineLink>();
     const whispers = new Map<number, WhisperEngine>();
-    const info = { worker: 'stt', name: 'speech-to-text worker', log: deps.log, runtimeDir: deps.runtimeDir } as const;
+    const info = { worker: 'stt', name: 'speech-to-text worker', log: deps.log, runtimeDir: deps.runtimeDir, stderr: deps.workers.stderr.of('stt') } as const;
     const engine = engineActor<SttLaunch, SttWorkerEvent>(info, (launch): StartHooks => {
       if (launch.backend === 'whisper.cpp') return whisperHooks(launch, { lookup: deps.lookup, env: deps.env, engines: whispers });
       const { generation } = launch;

@@ -130,7 +130,7 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
   constructor(readonly deps: TtsWorkerDeps) {
     const binaries = new Map<number, string>();
     const ports = new Map<number, number>();
-    const info = { worker: 'tts', name: 'text-to-speech worker', log: deps.log, runtimeDir: deps.runtimeDir } as const;
+    const info = { worker: 'tts', name: 'text-to-speech worker', log: deps.log, runtimeDir: deps.runtimeDir, stderr: deps.workers.stderr.of('tts') } as const;
     const engine = engineActor<TtsLaunch, TtsWorkerEvent>(info, (launch): StartHooks => {
       if (launch.backend === 'openai-server') return speechServerHooks(launch, { env: deps.env, log: deps.log, ports });
       return {
