@@ -38,7 +38,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['bin/*.js', 'scripts/*.js', 'test/fixtures/*.mjs'],
+    files: ['bin/*.js', 'scripts/*.js', 'scripts/*.mjs', 'test/fixtures/*.mjs'],
     languageOptions: {
       globals: { process: 'readonly', console: 'readonly', URL: 'readonly', setInterval: 'readonly', clearInterval: 'readonly', setTimeout: 'readonly' },
     },

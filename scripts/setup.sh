@@ -33,8 +33,9 @@ if ! sh scripts/build-whisper.sh; then
 fi
 
 # What `serve` needs, as `npm run build` makes it: the service (tsc, `build:service`) to dist/,
-# and the operator console (Vite, `build:console`) to dist/console.
-say "building the service (tsc)"
+# and the operator console (Vite, `build:console`) to dist/console. Each step is skipped when
+# nothing it reads changed since its last build (scripts/build-step.mjs: a hash of its inputs).
+say "building the service (tsc) unless it is up to date"
 npm run -s build:service
-say "building the operator console (vite)"
+say "building the operator console (vite) unless it is up to date"
 npm run -s build:console -- --logLevel warn

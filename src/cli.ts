@@ -10,6 +10,7 @@ import { ensurePrivateDir, StateFileError } from './store/files.js';
 import { MIN_PASSWORD_LENGTH, SecretStore, WeakSecretError } from './store/secrets.js';
 import { CliError, UsageError } from './cli/errors.js';
 import { readNewPassword, type CredentialSource } from './cli/password.js';
+import { isListenError, listenProblem, StartFailure } from './system/listenProblem.js';
 
 const USAGE = `usage: service-deck <command> [options]
 
@@ -141,7 +142,7 @@ export async function main(argv: string[]): Promise<number> {
       const [{ setUpDemo }, { serve }] = await Promise.all([import('./demo.js'), import('./server.js')]);
       const config = configOf(options);
       const demo = await setUpDemo(config);
-      await serve(config, { startEndpoint: true, banner: demo.banner });
+      await serve(config, { startEndpoint: true, generatePassword: true, banner: demo.banner });
       return -1;
     }
     case 'set-password': {
@@ -207,6 +208,27 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * A failure as one line that names the cause and, where it is known, the fix (issue 40): never a
+ * stack trace. A listener that could not open (the inspector's, say) is named by its address.
+ */
+export function failureLine(error: unknown): string {
+  if (error instanceof CliError || error instanceof StateFileError || error instanceof WeakSecretError || error instanceof ConfigError || error instanceof StartFailure) {
+    return error.message;
+  }
+  if (isListenError(error)) {
+    const problem = listenProblem(error, {
+      port: error.port ?? 0,
+      portFix: 'choose another port (docs/operations.md lists the options and variables of every port)',
+      hostFix: 'listen on 127.0.0.1 (the default) or an address of this machine',
+    });
+    return `the service could not start: cannot listen on ${error.address ?? ''}:${error.port ?? ''}: ${problem}`;
+  }
+  const code = (error as { code?: unknown }).code;
+  const message = error instanceof Error ? error.message : String(error);
+  return `failed: ${message}${typeof code === 'string' && !message.includes(code) ? ` (${code})` : ''} (SERVICE_DECK_LOG_LEVEL=debug shows the stack)`;
+}
+
 export function run(argv: string[]): void {
   main(argv).then(
     (code) => {
@@ -217,11 +239,9 @@ export function run(argv: string[]): void {
         process.stderr.write(`service-deck: ${error.message}\n${USAGE}`);
         process.exit(2);
       }
-      if (error instanceof CliError || error instanceof StateFileError || error instanceof WeakSecretError || error instanceof ConfigError) {
-        process.stderr.write(`service-deck: ${error.message}\n`);
-      } else {
-        process.stderr.write(`service-deck: ${(error as Error).stack ?? String(error)}\n`);
-      }
+      process.stderr.write(`service-deck: ${failureLine(error)}\n`);
+      // The stack is for a developer: shown only when the log level asks for detail.
+      if (/^(debug|trace)$/.test(process.env.SERVICE_DECK_LOG_LEVEL ?? '') && error instanceof Error && error.stack) process.stderr.write(`${error.stack}\n`);
       process.exit(1);
     },
   );

@@ -40,6 +40,7 @@ import { HostFacts } from './system/host.js';
 import { UploadRoom } from './workers/uploadRoom.js';
 import { createInspection, inspectBoth } from './system/observe/inspect.js';
 import { boundAddress, InferenceListener, listenerOf, watchListener, type ListenerActor } from './system/listener.js';
+import { isListenError, listenProblem, StartFailure } from './system/listenProblem.js';
 import type { Logger } from './system/observe/log.js';
 import { LogTail } from './system/observe/logTail.js';
 import { Metrics } from './system/observe/metrics.js';
@@ -87,8 +88,6 @@ export interface StartOptions {
 
 export interface Started {
   service: Service;
-  /** The API token generated at this first start (shown once), if any. */
-  generatedToken?: string;
 }
 
 /** Job folders hold prompts and uploads only while their job runs; a crash may have left some. */
@@ -131,10 +130,12 @@ async function openStores(config: Config) {
   const endpoint = await EndpointStore.open(config.stateDir, config.firstApiPort);
   // The first start remembers its inference port (`--api-port`) at once: later starts keep it.
   if (!endpoint.existed) await endpoint.update({});
-  const opened = await SecretStore.open(config.stateDir, { password: config.firstPassword, token: config.firstToken, generateToken: true });
+  // The token of a first start without SERVICE_DECK_API_TOKEN is made later, once the listeners
+  // are bound and it can be shown (src/firstSecrets.ts).
+  const opened = await SecretStore.open(config.stateDir, { password: config.firstPassword, token: config.firstToken });
   const profiles = await ProfileStore.open(config.stateDir, endpoint);
   const audioPolicy = await AudioPolicyStore.open(config.stateDir);
-  return { endpoint, secrets: opened.store, generatedToken: opened.generatedToken, profiles, audioPolicy };
+  return { endpoint, secrets: opened.store, profiles, audioPolicy };
 }
 
 /** The worker adapters (chat, STT, TTS, image and the prompt enhancer), each with its worker machine for the supervisor to run. */
@@ -164,14 +165,20 @@ async function closeAdmin(admin: App, graceMs = 1_000): Promise<void> {
 /**
  * Opens the admin listener on a service that already runs. When its port cannot be bound the
  * service that was started is ended again (its actors, workers and an inference listener it may
- * have begun to restore), and the bind error goes on to the caller.
+ * have begun to restore), and the caller gets a StartFailure that names the cause and the fix.
  */
 async function listenAdmin(admin: App, address: { host: string; port: number }, shutdown: () => Promise<void>): Promise<void> {
   try {
     await admin.listen(address);
   } catch (error) {
     await shutdown().catch(() => undefined);
-    throw error;
+    if (!isListenError(error)) throw error;
+    const problem = listenProblem(error, {
+      port: address.port,
+      portFix: 'start with --ui-port <port> (or SERVICE_DECK_UI_PORT=<port>)',
+      hostFix: 'start with --ui-host 127.0.0.1 (or SERVICE_DECK_UI_HOST), or an address of this machine',
+    });
+    throw new StartFailure(`the operator console cannot listen on ${address.host}:${address.port}: ${problem}`, { cause: error });
   }
 }
 
@@ -399,5 +406,5 @@ export async function startService(loaded: Config, options: StartOptions): Promi
   if (record.running) {
     await waitFor(listenerRef(), (s) => !s.matches('starting') && !s.matches('restoring'), { timeout: 30_000 });
   }
-  return stores.generatedToken === undefined ? { service } : { service, generatedToken: stores.generatedToken };
+  return { service };
 }

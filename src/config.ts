@@ -102,6 +102,8 @@ export interface Config {
   firstPassword: string | undefined;
   firstToken: string | undefined;
   logLevel: string;
+  /** `SERVICE_DECK_LOG_FORMAT`: stdout's lines as JSON, readable (pino-pretty), or `auto` (readable on a terminal). */
+  logFormat: 'json' | 'pretty' | 'auto';
   /** Where prompt enhancer files come from (CONTRACT section 8), and the recipes file replacing the official ones. */
   enhancerHub: string;
   enhancerRecipes: string | undefined;
@@ -171,6 +173,13 @@ export function parseGpuReserve(text: string): Config['gpuReserveMiB'] {
     else result.byGpu[key.trim()] = parseWhole(value ?? '', `SERVICE_DECK_GPU_RESERVE_MIB (${key.trim()})`);
   }
   return result;
+}
+
+/** `SERVICE_DECK_LOG_FORMAT`: json, pretty or auto (the default). */
+function parseLogFormat(value: string | undefined): Config['logFormat'] {
+  const format = (value ?? '').trim().toLowerCase() || 'auto';
+  if (format !== 'json' && format !== 'pretty' && format !== 'auto') throw new ConfigError(`SERVICE_DECK_LOG_FORMAT: "${value}" is not one of json, pretty, auto`);
+  return format;
 }
 
 /** `SERVICE_DECK_ALLOWED_HOSTS`: host names, comma separated; a port or an IPv6 address's brackets are kept out. */
@@ -311,6 +320,7 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     firstPassword: env.SERVICE_DECK_ADMIN_PASSWORD,
     firstToken: env.SERVICE_DECK_API_TOKEN,
     logLevel: env.SERVICE_DECK_LOG_LEVEL ?? 'info',
+    logFormat: parseLogFormat(env.SERVICE_DECK_LOG_FORMAT),
     enhancerHub: env.SERVICE_DECK_ENHANCER_HUB ?? 'https://huggingface.co',
     enhancerRecipes: env.SERVICE_DECK_ENHANCER_RECIPES,
     consoleDir: path.resolve(env.SERVICE_DECK_CONSOLE_DIR ?? path.join(packageRoot(), 'dist', 'console')),

@@ -14,7 +14,7 @@ import { writeTinyModel } from './adapters/tinyModel.js';
 import { EndpointStore } from './store/endpoint.js';
 import { ensurePrivateDir } from './store/files.js';
 import { ProfileStore } from './store/profiles.js';
-import { randomPassword, SecretStore } from './store/secrets.js';
+import { SecretStore } from './store/secrets.js';
 import type { Service } from './service.js';
 
 export interface Demo {
@@ -35,12 +35,9 @@ const exists = (file: string) => access(file).then(() => true, () => false);
 export async function setUpDemo(config: Config): Promise<Demo> {
   await ensurePrivateDir(config.stateDir);
   const lines: string[] = [];
-  const { store } = await SecretStore.open(config.stateDir, { password: config.firstPassword });
-  if (!store.hasPassword) {
-    const password = randomPassword();
-    await store.setPassword(password);
-    lines.push(`service-deck demo: operator password (shown once): ${password}`);
-  }
+  // The operator password (SERVICE_DECK_ADMIN_PASSWORD at the first start) is stored here; one to
+  // generate is made only once the service has started, and shown then (src/firstSecrets.ts).
+  await SecretStore.open(config.stateDir, { password: config.firstPassword });
 
   // The embedded chat model and its published profile (made once; an operator's edits stay).
   const model = path.join(config.stateDir, 'models', 'service-deck-tiny.gguf');
@@ -90,7 +87,7 @@ export async function setUpDemo(config: Config): Promise<Demo> {
         `service-deck demo: state in ${config.stateDir}`,
         `service-deck demo: ${listed.length} profile(s): ${listed.map((p) => `${p.name} (${p.category}${service.profiles.isPublished(p.id) ? ', published' : ''})`).join(', ')}`,
         `service-deck demo: try  curl -s http://127.0.0.1:${service.inferenceAddress()?.port ?? 8120}/v1/chat/completions -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' -d '{"model":"${DEMO_CHAT.name}","messages":[{"role":"user","content":"Hello"}],"max_tokens":32}'`,
-        `service-deck demo: images need stable-diffusion.cpp's sd-cli (on PATH or SERVICE_DECK_SD_CLI) and a model at the path of the profile ${DEMO_IMAGE.name}; Ctrl-C stops the service`,
+        `service-deck demo: images need stable-diffusion.cpp's sd-cli (on PATH or SERVICE_DECK_SD_CLI) and a model at the path of the profile ${DEMO_IMAGE.name}`,
       ];
     },
   };

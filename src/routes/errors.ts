@@ -3,7 +3,7 @@
 // large, bad JSON, wrong media type) and zod validation failures in the same OpenAI body.
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HTTPMethods } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { ApiError, errors } from '../errors.js';
 import { jobFailure } from '../workers/lease.js';
@@ -164,7 +164,24 @@ export function installErrorHandling(app: FastifyInstance): void {
     }
     return sendError(reply, apiError);
   });
-  app.setNotFoundHandler((request, reply) =>
-    sendError(reply, errors.notFound('unknown_route', `Unknown route: ${request.method} ${request.url.split('?')[0] ?? ''}`)),
-  );
+  app.setNotFoundHandler((request, reply) => {
+    const route = request.url.split('?')[0] ?? '';
+    sendError(reply, errors.notFound('unknown_route', `Unknown route: ${request.method} ${route}${baseUrlHint(app, request.method, route)}`));
+  });
+}
+
+/**
+ * What a newcomer's client most often gets wrong: a base URL without `/v1` (the client sends
+ * `/chat/completions`), or with it twice. When the path this listener does serve under the right
+ * base is a route of the same method, the refusal says how to fix the base URL.
+ */
+function baseUrlHint(app: FastifyInstance, method: string, route: string): string {
+  const served = (url: string) => app.hasRoute({ method: method as HTTPMethods, url });
+  if (route.startsWith('/v1/v1/') && served(route.slice(3))) {
+    return `. The base URL already ends in /v1 and the client adds it again: use http://<host>:<port>/v1 as the base URL, and ${route.slice(3)} is the route.`;
+  }
+  if (!route.startsWith('/v1/') && route !== '/' && served(`/v1${route}`)) {
+    return `. The base URL of this API ends in /v1: use http://<host>:<port>/v1 as the client's base URL (OpenAI's baseURL / base_url), so that it sends ${method} /v1${route}.`;
+  }
+  return '';
 }

@@ -173,18 +173,14 @@ export class SecretStore {
 
   /**
    * Opens `secrets.json`; on first start the given password and token (from the environment)
-   * become the stored ones. Returns the store and, when a token was generated here, that token
-   * (to be shown once).
+   * become the stored ones. A secret that is to be generated and shown is not made here: the
+   * first start makes it once it can show it (src/firstSecrets.ts).
    */
-  static async open(dir: string, first: { password?: string; token?: string; generateToken?: boolean } = {}): Promise<{
-    store: SecretStore;
-    generatedToken?: string;
-  }> {
+  static async open(dir: string, first: { password?: string; token?: string } = {}): Promise<{ store: SecretStore }> {
     const file = path.join(dir, 'secrets.json');
     const existing = await SecretStore.#read(file);
     const secrets: Secrets = existing ?? { passwordHash: null, tokenHash: null, sessionKey: randomBytes(32).toString('base64url') };
     let changed = existing === undefined;
-    let generatedToken: string | undefined;
     if (secrets.passwordHash === null && first.password !== undefined && first.password !== '') {
       if (first.password.length < MIN_PASSWORD_LENGTH) {
         throw new WeakSecretError(`SERVICE_DECK_ADMIN_PASSWORD must have at least ${MIN_PASSWORD_LENGTH} characters`);
@@ -199,8 +195,7 @@ export class SecretStore {
       changed = true;
     }
     if (secrets.tokenHash === null) {
-      let token = first.token;
-      if ((token === undefined || token === '') && first.generateToken) token = generatedToken = newApiToken();
+      const token = first.token;
       if (token !== undefined && token !== '') {
         const space = /\s/.exec(token);
         if (space) {
@@ -224,8 +219,7 @@ export class SecretStore {
       }
     }
     if (changed) await writeJsonAtomic(file, secrets);
-    const store = new SecretStore(file, secrets, fileStamp(file));
-    return generatedToken === undefined ? { store } : { store, generatedToken };
+    return { store: new SecretStore(file, secrets, fileStamp(file)) };
   }
 
   /**

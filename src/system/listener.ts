@@ -12,6 +12,7 @@ import type { EndpointStore } from '../store/endpoint.js';
 import { ask } from './ask.js';
 import type { Logger } from './observe/log.js';
 import type { SupervisorActor } from './scheduler.js';
+import { isListenError, listenProblem } from './listenProblem.js';
 
 export type ListenerActor = Actor<typeof listenerMachine>;
 
@@ -72,7 +73,15 @@ export class InferenceListener {
             await app.listen({ host: input.host, port: input.port });
           } catch (error) {
             await app.close();
-            throw error;
+            if (!isListenError(error)) throw error;
+            throw new Error(
+              listenProblem(error, {
+                port: input.port,
+                portFix: "save another port while the listener is stopped (the console's Change port, or POST /api/v1/endpoint/config)",
+                hostFix: 'listen on 127.0.0.1 (the default) or an address of this machine',
+              }),
+              { cause: error },
+            );
           }
           this.#app = app;
           this.#closing = undefined;

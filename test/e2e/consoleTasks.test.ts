@@ -1,7 +1,7 @@
 // The rest of the operator's tasks in the console, in chromium against the real serve: every page
 // and form labelled; a profile edited while someone else saved it (the conflict with the newer
 // values, then taking them), its prompt-enhancer choice kept, then deleted; no port change while
-// running (the button disabled, saying why); the log page with its level filter; the token rotated (shown once, the
+// running (the button disabled, saying why); the log page in columns, with its level filter; the token rotated (shown once, the
 // new one works, the old one not); the password changed (this page stays in, other sessions end).
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -116,14 +116,31 @@ t.test('the other admin tasks in chromium', async (t) => {
   await page.waitForFunction("document.querySelector('#listener button[type=submit]').disabled");
   t.match(await page.getByRole('button', { name: 'Change port' }).getAttribute('title'), /only while the listener is stopped/, 'Change port is disabled while running, and says why');
 
-  // The log page: lines as they come, and the level filter.
+  // The log page: lines as they come, in columns, and the level filter.
   await goTo(page, 'Logs');
-  await page.locator('ol.log li').first().waitFor();
-  const infoLines = await page.locator('ol.log li').count();
+  const rows = page.locator('table.log tbody tr');
+  await rows.first().waitFor();
+  const infoLines = await rows.count();
   t.ok(infoLines > 3, `${infoLines} lines at info and above`);
-  t.ok((await page.locator('ol.log li[data-level="info"]').count()) > 0, 'info lines among them');
+  t.ok((await page.locator('table.log tbody tr[data-level="info"]').count()) > 0, 'info lines among them');
+  t.same(
+    await page.locator('table.log thead th').allTextContents(),
+    ['Time', 'Level', 'Message', 'Source', 'Profile', 'Job', 'Request', 'Status', 'ms', 'Other fields'],
+    'time, level, message and the key fields have columns',
+  );
+  // An access line, of a request made here: each field in its column, none as JSON.
+  t.equal(await page.evaluate(async () => (await fetch('/api/v1/endpoint', { headers: { 'x-service-deck': '1' } })).status), 200);
+  const access = rows.filter({ has: page.locator('td[data-column="Request"]', { hasText: 'GET /api/v1/endpoint' }) }).first();
+  await access.waitFor();
+  const cells = await access.locator('td').allTextContents();
+  t.match(cells[0], /^\d{1,2}:\d\d:\d\d/, 'the time (the browser locale says how)');
+  t.same(cells.slice(1, 4), ['info', 'access', 'admin'], 'the level, the message and the listener');
+  t.same([cells[6], cells[7]], ['GET /api/v1/endpoint', '200'], 'the request and its status');
+  t.match(cells[8], /^\d+(\.\d)?$/, 'the milliseconds, rounded');
+  t.match(cells[9], /^reqId=\S+/, 'the other fields as key=value');
+  t.notOk(cells.some((cell) => cell.includes('{') || cell.includes('"')), 'no raw JSON in any cell');
   await page.getByLabel('Level').selectOption({ label: 'error and above' });
-  t.equal(await page.locator('ol.log li[data-level="info"]').count(), 0, 'no info line once the filter says error');
+  t.equal(await page.locator('table.log tbody tr[data-level="info"]').count(), 0, 'no info line once the filter says error');
 
   // The token: rotated, shown once, the new one works on /v1 and the old one no longer does.
   await goTo(page, 'Settings');

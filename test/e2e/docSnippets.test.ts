@@ -2,18 +2,19 @@
 // accounted for: it shows an example script (the paragraph before it links the script, and
 // examples.test.ts runs the script and checks the block stands in it word for word), or this test
 // runs it as written against a private demo (the marker `<!-- snippet: run NAME -->` right above
-// it), or the line right above it says, visibly, why it is not run against the demo
-// (`*Not run against the demo: what it needs.*`). Data (JSON bodies, output samples, diagrams)
-// is a block whose fence says so. The blocks run here are the ones that change the service's
-// state (the token, the password, the endpoint, profiles, the audio policy) and the image script,
-// so they get a demo of their own: its own state directory and ports, and the image tests'
-// stand-in for sd-cli with a model file in place, so that its `painter` can run.
+// it), or the line right above it says why it is not run against the demo, in an HTML comment
+// that the rendered page does not show (`<!-- not run: what it needs. -->`): the marker is for this
+// test, not for readers. Data (JSON bodies, output samples, diagrams) is a block whose fence says
+// so. The blocks run here are the ones that change the service's state (the token, the password,
+// the endpoint, profiles, the audio policy) and the image script, so they get a demo of their own:
+// its own state directory and ports, and the image tests' stand-in for sd-cli with a model file in
+// place, so that its `painter` can run.
 import { execFile } from 'node:child_process';
 import { mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t, { type Test } from 'tap';
 import { freePort, tempDir } from '../helpers/build.js';
-import { docBlocks, examplesDir, root, type DocBlock } from '../helpers/docBlocks.js';
+import { docBlocks, docFiles, examplesDir, root, type DocBlock } from '../helpers/docBlocks.js';
 import { llamaServerPath } from '../helpers/llama.js';
 import { spawnCli } from '../helpers/spawn.js';
 
@@ -24,7 +25,10 @@ t.setTimeout(120_000);
 const COMMANDS = new Set(['sh', 'bash', 'console', 'js', 'mjs', 'ts', 'python', 'http']);
 const DATA = new Set(['json', 'ini', 'nginx', 'yaml', 'text']);
 const RUN = /^<!-- snippet: run ([\w-]+) -->$/;
-const NOT_RUN = /^\*Not run against the demo: (.{12,})\*$/;
+/** A reason of at least 12 characters; `--` would end an HTML comment early in some renderers. */
+const NOT_RUN = /^<!-- not run: ((?:(?!--).){12,}) -->$/;
+/** The marker as readers saw it before: it must not come back. */
+const VISIBLE_NOT_RUN = /not run against the demo/i;
 
 /** stable-diffusion.cpp's sd-cli cannot be built here: the stand-in the image tests use. */
 const SD_CLI = path.join(root, 'test', 'fixtures', 'sd-cli');
@@ -171,6 +175,7 @@ function verdict(block: DocBlock, scripts: string[]): { kind: 'data' | 'script' 
   if (run) return { kind: 'run', detail: run[1]! };
   const notRun = block.above.match(NOT_RUN);
   if (notRun) return { kind: 'not run', detail: notRun[1]! };
+  if (VISIBLE_NOT_RUN.test(block.above)) return { error: 'says in visible text why it is not run: write the reason as `<!-- not run: … -->`, which readers do not see' };
   return { error: 'is a command, but shows no example script, has no run marker and does not say why it is not run against the demo' };
 }
 
@@ -193,6 +198,10 @@ t.test('every command block in the docs is run or says why not', async (t) => {
     }
   }
   for (const { name } of RUNS) t.ok(claimed.has(name), `the run ${name} has its block in the docs`);
+  for (const doc of await docFiles()) {
+    const visible = (await readFile(path.join(root, doc), 'utf8')).split('\n').findIndex((line) => /^\*Not run against the demo/i.test(line));
+    t.equal(visible, -1, `${doc} shows readers no "Not run against the demo" note${visible < 0 ? '' : ` (line ${visible + 1})`}`);
+  }
   t.comment([...counts].map(([kind, n]) => `${kind}: ${n}`).join(', '));
   t.ok((counts.get('script') ?? 0) >= 20 && (counts.get('run') ?? 0) === RUNS.length, 'the docs show the examples and the blocks run here');
 });
@@ -204,8 +213,14 @@ t.test('a command block that is not accounted for, and a block without a languag
   t.match(verdict(block({ lang: '' }), scripts), { error: /no language/ });
   t.match(verdict(block({ lang: 'perl' }), scripts), { error: /neither a command nor data/ });
   t.match(verdict(block({ script: 'gone.mjs' }), scripts), { error: /not there/ });
-  t.match(verdict(block({ above: '*Not run against the demo:*' }), scripts), { error: /does not say why/ }, 'a marker needs its reason');
-  t.same(verdict(block({ above: '*Not run against the demo: needs a GPU and its model.*' }), scripts), { kind: 'not run', detail: 'needs a GPU and its model.' });
+  t.match(verdict(block({ above: '<!-- not run: -->' }), scripts), { error: /does not say why/ }, 'a marker needs its reason');
+  t.match(verdict(block({ above: '<!-- not run: a -- b needs a GPU -->' }), scripts), { error: /does not say why/ }, 'a reason with -- would end the comment early');
+  t.same(verdict(block({ above: '<!-- not run: needs a GPU and its model. -->' }), scripts), { kind: 'not run', detail: 'needs a GPU and its model.' });
+  t.match(
+    verdict(block({ above: '*Not run against the demo: needs a GPU and its model.*' }), scripts),
+    { error: /visible text/ },
+    'the old visible marker is refused: readers would see it',
+  );
   t.same(verdict(block({ above: '<!-- snippet: run images -->' }), scripts), { kind: 'run', detail: 'images' });
   t.same(verdict(block({ lang: 'json' }), scripts), { kind: 'data', detail: 'json' });
 });

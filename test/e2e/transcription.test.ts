@@ -83,6 +83,10 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
   for (const [name, fields, file, status, code, param] of cases) {
     const answer = await post(b, fields, file);
     t.same([answer.status, answer.body.error?.code, answer.body.error?.param], [status, code, param], name);
+    if (['44.1 kHz', 'stereo', 'an MP3 named .wav'].includes(name)) {
+      t.match(answer.body.error?.message, /Convert it to a 16 kHz mono 16-bit WAV first: `ffmpeg -i in -ar 16000 -ac 1 -c:a pcm_s16le out\.wav`\.$/, `${name}: the refusal gives the conversion`);
+    }
+    if (name === 'a truncated WAV' || name.startsWith('exactly 8 MiB')) t.notMatch(answer.body.error?.message, /ffmpeg/, `${name}: no conversion where it would not help`);
     if (name === 'de on an English-only backend') {
       t.equal(
         answer.body.error?.message,
@@ -93,6 +97,11 @@ t.test('every rule of spec 4.6 refuses with its own 400', async (t) => {
   }
   const json = await b.api('POST', '/v1/audio/transcriptions', { model: 'listener' });
   t.equal(json.status, 415, 'a JSON body is not a multipart form');
+  t.match(
+    ((await json.json()) as { error: { message: string } }).error.message,
+    /multipart\/form-data .*with the openai client, `file: await toFile\(await fs\.promises\.readFile\(path\), "name\.wav"\)`; with curl, `-F file=@name\.wav`/,
+    'the 415 says how the openai client and curl send the recording',
+  );
   const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as { workers: unknown[]; queue: { running: unknown[] } };
   t.same([status.workers, status.queue.running], [[], []], 'no refused request started a worker');
 });

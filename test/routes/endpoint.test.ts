@@ -136,7 +136,7 @@ t.test('a busy port: the start fails with the reason and the endpoint stays stop
   t.equal(response.status, 503);
   const error = await code(response);
   t.equal(error.code, 'listen_failed');
-  t.match(error, { message: /EADDRINUSE/ });
+  t.match(error, { message: new RegExp(`port ${port} is in use \\(EADDRINUSE\\): stop what uses it .*or save another port while the listener is stopped`) }, 'the cause and the fix');
   t.match(await (await b.admin('GET', '/api/v1/endpoint')).json(), { status: 'stopped', remembered_running: false, error: { code: 'listen_failed' } });
 });
 

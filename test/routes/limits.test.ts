@@ -157,6 +157,21 @@ t.test('unknown routes are 404 unknown_route on both listeners, after the token 
   }
 });
 
+t.test('a route that the inference listener serves under /v1 says that the base URL ends in /v1', async (t) => {
+  const b = await build(t);
+  await b.startEndpoint();
+  const message = async (response: Response) => ((await response.json()) as { error: { message: string; code: string } }).error;
+  const missing = await b.api('POST', '/chat/completions', { model: 'x', messages: [] });
+  t.equal(missing.status, 404);
+  t.match(await message(missing), { code: 'unknown_route', message: /^Unknown route: POST \/chat\/completions\. The base URL of this API ends in \/v1: .* sends POST \/v1\/chat\/completions\.$/ });
+  t.match(await message(await b.api('GET', '/models')), { message: /base URL of this API ends in \/v1.*GET \/v1\/models/ }, 'a model list too');
+  t.match(await message(await b.api('POST', '/v1/v1/audio/speech', {})), { message: /already ends in \/v1 .*\/v1\/audio\/speech is the route/ }, '/v1 twice');
+  // No hint where /v1 would not help: another method, a route that is not served, the admin listener.
+  t.notMatch(await message(await b.api('DELETE', '/chat/completions')), /\/v1/, 'no hint for a method the route does not take');
+  t.notMatch(await message(await b.api('POST', '/embeddings', {})), /base URL/, 'no hint for a route the service does not serve');
+  t.notMatch(await message(await b.admin('POST', '/chat/completions', {})), /base URL/, 'the admin listener serves no /v1 routes');
+});
+
 t.test('unknown body fields are 400 unknown_parameter naming the field', async (t) => {
   const b = await build(t, { login: false });
   await expectError(

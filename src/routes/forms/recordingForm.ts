@@ -38,6 +38,9 @@ async function writeRecording(part: MultipartFile, uploads: RecordingUploads, de
   }
 }
 
+/** How the clients of the inference API send a recording as a form with a length. */
+const CLIENT_UPLOAD = ': with the openai client, `file: await toFile(await fs.promises.readFile(path), "name.wav")`; with curl, `-F file=@name.wav`';
+
 export const noFile = () => errors.invalidValue('file', "The field 'file' is required: a PCM16 WAV recording, mono, 16 kHz.");
 
 /**
@@ -52,7 +55,11 @@ export async function readRecordingForm(
   refused: ReadonlyMap<string, Refusal> = new Map(),
   arrays: ReadonlySet<string> = new Set(),
 ): Promise<{ fields: Record<string, string>; file: RecordingFile | undefined }> {
-  if (!request.isMultipart()) throw errors.mediaType(`Send the recording as multipart/form-data (fields ${[...accepted, 'file'].join(', ')}).`);
+  if (!request.isMultipart()) {
+    throw errors.mediaType(
+      `Send the recording as multipart/form-data (fields ${[...accepted, 'file'].join(', ')})${request.url.startsWith('/v1/') ? CLIENT_UPLOAD : ''}.`,
+    );
+  }
   let file: RecordingFile | undefined;
   try {
     return await readForm(request, undefined, async (parts) => {

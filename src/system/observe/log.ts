@@ -5,6 +5,7 @@
 // quotes of the request (workerErrorDetail, src/workers/chat/chatRequest.ts).
 // The redaction below is a second line of defence for anything that is logged by mistake.
 import pino, { type DestinationStream, type Logger } from 'pino';
+import pretty from 'pino-pretty';
 
 /** Field names whose values never reach a log or the inspector. */
 export const SENSITIVE_KEYS = new Set([
@@ -56,12 +57,44 @@ const REDACT_PATHS = [...SENSITIVE_KEYS].flatMap((key) =>
   /^[a-z_]+$/.test(key) ? [key, `*.${key}`, `req.headers.${key}`] : [`headers["${key}"]`, `req.headers["${key}"]`],
 );
 
+/** How lines reach stdout: pino's JSON, one object a line, or pino-pretty's readable lines. */
+export type LogFormat = 'json' | 'pretty';
+
+/** The format in force: `auto` is pretty on a terminal, JSON otherwise (a pipe, a file, journald). */
+export function resolveLogFormat(setting: LogFormat | 'auto', terminal: boolean): LogFormat {
+  return setting === 'auto' ? (terminal ? 'pretty' : 'json') : setting;
+}
+
+/**
+ * pino-pretty as a stream in front of `destination`: one readable line per record (time, level,
+ * message, then the other fields), colored when `colorize`. The console's tail still gets JSON.
+ */
+function prettyStream(destination: Flushable, colorize: boolean): DestinationStream {
+  const stream = pretty({
+    destination: destination as unknown as NodeJS.WritableStream,
+    colorize,
+    singleLine: true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname,service',
+  });
+  // Each line goes through pino-pretty at once (its stream is synchronous up to the destination),
+  // so flushing the destination flushes every line written before.
+  return Object.assign(stream, { flush: (cb: (error?: Error | null) => void) => flushOf(destination, cb) });
+}
+
+function flushOf(destination: Flushable, cb: (error?: Error | null) => void): void {
+  if (destination.flush) destination.flush(cb);
+  else cb();
+}
+
 /**
  * The logger: stdout (or `destination`), and the console's log tail when one is given. Each line
- * is serialized and redacted once, then written to both.
+ * is serialized and redacted once, then written to both; `format: 'pretty'` makes stdout's lines
+ * readable (the tail keeps JSON).
  */
-export function createLogger(options: { level: string; destination?: DestinationStream; tail?: DestinationStream }): Logger {
-  const destination = options.destination ?? pino.destination({ fd: 1, sync: false });
+export function createLogger(options: { level: string; destination?: DestinationStream; tail?: DestinationStream; format?: LogFormat; colorize?: boolean }): Logger {
+  const raw = options.destination ?? pino.destination({ fd: 1, sync: false });
+  const destination = options.format === 'pretty' ? prettyStream(raw, options.colorize ?? false) : raw;
   return pino(
     {
       level: options.level,
@@ -80,7 +113,7 @@ function both(destination: Flushable, tail: DestinationStream): DestinationStrea
     { stream: destination, level: 'trace' },
     { stream: tail, level: 'trace' },
   ]);
-  return Object.assign(streams, { flush: (cb: (error?: Error | null) => void) => (destination.flush ? destination.flush(cb) : cb()) });
+  return Object.assign(streams, { flush: (cb: (error?: Error | null) => void) => flushOf(destination, cb) });
 }
 
 export type { Logger };

@@ -42,12 +42,21 @@ export function transcriptionLanguage(profile: SttProfile, requested: SttLanguag
   return language;
 }
 
+/** The one line that turns any audio file into what spec 4.6 takes (PCM16 WAV, mono, 16 kHz). */
+export const CONVERSION = 'ffmpeg -i in -ar 16000 -ac 1 -c:a pcm_s16le out.wav';
+
+/** The rules a conversion fixes: another container, encoding, channel count or sample rate. */
+const CONVERTIBLE = new Set(['wav_not_riff', 'wav_not_wave', 'wav_not_pcm', 'wav_not_mono', 'wav_sample_rate', 'wav_bits_per_sample']);
+
 /** Where the samples of an uploaded recording lie, or the 400 naming the rule it breaks (spec 4.6). */
 async function checkedRecording(file: string): Promise<PcmFile> {
   try {
     return await checkTranscriptionFile(file);
   } catch (error) {
-    if (error instanceof WavError) throw new ApiError(400, 'invalid_request_error', error.rule, `The file is refused: ${error.message}.`, 'file');
+    if (error instanceof WavError) {
+      const fix = CONVERTIBLE.has(error.rule) ? ` Convert it to a 16 kHz mono 16-bit WAV first: \`${CONVERSION}\`.` : '';
+      throw new ApiError(400, 'invalid_request_error', error.rule, `The file is refused: ${error.message}.${fix}`, 'file');
+    }
     throw error;
   }
 }
