@@ -348,14 +348,19 @@ t.test('enhancers install follows the download in the service; a second install 
   t.equal(lines.at(-1), 't2i: test-org/tiny-enhancer installed, 1.0 MiB of 1.0 MiB (100%)', 'the last line: installed');
   t.equal(b.service.enhancers.view().t2i.state, 'installed', 'the service installed it');
 
-  // i2i's two files, slower: a second install is refused while it runs, and a cancel ends it.
-  hub.options.chunkDelayMs = 100;
+  // i2i's two files, held after their first chunk until the cancel: a second install is refused
+  // while it runs, and a cancel ends it.
+  let release = () => {};
+  hub.options.gate = new Promise<void>((resolve) => (release = resolve));
+  t.teardown(() => release());
   const following = cli(t, ['enhancers', 'install', 'i2i'], withPassword);
   await until('the i2i install to run', async () => (b.service.enhancers.view().i2i.state === 'installing' ? true : undefined));
   const second = await cli(t, ['enhancers', 'install', 't2i'], withPassword);
   t.equal(second.code, 1, 'a refused install: exit 1');
   t.match(second.stderr, /^service-deck: POST \/api\/v1\/prompt-enhancers\/install: .+ \(HTTP 409 install_running\)\n$/);
   const cancel = await cli(t, ['enhancers', 'cancel'], withPassword);
+  hub.options.gate = null;
+  release();
   t.equal(cancel.code, 0, cancel.stderr);
   t.match(cancel.stdout, 'cancelled the running install; its partial files are removed\nt2i: test-org/tiny-enhancer installed');
   t.match(cancel.stdout, '\ni2i: test-org/tiny-enhancer cancelled');
@@ -364,6 +369,7 @@ t.test('enhancers install follows the download in the service; a second install 
   t.match(ended.stdout, /^i2i: test-org\/tiny-enhancer installing /m);
   t.equal(ended.stderr, 'service-deck: the i2i install ended cancelled\n');
   hub.options.chunkDelayMs = 0;
+  hub.options.chunkBytes = 64 * 1024;
 
   const list = await cli(t, ['enhancers', '--json'], withPassword);
   t.equal(list.code, 0, list.stderr);

@@ -33,6 +33,12 @@ export interface HubOptions {
   endless: boolean;
   /** Redirect resolve requests to this Location instead of the hub's CDN (a `data:` URL, another host). */
   location: string | null;
+  /**
+   * While set, a byte answer sends its first chunk and then waits for this promise before each
+   * further one: a download that is surely still running when the test acts on it, however slow
+   * the machine (a cancel test resolves it once it has cancelled).
+   */
+  gate: Promise<void> | null;
 }
 
 export interface HubRequest {
@@ -76,6 +82,7 @@ export const DEFAULT_HUB_OPTIONS: Readonly<HubOptions> = {
   chunkDelayMs: 0,
   endless: false,
   location: null,
+  gate: null,
 };
 
 function waitDrain(res: ServerResponse): Promise<void> {
@@ -106,6 +113,7 @@ async function sendBody(res: ServerResponse, bytes: Buffer, options: HubOptions,
     }
     if (!ok) await waitDrain(res);
     if (options.chunkDelayMs > 0) await sleep(options.chunkDelayMs);
+    if (options.gate) await options.gate;
   }
   res.end();
 }

@@ -437,6 +437,7 @@ t.test('the install plan: the size the hub states, what the store holds, the fre
     margin_bytes: MARGIN,
     fits: true,
     reason: null,
+    hub_error: null,
   });
   t.notOk(hub.requests.some((r) => r.method === 'GET'), 'asked with HEAD only: no byte moved');
 
@@ -455,6 +456,13 @@ t.test('the install plan: the size the hub states, what the store holds, the fre
   hub.options.redirect = false;
   hub.options.endless = true;
   t.match((await plan('t2i')).body, { bytes_total: null, bytes_to_download: null, fits: null, reason: /states no size for tiny-Q4\.gguf/ });
+
+  // A hub that refuses: an answer that says so, not an error status (the console asks on every view).
+  hub.options.status = 500;
+  const refused = await plan('i2i');
+  t.equal(refused.status, 200, 'a hub that cannot be asked is part of the answer');
+  t.match(refused.body, { bytes_total: null, bytes_to_download: null, fits: null, hub_error: /tiny-Q4\.gguf: .*500/, reason: /the hub could not be asked what the install would download/ });
+  hub.options.status = null;
 
   const unknown = await plan('x2y');
   t.equal(unknown.status, 400, 'an unknown task');

@@ -45,7 +45,7 @@ function useInstallPlan(task: 't2i' | 'i2i', wanted: boolean) {
 /** The Install button's own words: what it will download and what the disk has free. */
 function sizeText(plan: InstallPlan | null): string {
   if (!plan) return '';
-  const download = plan.bytes_to_download === null ? 'size unknown' : gb(plan.bytes_to_download);
+  const download = plan.hub_error !== null ? 'hub unreachable' : plan.bytes_to_download === null ? 'size unknown' : gb(plan.bytes_to_download);
   return ` (${download}, ${plan.free_bytes === null ? 'free disk unknown' : `${gb(plan.free_bytes)} free`})`;
 }
 
@@ -57,6 +57,10 @@ async function confirmInstall(task: 't2i' | 'i2i', setPlan: (plan: InstallPlan) 
   const plan = await attempt('Install', () => api<InstallPlan>('GET', `/api/v1/prompt-enhancers/plan?task=${task}`));
   if (!plan) return;
   setPlan(plan);
+  if (plan.hub_error !== null) {
+    notify('error', `Install: ${plan.reason}.`);
+    return;
+  }
   if (plan.fits === false) {
     notify('error', `Install: ${plan.reason ?? 'the download does not fit the free disk'}.`);
     return;

@@ -14,8 +14,7 @@ import { ProfileError } from '../../store/profiles.js';
 import type { Service } from '../../service.js';
 import { enhancersView } from '../../workers/consoleFeed.js';
 import { adminAuth } from '../auth.js';
-import { ApiError, errors } from '../../errors.js';
-import { HubError } from '../../adapters/hubDownload.js';
+import { errors } from '../../errors.js';
 import { clientGone } from '../client.js';
 import { validationError } from '../errors.js';
 import { checkReferenceCount, IMAGE_LIMITS, imagePrompt } from '../../workers/image/image.schema.js';
@@ -43,16 +42,11 @@ export const adminEnhancerRoutes: FastifyPluginAsync<{ service: Service }> = asy
 
   app.get('/api/v1/prompt-enhancers', async () => view());
 
-  // What an install would download and whether it fits, asked of the hub before any byte moves.
-  app.get('/api/v1/prompt-enhancers/plan', { schema: { querystring: z.strictObject({ task: z.enum(ENHANCER_TASKS) }) } }, async (request, reply) => {
-    try {
-      return await enhancers.plan(request.query.task, clientGone(reply));
-    } catch (error) {
-      if (!(error instanceof HubError)) throw error;
-      const code = error.code === 'network' ? 'hub_unreachable' : 'hub_refused';
-      throw new ApiError(502, 'server_error', code, `The hub did not say what the ${request.query.task} enhancer would download: ${error.message}`);
-    }
-  });
+  // What an install would download and whether it fits, asked of the hub before any byte moves; a
+  // hub that cannot be asked is part of the answer (`hub_error`), not a 502.
+  app.get('/api/v1/prompt-enhancers/plan', { schema: { querystring: z.strictObject({ task: z.enum(ENHANCER_TASKS) }) } }, async (request, reply) =>
+    enhancers.plan(request.query.task, clientGone(reply)),
+  );
 
   app.post('/api/v1/prompt-enhancers/install', { schema: { body: z.strictObject({ task: z.enum(ENHANCER_TASKS) }) } }, async (request, reply) => {
     const started = enhancers.install(request.body.task);

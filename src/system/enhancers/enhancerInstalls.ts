@@ -86,6 +86,12 @@ export interface InstallPlan {
   fits: boolean | null;
   /** Why it does not fit or cannot be told, for people; null when it fits. */
   reason: string | null;
+  /**
+   * The hub's failure when it could not be asked (unreachable, or it refused a file): the sizes are
+   * then unknown. An answer, not an error status: the console asks on every page view, and a
+   * machine without internet is an ordinary case, not a failed request.
+   */
+  hub_error: string | null;
 }
 
 export type InstallStart = { ok: true } | { ok: false; code: 'install_running'; message: string };
@@ -174,8 +180,13 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
   async plan(task: EnhancerTask, signal?: AbortSignal): Promise<InstallPlan> {
     const recipe = this.recipes[task];
     const files: InstallPlan['files'] = [];
+    let hubError: string | null = null;
     for (const file of recipe.files) {
-      const probe = await probeHubFile(urlOf(this.hub, recipe, file.path), signal);
+      const probe = await probeHubFile(urlOf(this.hub, recipe, file.path), signal).catch((error: unknown) => {
+        if (!(error instanceof HubError) || error.code === 'cancelled' || signal?.aborted) throw error;
+        hubError ??= `${file.path}: ${error.message}`;
+        return { size: null };
+      });
       const stored = storedPath(this.dir, { repo: recipe.repo, revision: recipe.revision, path: file.path });
       const complete = stored === null ? 0 : await sizeOf(stored);
       const onDisk = probe.size !== null && complete === probe.size ? complete : stored === null ? 0 : Math.min(await sizeOf(`${stored}.part`), probe.size ?? Infinity);
@@ -188,14 +199,16 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     const free = await this.room(storeDir(this.dir));
     const fits = toDownload === null || free === null ? null : free >= toDownload + DISK_MARGIN_BYTES;
     const reason =
-      total === null
+      hubError !== null
+        ? `the hub could not be asked what the install would download (${hubError})`
+        : total === null
         ? `the hub states no size for ${unsized.join(', ')}: the install would be refused, since its download could not be bounded`
         : free === null
           ? 'the free disk space could not be read'
           : fits
             ? null
             : `not enough free disk space in ${storeDir(this.dir)}: ${gib(toDownload! + DISK_MARGIN_BYTES)} needed (${gib(toDownload!)} to download and ${gib(DISK_MARGIN_BYTES)} to spare), ${gib(free)} free`;
-    return { task, repo: recipe.repo, revision: recipe.revision, files, bytes_total: total, bytes_on_disk: onDisk, bytes_to_download: toDownload, free_bytes: free, margin_bytes: DISK_MARGIN_BYTES, fits, reason };
+    return { task, repo: recipe.repo, revision: recipe.revision, files, bytes_total: total, bytes_on_disk: onDisk, bytes_to_download: toDownload, free_bytes: free, margin_bytes: DISK_MARGIN_BYTES, fits, reason, hub_error: hubError };
   }
 
   /** Starts an install; it runs on its own (follow it in `view()` and the `change` event). */
