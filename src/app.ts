@@ -39,6 +39,7 @@ import { adminChatTestRoutes } from './routes/admin/chatTests.js';
 import { adminWorkerRoutes } from './routes/admin/workers.js';
 import { adminConsoleRoutes } from './routes/admin/console.js';
 import { adminEnhancerRoutes } from './routes/admin/enhancers.js';
+import { adminModelRoutes } from './routes/admin/models.js';
 import { adminEndpointRoutes } from './routes/admin/endpoint.js';
 import { adminProfileRoutes } from './routes/admin/profiles.js';
 import { adminSessionRoutes } from './routes/admin/session.js';
@@ -216,6 +217,7 @@ export async function buildAdminApp(service: Service): Promise<App> {
   await app.register(adminSpeechTestRoutes, { service });
   await app.register(adminConsoleRoutes, { service });
   await app.register(adminEnhancerRoutes, { service });
+  await app.register(adminModelRoutes, { service });
   await app.register(consoleRoutes, { service });
   return app;
 }

@@ -29,6 +29,9 @@ import { ensurePrivateDir } from './store/files.js';
 import { ProfileStore } from './store/profiles.js';
 import { loadRecipes } from './store/enhancers.js';
 import { EnhancerInstalls } from './system/enhancers/enhancerInstalls.js';
+import { ModelFiles } from './system/models/modelFiles.js';
+import { ModelHub } from './system/models/modelHub.js';
+import { gatherRoom } from './system/startFacts.js';
 import { SecretStore } from './store/secrets.js';
 import { AudioPolicies } from './system/audioPolicy.js';
 import { BuildWatcher } from './system/catalog/builds.js';
@@ -102,6 +105,8 @@ async function prepareStateDir(config: Config, log: Logger): Promise<void> {
   await ensurePrivateDir(config.stateDir);
   await ensurePrivateDir(path.join(config.stateDir, 'jobs'));
   await ensurePrivateDir(path.join(config.stateDir, 'runtime'));
+  // Where pulled models go (CONTRACT section 10), and the model folder when none is configured.
+  await ensurePrivateDir(path.join(config.stateDir, 'models'));
   await clearLeftoverJobs(path.join(config.stateDir, 'jobs'), log);
   await sweepWorkerProcesses(path.join(config.stateDir, 'runtime'), log);
 }
@@ -214,6 +219,10 @@ export async function startService(loaded: Config, options: StartOptions): Promi
   const responseMemory = new ResponseMemory({ maxBytes: memoryMiB * 1024 * 1024, ttlMs: ttlSeconds * 1000, log });
   responseMemory.forgetWhenOff(extensions);
   const host = new HostFacts(config.stateDir);
+  // The model folders and the hub (CONTRACT section 10): forecasts on the room probed at the time.
+  const room = () => gatherRoom({ config, ownPids: () => new Set<number>() });
+  const models = new ModelFiles({ dirs: config.modelDirs, room });
+  const modelHub = new ModelHub({ hub: config.modelHub, token: config.hubToken, room });
   const enhancers = await EnhancerInstalls.open({
     dir: path.join(config.stateDir, 'enhancers'),
     recipes: await loadRecipes(config.enhancerRecipes),
@@ -319,6 +328,8 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     tts,
     image,
     enhancer,
+    models,
+    modelHub,
     get imageTests() {
       imageTests ??= new ImageTests(service);
       return imageTests;

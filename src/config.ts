@@ -107,6 +107,12 @@ export interface Config {
   /** Where prompt enhancer files come from (CONTRACT section 8), and the recipes file replacing the official ones. */
   enhancerHub: string;
   enhancerRecipes: string | undefined;
+  /** The folders whose model files `GET /api/v1/model-files` lists (CONTRACT section 10): `SERVICE_DECK_MODEL_DIRS`, `:`-separated, default `<state>/models`. */
+  modelDirs: string[];
+  /** The hub models are listed and forecast from (`SERVICE_DECK_MODEL_HUB`, default https://huggingface.co). */
+  modelHub: string;
+  /** `SERVICE_DECK_HUB_TOKEN`: sent to the model hub's own origin only; never logged or shown. */
+  hubToken: string | undefined;
   /** The built operator console (Vite's output) that the admin listener serves at `/`. */
   consoleDir: string;
   http: HttpConfig;
@@ -276,6 +282,27 @@ function parseResponses(env: NodeJS.ProcessEnv): Config['responses'] {
   return { memoryMiB, ttlSeconds };
 }
 
+/** The model folders: absolute paths separated by `:`, each once; none given is `<state>/models`. */
+function parseModelDirs(text: string | undefined, stateDir: string): string[] {
+  const dirs = (text ?? '').split(':').map((dir) => dir.trim()).filter((dir) => dir !== '');
+  if (dirs.length === 0) return [path.join(stateDir, 'models')];
+  for (const dir of dirs) if (!path.isAbsolute(dir)) throw new ConfigError(`SERVICE_DECK_MODEL_DIRS: "${dir}" is not an absolute path`);
+  return [...new Set(dirs.map((dir) => path.resolve(dir)))];
+}
+
+/** A hub's root URL: http or https, no credentials in it. */
+function parseHub(text: string, name: string): string {
+  let url: URL;
+  try {
+    url = new URL(text.trim());
+  } catch {
+    throw new ConfigError(`${name}: "${text}" is not a URL`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(`${name}: only http and https hubs are supported`);
+  if (url.username !== '' || url.password !== '') throw new ConfigError(`${name}: put no credentials in the URL (SERVICE_DECK_HUB_TOKEN is the token)`);
+  return url.href.replace(/\/$/, '');
+}
+
 /** The checkout or installed package this module belongs to (src/ runs under tsx, dist/src/ built). */
 function packageRoot(): string {
   let dir = path.dirname(fileURLToPath(import.meta.url));
@@ -323,6 +350,9 @@ export function loadConfig(options: CliOptions, env: NodeJS.ProcessEnv = process
     logFormat: parseLogFormat(env.SERVICE_DECK_LOG_FORMAT),
     enhancerHub: env.SERVICE_DECK_ENHANCER_HUB ?? 'https://huggingface.co',
     enhancerRecipes: env.SERVICE_DECK_ENHANCER_RECIPES,
+    modelDirs: parseModelDirs(env.SERVICE_DECK_MODEL_DIRS, stateDir),
+    modelHub: parseHub(env.SERVICE_DECK_MODEL_HUB ?? 'https://huggingface.co', 'SERVICE_DECK_MODEL_HUB'),
+    hubToken: env.SERVICE_DECK_HUB_TOKEN?.trim() || undefined,
     consoleDir: path.resolve(env.SERVICE_DECK_CONSOLE_DIR ?? path.join(packageRoot(), 'dist', 'console')),
     http: httpConfig(env),
     production: env.NODE_ENV === 'production',

@@ -11,6 +11,8 @@ import type { Catalog } from './system/catalog/catalog.js';
 import type { Counters } from './system/observe/counters.js';
 import type { RecentRequests } from './system/observe/recentRequests.js';
 import type { EnhancerInstalls } from './system/enhancers/enhancerInstalls.js';
+import type { ModelFiles } from './system/models/modelFiles.js';
+import type { ModelHub } from './system/models/modelHub.js';
 import type { UploadRoom } from './workers/uploadRoom.js';
 import type { HostFacts } from './system/host.js';
 import type { Inspection } from './system/observe/inspect.js';
@@ -72,6 +74,10 @@ export interface Service {
   image: ImageWorker;
   /** The prompt enhancer (spec 4.7): llama-server with the installed enhancer, before an image. */
   enhancer: EnhancerWorker;
+  /** The model files in the operator's folders, with facts and forecasts (CONTRACT section 10). */
+  models: ModelFiles;
+  /** A hub's repositories before a download: files, and a GGUF's forecast from range reads (CONTRACT section 10). */
+  modelHub: ModelHub;
   /** The operator's image test (spec 3.3, 4.7): one job, in RAM only. */
   readonly imageTests: ImageTests;
   /** The prompt enhancer's preview (spec 4.7): the last one, in RAM only. */

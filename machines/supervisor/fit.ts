@@ -435,3 +435,29 @@ export function decideStart(facts: StartFacts, input: CheckInput): StartVerdict 
   if ('verdict' in enhancer) return enhancer;
   return { verdict: 'start', plan: { ...first.plan, enhancer: enhancer.plan } };
 }
+
+/** The room a forecast is made on: the GPUs as probed, their reserves and the RAM (StartFacts without a demand). */
+export type ForecastRoom = Pick<StartFacts, 'gpus' | 'gpuReserveMiB' | 'ram'>;
+
+/**
+ * CONTRACT section 10, a model file's forecast: the memory check's verdict for a chat worker of
+ * `model` with one slot at `context` on `room`, no fixed split, the service's own layer estimate
+ * (no file is at hand for the build's fit when the model is still on a hub), nothing of ours
+ * loaded and nothing unloaded. Only memory is judged: a GPU process that is not ours would refuse
+ * a start now, but says nothing about whether the model fits, so the room's processes are left out.
+ */
+export function forecastChatStart(room: ForecastRoom, model: ModelShape, context: number): StartVerdict {
+  const workers = Object.fromEntries(
+    (['chat', 'image', 'tts', 'stt', 'enhancer'] as const).map((kind) => [
+      kind,
+      { kind, state: 'unloaded', generation: 0, profileId: null, revision: null, slots: 1, pid: null, plan: null, stale: null, last: null } satisfies WorkerRecord,
+    ]),
+  ) as Record<WorkerKind, WorkerRecord>;
+  const job: JobSpec = { id: 'forecast', kind: 'chat', source: 'test', profileId: 'forecast', revision: 1, slots: 1, device: 'cpu', whenBusy: 'refuse', profile: null, at: 0 };
+  const facts: StartFacts = {
+    ...room,
+    gpus: room.gpus.map((gpu) => ({ ...gpu, processes: [] })),
+    demand: { kind: 'chat', model, context, slots: 1, gpuSplit: null, gpuLayers: null, buildFit: null },
+  };
+  return decideStart(facts, { job, workers, idle: [] });
+}

@@ -192,6 +192,15 @@ const MAX_NESTING = 8;
 const MIN_KV_BYTES = 8 + 4 + 1;
 const MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8;
 
+/**
+ * Where the header's bytes come from: a file handle, or anything that reads `length` bytes at
+ * `position` into `buffer` at `offset` the same way (a hub file read with HTTP range requests).
+ * A read may return fewer bytes than asked; 0 means the source ended.
+ */
+export interface ByteSource {
+  read(buffer: Buffer, offset: number, length: number, position: number): Promise<{ bytesRead: number }>;
+}
+
 /** A position in the file with a buffered window of the bytes from there on. */
 class HeaderCursor {
   position = 0;
@@ -203,9 +212,11 @@ class HeaderCursor {
   private bytesRead = 0;
 
   constructor(
-    private readonly handle: FileHandle,
+    private readonly source: ByteSource,
     readonly size: number,
     readonly fail: (problem: string) => never,
+    /** The most bytes read in all (the read-ahead included): a header that needs more fails. */
+    private readonly maxBytes: number = MAX_HEADER_READ,
   ) {}
 
   available(): number {
@@ -225,16 +236,18 @@ class HeaderCursor {
     const keepFrom = this.position - this.bufferStart;
     const kept = keepFrom < this.buffer.length ? this.buffer.subarray(keepFrom) : Buffer.alloc(0);
     const readFrom = this.position + kept.length;
-    const want = Math.min(Math.max(n - kept.length, this.chunk), this.size - readFrom);
-    if (this.bytesRead + want > MAX_HEADER_READ) {
-      this.fail(`the header is larger than ${MAX_HEADER_READ / 1024 / 1024} MiB (at offset ${this.position}, reading ${this.context})`);
+    const least = n - kept.length;
+    // Read ahead by the chunk, but never past the bound: only what the header needs may reach it.
+    const want = Math.min(Math.max(least, Math.min(this.chunk, this.maxBytes - this.bytesRead)), this.size - readFrom);
+    if (this.bytesRead + want > this.maxBytes) {
+      this.fail(`the header is larger than ${formatBound(this.maxBytes)} (at offset ${this.position}, reading ${this.context})`);
     }
     const next = Buffer.allocUnsafe(kept.length + want);
     kept.copy(next);
     let filled = kept.length;
     while (filled < next.length) {
       const at = readFrom + filled - kept.length;
-      const { bytesRead } = await this.handle.read(next, filled, next.length - filled, at);
+      const { bytesRead } = await this.source.read(next, filled, next.length - filled, at);
       if (bytesRead === 0) this.fail(`truncated: the file ended at offset ${at} while reading ${this.context}`);
       filled += bytesRead;
     }
@@ -327,6 +340,10 @@ class HeaderCursor {
   }
 }
 
+function formatBound(bytes: number): string {
+  return bytes % (1024 * 1024) === 0 ? `${bytes / 1024 / 1024} MiB` : `${bytes} bytes`;
+}
+
 function safeNumber(value: bigint): number | bigint {
   return value <= BigInt(Number.MAX_SAFE_INTEGER) && value >= BigInt(Number.MIN_SAFE_INTEGER) ? Number(value) : value;
 }
@@ -383,11 +400,11 @@ async function readValue(cursor: HeaderCursor, type: GgufValueType, where: strin
 
 const alignUp = (n: number, alignment: number) => Math.ceil(n / alignment) * alignment;
 
-async function readHeader(file: string, handle: FileHandle, size: number): Promise<GgufInfo> {
+async function readHeader(file: string, source: ByteSource, size: number, maxBytes?: number): Promise<GgufInfo> {
   function fail(problem: string): never {
     throw new GgufError(file, problem);
   }
-  const cursor = new HeaderCursor(handle, size, fail);
+  const cursor = new HeaderCursor(source, size, fail, maxBytes);
 
   if (size < 4) fail(`not a GGUF file (only ${size} bytes)`);
   await cursor.need(Math.min(8, size));
@@ -473,7 +490,7 @@ async function readHeader(file: string, handle: FileHandle, size: number): Promi
  * a truncated file (in the header, or tensors reaching past its end), absurd counts or lengths,
  * an unknown ggml type.
  */
-export async function readGgufInfo(file: string): Promise<GgufInfo> {
+export async function readGgufInfo(file: string, options: { maxHeaderBytes?: number } = {}): Promise<GgufInfo> {
   let opened: { handle: FileHandle; stats: Stats };
   try {
     // Stat first: a FIFO or device named as the model is never opened.
@@ -482,10 +499,18 @@ export async function readGgufInfo(file: string): Promise<GgufInfo> {
     throw new GgufError(file, error instanceof NotRegularFile ? `not a regular file (a ${error.kind})` : `cannot open: ${(error as Error).message}`);
   }
   try {
-    return await readHeader(file, opened.handle, opened.stats.size);
+    return await readHeader(file, opened.handle, opened.stats.size, options.maxHeaderBytes);
   } finally {
     await opened.handle.close();
   }
+}
+
+/**
+ * Reads the header of a GGUF file of `size` bytes from another byte source (a hub file read with
+ * range requests), reading at most `maxHeaderBytes` in all; `name` names it in errors.
+ */
+export function readGgufHeader(name: string, source: ByteSource, size: number, maxHeaderBytes: number): Promise<GgufInfo> {
+  return readHeader(name, source, size, maxHeaderBytes);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -612,6 +637,80 @@ export function modelFacts(info: GgufInfo): ModelFacts {
     layerBytes,
     inputBytes,
     outputBytes,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Split models and the operator's summary
+
+/** `<name>-00001-of-00003.gguf`: llama.cpp's gguf-split names, part and count 1-based. */
+const SPLIT_NAME = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/;
+
+/** A split part's place: the shared prefix, its number and the count; null for a whole file. */
+export function splitPart(file: string): { prefix: string; part: number; count: number } | null {
+  const match = SPLIT_NAME.exec(file);
+  if (!match) return null;
+  const part = Number(match[2]);
+  const count = Number(match[3]);
+  return part >= 1 && count >= 1 && part <= count ? { prefix: match[1] ?? '', part, count } : null;
+}
+
+/** The name of part `part` of `count` (1-based) of a split model whose parts start with `prefix`. */
+export function splitName(prefix: string, part: number, count: number): string {
+  return `${prefix}-${String(part).padStart(5, '0')}-of-${String(count).padStart(5, '0')}.gguf`;
+}
+
+/**
+ * One model from the headers of its split parts, in order: the first part's metadata, every
+ * part's tensors, the sizes summed. A part that is not of this split (its `split.no` or
+ * `split.count` disagrees) is an error naming it.
+ */
+export function mergeSplit(parts: GgufInfo[]): GgufInfo {
+  const first = parts[0];
+  if (!first) throw new Error('mergeSplit: no parts');
+  if (parts.length === 1) return first;
+  parts.forEach((part, i) => {
+    const count = part.metadata['split.count'];
+    const no = part.metadata['split.no'];
+    if ((count !== undefined && count !== parts.length) || (no !== undefined && no !== i)) {
+      throw new GgufError(part.file, `not part ${i + 1} of ${parts.length} (its split.no is ${String(no)}, split.count ${String(count)})`);
+    }
+  });
+  return { ...first, fileSize: parts.reduce((sum, part) => sum + part.fileSize, 0), tensors: parts.flatMap((part) => part.tensors) };
+}
+
+/** What an operator reads about a model file before choosing it (CONTRACT section 10, Facts). */
+export interface GgufSummary {
+  architecture: string | null;
+  /** Weights in all tensors (general.parameter_count when the file states it). */
+  parameters: number | null;
+  /** The ggml type that holds most of the block weights (Q4_K, Q8_0, F16, ...). */
+  quantization: string | null;
+  context_length: number | null;
+  chat_template: boolean;
+}
+
+export function ggufSummary(info: GgufInfo): GgufSummary {
+  const arch = info.metadata['general.architecture'];
+  const architecture = typeof arch === 'string' && arch !== '' ? arch : null;
+  const stated = info.metadata['general.parameter_count'];
+  let parameters = typeof stated === 'number' && Number.isSafeInteger(stated) && stated > 0 ? stated : 0;
+  const byType = new Map<string, number>();
+  for (const tensor of info.tensors) {
+    if (typeof stated !== 'number') parameters += tensor.dims.reduce((product, d) => product * d, 1);
+    if (/^blk\.\d+\./.test(tensor.name) && tensor.dims.length >= 2) byType.set(tensor.typeName, (byType.get(tensor.typeName) ?? 0) + tensor.bytes);
+  }
+  let quantization: string | null = null;
+  let most = -1;
+  for (const [type, bytes] of byType) if (bytes > most) [quantization, most] = [type, bytes];
+  const context = architecture === null ? undefined : info.metadata[`${architecture}.context_length`];
+  const template = info.metadata['tokenizer.chat_template'];
+  return {
+    architecture,
+    parameters: parameters > 0 && Number.isSafeInteger(parameters) ? parameters : null,
+    quantization,
+    context_length: typeof context === 'number' && Number.isSafeInteger(context) && context > 0 ? context : null,
+    chat_template: typeof template === 'string' && template.trim() !== '',
   };
 }
 

@@ -87,7 +87,7 @@ const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 const SHA256 = /^[0-9a-f]{64}$/;
 
 /** A URL fit for a message: no query (CDN links carry signatures there). */
-function shown(url: URL): string {
+export function shown(url: URL): string {
   return `${url.origin}${url.pathname}`;
 }
 
@@ -104,11 +104,11 @@ function asHubError(error: unknown, signal: AbortSignal | undefined, otherwise: 
   return otherwise();
 }
 
-function networkError(error: unknown, url: URL): HubError {
+export function networkError(error: unknown, url: URL): HubError {
   return new HubError('network', `network error talking to ${url.host}: ${causes(error)}`, { cause: error });
 }
 
-function statusError(response: Response, url: URL, asked: URL): HubError {
+export function statusError(response: Response, url: URL, asked: URL): HubError {
   const via = url.href === asked.href ? '' : ` (resolving ${shown(asked)})`;
   return new HubError('http_status', `${shown(url)} answered ${response.status} ${response.statusText}${via}`.trimEnd());
 }
@@ -123,22 +123,22 @@ export function etagSha256(etag: string | null): string | null {
   return value !== undefined && SHA256.test(value) ? value : null;
 }
 
-function byteCount(value: string | null | undefined): number | null {
+export function byteCount(value: string | null | undefined): number | null {
   return value != null && /^\d+$/.test(value.trim()) ? Number(value.trim()) : null;
 }
 
 /** `Content-Range: bytes <start>-<end>/<total>` (on a 416 the range is `*`). */
-function contentRange(value: string | null): { start: number | null; total: number | null } | null {
+export function contentRange(value: string | null): { start: number | null; total: number | null } | null {
   const match = value?.match(/^bytes\s+(?:(\d+)-\d+|\*)\/(\d+|\*)$/);
   if (!match) return null;
   return { start: byteCount(match[1]), total: byteCount(match[2]) };
 }
 
-async function discard(response: Response): Promise<void> {
+export async function discard(response: Response): Promise<void> {
   await response.body?.cancel().catch(() => undefined);
 }
 
-interface Answer {
+export interface Answer {
   response: Response;
   /** The URL that gave `response` (after redirects). */
   url: URL;
@@ -175,7 +175,7 @@ const RANK: Record<Reach, number> = { loopback: 0, private: 1, public: 2 };
 /** How a host name resolves: every address it has now (tests give a stand-in for DNS). */
 export type ResolveHost = (host: string) => Promise<string[]>;
 
-const systemResolve: ResolveHost = async (host) => (await lookup(host, { all: true })).map((a) => a.address);
+export const systemResolve: ResolveHost = async (host) => (await lookup(host, { all: true })).map((a) => a.address);
 
 /** Where a host is: the addresses it resolved to (the only ones a connection to it may use) and the innermost reach among them. */
 interface Place {
@@ -232,7 +232,7 @@ const lookupFailure = (message: string) => Object.assign(new Error(message), { c
  * answer is both what the redirect rule judges and where the connections go (the agent's
  * `connect.lookup` answers from it, never from DNS again). `close()` ends its connections.
  */
-class PinnedHosts {
+export class PinnedHosts {
   readonly #places = new Map<string, Promise<Place>>();
   readonly agent: Agent;
 
@@ -271,15 +271,25 @@ class PinnedHosts {
   }
 }
 
+/** Beyond a request's own headers: the hub it was made for (redirects are judged from it), and headers only the hub's own origin gets (its token). */
+export interface AskScope {
+  /** Default: the URL asked. */
+  hub?: URL;
+  /** Sent to the hub's origin only, never to a host a redirect names (`Authorization: Bearer <token>`). */
+  originHeaders?: Record<string, string>;
+}
+
 /** One request, redirects followed by hand so that the resolve answer's linked headers are read. */
-async function ask(url: string, method: 'GET' | 'HEAD', headers: Record<string, string>, pinned: PinnedHosts, signal?: AbortSignal): Promise<Answer> {
+export async function ask(url: string, method: 'GET' | 'HEAD', headers: Record<string, string>, pinned: PinnedHosts, signal?: AbortSignal, scope: AskScope = {}): Promise<Answer> {
   const asked = new URL(url);
+  const hub = scope.hub ?? asked;
   const linked: HubFile = { size: null, sha256: null };
   let current = asked;
   for (let hop = 0; hop <= MAX_REDIRECTS; hop += 1) {
     let response: Response;
+    const sent = current.origin === hub.origin && scope.originHeaders ? { ...headers, ...scope.originHeaders } : headers;
     try {
-      response = await fetch(current, { method, headers, redirect: 'manual', signal, dispatcher: pinned.agent });
+      response = await fetch(current, { method, headers: sent, redirect: 'manual', signal, dispatcher: pinned.agent });
     } catch (error) {
       throw asHubError(error, signal, () => networkError(error, current));
     }
@@ -289,7 +299,7 @@ async function ask(url: string, method: 'GET' | 'HEAD', headers: Record<string, 
     if (!REDIRECTS.has(response.status) || location === null) return { response, url: current, linked };
     await discard(response);
     const next = new URL(location, current);
-    const problem = await judgeRedirect(asked, next, pinned.place);
+    const problem = await judgeRedirect(hub, next, pinned.place);
     if (problem) throw new HubError('redirect_refused', `${shown(asked)}: ${problem}`);
     current = next;
   }

@@ -8,10 +8,10 @@
 // a refusal; nothing is decided here.
 import { stat } from 'node:fs/promises';
 import { fromCallback, fromPromise } from 'xstate';
-import type { BuildFit, CheckInput, GpuView, StartDemand, StartFacts, SupervisorEvent } from '../../machines/supervisor/index.js';
+import type { BuildFit, CheckInput, ForecastRoom, GpuView, ModelShape, StartDemand, StartFacts, SupervisorEvent } from '../../machines/supervisor/index.js';
 import { enhancerGpus, FIT_TOOL_MISSING, MIB } from '../../machines/supervisor/index.js';
 import { runFitParams } from '../adapters/fitParams.js';
-import { modelFacts, readGgufInfo } from '../adapters/gguf.js';
+import { modelFacts, readGgufInfo, type GgufInfo } from '../adapters/gguf.js';
 import { probeGpus, type Gpu } from '../adapters/gpus.js';
 import { ramBudget, readRamFacts } from '../adapters/memory.js';
 import { resolveRuntime, type RuntimeLookup } from '../adapters/runtimes.js';
@@ -50,13 +50,27 @@ type ServerParams = Pick<ChatParams, 'model' | 'context' | 'slots' | 'gpuSplit' 
   projector?: string | null;
 };
 
-async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps, signal: AbortSignal, env: NodeJS.ProcessEnv = deps.config.env): Promise<Extract<StartDemand, { kind: 'chat' }>> {
-  const info = await readGgufInfo(params.model);
+/** What the memory check needs of a GGUF model (its header, a split model's merged), and of its projector's bytes. */
+export function chatShape(info: GgufInfo, projectorBytes = 0): ModelShape {
   const facts = modelFacts(info);
-  const projectorBytes = params.projector ? (await stat(params.projector)).size : 0;
   // Without its own output.weight the model shares token_embd, which llama.cpp then loads a
   // second time as the output layer (on the GPU once every layer is there).
   const tiedOutput = info.tensors.some((t) => t.name === 'output.weight') ? 0 : (info.tensors.find((t) => t.name === 'token_embd.weight')?.bytes ?? 0);
+  return {
+    layerCount: facts.layerCount,
+    headCountKv: facts.headCountKvPerLayer,
+    keyLength: facts.keyLength,
+    valueLength: facts.valueLength,
+    layerBytes: facts.layerBytes.slice(0, facts.layerCount),
+    inputBytes: facts.inputBytes,
+    outputBytes: facts.outputBytes + tiedOutput,
+    ...(projectorBytes > 0 ? { projectorBytes } : {}),
+  };
+}
+
+async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps, signal: AbortSignal, env: NodeJS.ProcessEnv = deps.config.env): Promise<Extract<StartDemand, { kind: 'chat' }>> {
+  const info = await readGgufInfo(params.model);
+  const projectorBytes = params.projector ? (await stat(params.projector)).size : 0;
   let buildFit: BuildFit | typeof FIT_TOOL_MISSING | null = null;
   if (gpus.length > 0 && params.gpuSplit === null) {
     const tool = await resolveRuntime('llama-fit-params', deps.lookup);
@@ -74,16 +88,7 @@ async function chatDemand(params: ServerParams, gpus: GpuView[], deps: FactsDeps
   }
   return {
     kind: 'chat',
-    model: {
-      layerCount: facts.layerCount,
-      headCountKv: facts.headCountKvPerLayer,
-      keyLength: facts.keyLength,
-      valueLength: facts.valueLength,
-      layerBytes: facts.layerBytes.slice(0, facts.layerCount),
-      inputBytes: facts.inputBytes,
-      outputBytes: facts.outputBytes + tiedOutput,
-      ...(projectorBytes > 0 ? { projectorBytes } : {}),
-    },
+    model: chatShape(info, projectorBytes),
     context: params.context,
     slots: params.slots,
     gpuSplit: params.gpuSplit,
@@ -115,14 +120,25 @@ async function otherDemand(profile: StoredProfile): Promise<StartDemand> {
   }
 }
 
-export async function gatherStartFacts(input: CheckInput, deps: FactsDeps, signal: AbortSignal): Promise<StartFacts> {
-  const profile = input.job.profile as StoredProfile;
+/** The room a start is checked on now: the GPUs probed afresh, their reserves, the RAM budget. */
+export async function gatherRoom(deps: Pick<FactsDeps, 'config' | 'ownPids'>): Promise<ForecastRoom> {
   const inventory = await probeGpus(deps.config.env, deps.ownPids());
   if (inventory.problem) throw new Error(`the GPU probe failed: ${inventory.problem}`);
   const gpus = gpuViews(inventory.gpus);
   const ram = await readRamFacts();
   const budget = ramBudget(ram, 0);
   const { gpuReserveMiB, ramReserveMiB } = deps.config;
+  return {
+    gpus,
+    gpuReserveMiB: Object.fromEntries(gpus.map((g) => [g.uuid, gpuReserveMiB.byGpu[g.uuid] ?? gpuReserveMiB.default])),
+    ram: { availableMiB: ram.availableBytes / MIB, reserveMiB: ramReserveMiB, limitedBy: `${budget.limitedBy} (${ram.source})` },
+  };
+}
+
+export async function gatherStartFacts(input: CheckInput, deps: FactsDeps, signal: AbortSignal): Promise<StartFacts> {
+  const profile = input.job.profile as StoredProfile;
+  const room = await gatherRoom(deps);
+  const { gpus } = room;
   const demand = profile.category === 'chat' ? await chatDemand(profile.params, gpus, deps, signal) : await otherDemand(profile);
   // The enhancer (4.7): one slot, no fixed split, so the build's fit places it on the GPUs its
   // device allows (every one for `auto`, its own for a UUID, none for `cpu`). Not asked for the
@@ -141,9 +157,7 @@ export async function gatherStartFacts(input: CheckInput, deps: FactsDeps, signa
     });
   }
   return {
-    gpus,
-    gpuReserveMiB: Object.fromEntries(gpus.map((g) => [g.uuid, gpuReserveMiB.byGpu[g.uuid] ?? gpuReserveMiB.default])),
-    ram: { availableMiB: ram.availableBytes / MIB, reserveMiB: ramReserveMiB, limitedBy: `${budget.limitedBy} (${ram.source})` },
+    ...room,
     demand,
     ...(enhancer ? { enhancer } : {}),
     ...(enhancerProblem === undefined ? {} : { enhancerProblem }),

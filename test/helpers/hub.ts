@@ -3,7 +3,11 @@
 // and `Location: /cdn/<sha256>`, and `/cdn/<sha256>` serves the bytes with Range support (206 with
 // Content-Range, 416 past the end). `options` bends it for one test at a time: a connection cut
 // after K bytes, a wrong etag or size, slow chunks, no linked headers, an error status. It closes
-// when the test ends.
+// when the test ends. Like the real hub it also lists a repository's files
+// (`/api/models/<owner>/<name>/tree/<revision>`, with `lfs.oid` the sha256) and keeps gated
+// repositories that answer 401 without the right bearer token; `cdnOrigin` sends the bytes to
+// another origin (the CDN of the real hub is another host), and every request's Host and
+// Authorization are recorded, so that a test sees where a token went.
 import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -39,6 +43,8 @@ export interface HubOptions {
    * the machine (a cancel test resolves it once it has cancelled).
    */
   gate: Promise<void> | null;
+  /** The CDN's origin in the redirect (e.g. `http://localhost:<port>`, another origin on the same server) instead of the hub's own path. */
+  cdnOrigin: string | null;
 }
 
 export interface HubRequest {
@@ -47,6 +53,10 @@ export interface HubRequest {
   url: string;
   /** The Range header, if any. */
   range: string | undefined;
+  /** The Host header: which origin was asked. */
+  host: string | undefined;
+  /** The Authorization header, if any. */
+  authorization: string | undefined;
 }
 
 export interface HubFileEntry {
@@ -67,6 +77,8 @@ export interface Hub {
   requests: HubRequest[];
   /** Body bytes written in byte answers so far. */
   sent: () => number;
+  /** Makes a repository gated: its files and tree answer 401 without `Authorization: Bearer <token>`. */
+  gate(repo: string, token: string): void;
 }
 
 export const DEFAULT_HUB_OPTIONS: Readonly<HubOptions> = {
@@ -83,6 +95,7 @@ export const DEFAULT_HUB_OPTIONS: Readonly<HubOptions> = {
   endless: false,
   location: null,
   gate: null,
+  cdnOrigin: null,
 };
 
 function waitDrain(res: ServerResponse): Promise<void> {
@@ -138,9 +151,12 @@ async function serveBytes(req: IncomingMessage, res: ServerResponse, bytes: Buff
   else await sendBody(res, bytes.subarray(start, end + 1), options, counted);
 }
 
-/** Starts a hub on 127.0.0.1 with a free port; it is closed at the end of the test. */
-export async function startHub(t: Test): Promise<Hub> {
+/** Starts a hub on 127.0.0.1 (or `host`) with a free port; it is closed at the end of the test. */
+export async function startHub(t: Test, host = '127.0.0.1'): Promise<Hub> {
   const files = new Map<string, { bytes: Buffer; sha256: string }>();
+  const gated = new Map<string, string>();
+  /** Per `<repo>\0<revision>`: the paths published there, in order. */
+  const trees = new Map<string, string[]>();
   const blobs = new Map<string, Buffer>();
   const options: HubOptions = { ...DEFAULT_HUB_OPTIONS };
   const requests: HubRequest[] = [];
@@ -149,8 +165,25 @@ export async function startHub(t: Test): Promise<Hub> {
   const counted = (n: number) => void (sent += n);
 
   const server = createServer((req, res) => {
-    requests.push({ method: req.method ?? '', url: req.url ?? '', range: req.headers.range });
+    requests.push({ method: req.method ?? '', url: req.url ?? '', range: req.headers.range, host: req.headers.host, authorization: req.headers.authorization });
     const pathname = decodeURIComponent(new URL(req.url ?? '/', 'http://hub').pathname);
+    const repoOf = pathname.match(/^\/(?:api\/models\/)?([^/]+\/[^/]+)\/(?:resolve|tree)\//)?.[1];
+    const token = repoOf === undefined ? undefined : gated.get(repoOf);
+    if (token !== undefined && req.headers.authorization !== `Bearer ${token}`) {
+      return void res.writeHead(401, { 'x-error-code': 'GatedRepo' }).end('Access to this repository is restricted.');
+    }
+    const tree = pathname.match(/^\/api\/models\/([^/]+\/[^/]+)\/tree\/([^/]+)$/);
+    if (tree) {
+      const paths = trees.get(`${tree[1]}\0${tree[2]}`);
+      if (!paths) return void res.writeHead(404, { 'x-error-code': 'RevisionNotFound' }).end('no such revision');
+      const list = paths.map((path) => {
+        const file = files.get(`/${tree[1]}/resolve/${tree[2]}/${path}`)!;
+        const lfs = path.endsWith('.gguf') || path.endsWith('.bin');
+        return { type: 'file', oid: file.sha256.slice(0, 40), size: file.bytes.length, path, ...(lfs ? { lfs: { oid: file.sha256, size: file.bytes.length, pointerSize: 134 } } : {}) };
+      });
+      const dirs = [...new Set(paths.filter((p) => p.includes('/')).map((p) => p.slice(0, p.lastIndexOf('/'))))].map((path) => ({ type: 'directory', oid: '0'.repeat(40), size: 0, path }));
+      return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify([...dirs, ...list]));
+    }
     const blob = pathname.match(/^\/cdn\/([0-9a-f]{64})$/);
     if (blob) {
       const bytes = blobs.get(blob[1] ?? '');
@@ -171,12 +204,12 @@ export async function startHub(t: Test): Promise<Hub> {
       for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
       return void serveBytes(req, res, file.bytes, options, counted);
     }
-    headers.location = options.location ?? `${options.absoluteLocation ? root : ''}/cdn/${file.sha256}`;
+    headers.location = options.location ?? `${options.cdnOrigin ?? (options.absoluteLocation ? root : '')}/cdn/${file.sha256}`;
     res.writeHead(302, headers).end();
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
   const address = server.address();
-  root = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  root = `http://${host}:${typeof address === 'object' && address ? address.port : 0}`;
   t.teardown(
     () =>
       new Promise<void>((resolve) => {
@@ -190,10 +223,15 @@ export async function startHub(t: Test): Promise<Hub> {
     options,
     requests,
     sent: () => sent,
+    gate(repo, token) {
+      gated.set(repo, token);
+    },
     put(repo, revision, path, bytes) {
       const buffer = Buffer.from(bytes);
       const sha256 = createHash('sha256').update(buffer).digest('hex');
-      files.set(`/${repo}/resolve/${revision}/${path}`, { bytes: buffer, sha256 });
+      const key = `/${repo}/resolve/${revision}/${path}`;
+      if (!files.has(key)) trees.set(`${repo}\0${revision}`, [...(trees.get(`${repo}\0${revision}`) ?? []), path]);
+      files.set(key, { bytes: buffer, sha256 });
       blobs.set(sha256, buffer);
       return { url: `${root}/${repo}/resolve/${revision}/${path}`, size: buffer.length, sha256 };
     },

@@ -1,0 +1,59 @@
+// CONTRACT section 10, the models before a profile: the files in the operator's folders with their
+// facts and forecast, a hub repository's files, and a remote GGUF's facts and forecast read from
+// its header with range requests, before any download. A repo, revision or path that is not a plain
+// name (`..`, `.`, an empty segment, an absolute path) is refused before the hub is asked; a hub
+// that cannot be reached or refuses is a 502 that names its answer.
+import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { HubError } from '../../adapters/hubDownload.js';
+import { ApiError } from '../../errors.js';
+import type { Service } from '../../service.js';
+import { RemoteModelError } from '../../system/models/modelHub.js';
+import { adminAuth } from '../auth.js';
+import { clientGone } from '../client.js';
+
+/** Segments of plain names: no `.` or `..`, no empty segment (so no leading `/`), no backslash or control character. */
+const plainPath = (what: string, maxSegments: number) =>
+  z
+    .string()
+    .min(1)
+    .max(1000)
+    .refine((value) => {
+      const segments = value.split('/');
+      return segments.length <= maxSegments && segments.every((s) => s !== '' && s !== '.' && s !== '..' && !s.includes('\\') && ![...s].some((c) => c < ' ' || c === '\u007f'));
+    }, `${what}: a plain name (no "..", ".", empty segments or absolute paths)`);
+
+const repo = plainPath('repo', 2).refine((value) => value.split('/').length === 2, 'repo: owner/name');
+const revision = plainPath('revision', 1).default('main');
+const hubQuery = z.strictObject({ repo, revision });
+const forecastQuery = z.strictObject({ repo, revision, path: plainPath('path', 64) });
+
+/** A hub failure as CONTRACT section 10 names it: unreachable (the network), else refused (its status, a redirect not followed). */
+function hubFailure(error: unknown, what: string): unknown {
+  if (error instanceof RemoteModelError) return new ApiError(422, 'invalid_request_error', 'model_unreadable', `${what}: ${error.message}`, 'path');
+  if (!(error instanceof HubError)) return error;
+  const code = error.code === 'network' ? 'hub_unreachable' : 'hub_refused';
+  return new ApiError(502, 'server_error', code, `${what}: ${error.message}`);
+}
+
+export const adminModelRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
+  const app = base.withTypeProvider<ZodTypeProvider>();
+  app.addHook('onRequest', adminAuth(service));
+
+  app.get('/api/v1/model-files', async () => service.models.list());
+
+  app.get('/api/v1/model-hub/files', { schema: { querystring: hubQuery } }, async (request, reply) => {
+    const { repo: id, revision: rev } = request.query;
+    return service.modelHub.files(id, rev, clientGone(reply)).catch((error: unknown) => {
+      throw hubFailure(error, `The hub did not list ${id} at ${rev}`);
+    });
+  });
+
+  app.get('/api/v1/model-hub/forecast', { schema: { querystring: forecastQuery } }, async (request, reply) => {
+    const { repo: id, revision: rev, path } = request.query;
+    return service.modelHub.forecast(id, rev, path, clientGone(reply)).catch((error: unknown) => {
+      throw hubFailure(error, `No forecast for ${id}/${path} at ${rev}`);
+    });
+  });
+};
