@@ -41,4 +41,10 @@ export function listenProblem(error: unknown, fix: { port: number; portFix: stri
 /** A start that failed for a reason the operator can fix: the command prints its one line and exits 1. */
 export class StartFailure extends Error {
   override name = 'StartFailure';
+  /** The system error's code of the cause (`EADDRINUSE`), for callers that tell causes apart. */
+  readonly code: string | undefined;
+  constructor(message: string, options: { cause?: unknown } = {}) {
+    super(message, options);
+    this.code = isListenError(options.cause) ? options.cause.code : undefined;
+  }
 }
