@@ -136,14 +136,35 @@ function deviceChoices(device: string): Array<[string, string]> {
   return choices;
 }
 
-function Switches({ profile }: { profile: ProfileView }) {
-  const chosen = (profile as { prompt_enhancer?: { t2i: string | null; i2i: string | null; device: string } }).prompt_enhancer;
+/**
+ * Each profile's answer to the last choice saved here: until the live feed brings that revision, a
+ * second choice builds on it (its revision and the other choices), not on the older view, which
+ * would be refused as stale or undo the first.
+ */
+const savedHere = new Map<string, ProfileView>();
+
+type Chosen = { t2i: string | null; i2i: string | null; device: string } | undefined;
+const choiceOf = (profile: ProfileView): Chosen => (profile as { prompt_enhancer?: Chosen }).prompt_enhancer;
+
+/** The newer of the shown view and the answer to the last choice saved here. */
+function latest(shown: ProfileView): ProfileView {
+  const saved = savedHere.get(shown.id);
+  return saved && saved.revision > shown.revision ? saved : shown;
+}
+
+function Switches({ profile: shown }: { profile: ProfileView }) {
+  const profile = latest(shown);
+  const chosen = choiceOf(profile);
   const device = chosen?.device ?? 'auto';
+  // Read when the choice is made, not when the row was drawn: the row is drawn again only once
+  // the live feed brings the saved revision.
   const post = (change: Record<string, unknown>, done: string) =>
     attempt('Enhancer choice', async () => {
-      const next = { t2i: chosen?.t2i ? chosen.t2i : false, i2i: chosen?.i2i ? chosen.i2i : false, device, ...change };
-      await api('POST', '/api/v1/profiles/prompt-enhancer', { id: profile.id, revision: profile.revision, prompt_enhancer: next });
-      notify('info', `${profile.name}: ${done}.`);
+      const base = latest(shown);
+      const now = choiceOf(base);
+      const next = { t2i: now?.t2i ? now.t2i : false, i2i: now?.i2i ? now.i2i : false, device: now?.device ?? 'auto', ...change };
+      savedHere.set(base.id, await api<ProfileView>('POST', '/api/v1/profiles/prompt-enhancer', { id: base.id, revision: base.revision, prompt_enhancer: next }));
+      notify('info', `${base.name}: ${done}.`);
     });
   const save = (task: 't2i' | 'i2i', on: boolean) => post({ [task]: on ? null : false }, `${task} enhancer ${on ? 'on' : 'off'}`);
   return (
