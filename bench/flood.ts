@@ -2,7 +2,7 @@
 // clients beside them still get. The service runs as its own process (bin/service-deck.js over
 // dist/); the attacker and the clients are this process, on loopback.
 //
-// The attack (issue 39): CONNECTIONS connections per flooded listener, each of them reconnecting at
+// The attack: CONNECTIONS connections per flooded listener, each of them reconnecting at
 // once whenever the service closes it, of three kinds, none ever quiet for 250 ms:
 // - `head`: a request head trickled one byte every 150-240 ms;
 // - `keep-alive`: a complete `GET /api/v1/session` (no session needed) every 4 s on a kept-alive

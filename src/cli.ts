@@ -209,7 +209,7 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 /**
- * A failure as one line that names the cause and, where it is known, the fix (issue 40): never a
+ * A failure as one line that names the cause and, where it is known, the fix: never a
  * stack trace. A listener that could not open (the inspector's, say) is named by its address.
  */
 export function failureLine(error: unknown): string {

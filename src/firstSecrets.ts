@@ -4,7 +4,7 @@
 // They are made only once the start has succeeded (the admin listener bound, the inference
 // listener's start settled), right before they are printed. A start that fails before that point
 // (a busy port, a damaged state file) has stored no secret, so the next start makes them and shows
-// them: a failed first start never leaves an operator with secrets that nobody saw (issue 40).
+// them: a failed first start never leaves an operator with secrets that nobody saw.
 // Only their hashes are stored, as always: no plaintext secret is ever written to disk, not even
 // for a while, so there is no file of secrets to protect or to clean up.
 import { randomPassword, type SecretStore } from './store/secrets.js';

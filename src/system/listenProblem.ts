@@ -1,4 +1,4 @@
-// Why a listener could not open, in words that name the cause and the fix (issue 40): the admin
+// Why a listener could not open, in words that name the cause and the fix: the admin
 // listener's failure ends the start with this one line, the inference listener's is its `error`
 // in the status object. Node's own message ("listen EADDRINUSE: address already in use …") names
 // neither the fix nor which of the service's listeners it was.

@@ -1,4 +1,4 @@
-// Issue 40's "done when": the AI SDK's default OpenAI provider (`createOpenAI(…)(model)`, which
+// The AI SDK's default OpenAI provider (`createOpenAI(…)(model)`, which
 // speaks the Responses API with `store: true`) runs a conversation of two turns, as its docs show
 // (`messages.push(...result.response.messages)`), and a tool loop to its end, without special
 // options, against the service on the stand-in llama-server's `agent` mode (a call of the first
@@ -15,7 +15,7 @@ import * as ai6 from 'ai';
 import * as openai4 from 'ai-sdk-openai4';
 import * as ai7 from 'ai7';
 import t, { type Test } from 'tap';
-import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
+import { servedChat, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { fakeLlamaServerIn, tinyModelIn } from '../helpers/llama.js';
 
 /** What these tests use of one major of the AI SDK and its OpenAI provider (both majors have it in this shape). */
@@ -41,14 +41,8 @@ const SDKS: Sdk[] = [
 
 async function setUp(t: Test): Promise<Built> {
   const dir = await tempDir(t);
-  const model = await tinyModelIn(dir);
-  const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: await fakeLlamaServerIn(dir, 'agent'), SERVICE_DECK_GPUS: 'none' } });
-  await b.startEndpoint();
-  const created = await b.admin('POST', '/api/v1/profiles', { name: 'agent', category: 'chat', params: { model, slots: 1 } });
-  const { id } = (await created.json()) as { id: string };
-  t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200, 'profile published');
-  t.equal((await b.admin('POST', '/api/v1/endpoint/extensions', { responses: true })).status, 200, 'the Responses API turned on');
-  return b;
+  const params = { model: await tinyModelIn(dir), slots: 1 };
+  return servedChat(t, { llamaServer: await fakeLlamaServerIn(dir, 'agent'), name: 'agent', params, responses: true });
 }
 
 t.test("the aliases resolve each major's own @ai-sdk/provider-utils, and the providers speak their own specification", async (t) => {

@@ -1,4 +1,4 @@
-// The clients people build on, in their current majors, through whole conversations (issue 40):
+// The clients people build on, in their current majors, through whole conversations:
 // LangChain's createAgent with a tool, through its full loop against the stand-in worker (a name
 // on every tool message); a tool call that the token limit cut, sent back whole, answered by the
 // real llama-server; and the chat routes' key cases (JSON, stream, tools, structured output)
@@ -11,7 +11,7 @@ import OpenAI6 from 'openai';
 import type { ChatCompletion, ChatCompletionChunk, ChatCompletionCreateParamsNonStreaming, ChatCompletionCreateParamsStreaming } from 'openai/resources/chat/completions';
 import OpenAI7 from 'openai7';
 import t, { type Test } from 'tap';
-import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
+import { servedChat, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { fakeLlamaServerIn, llamaServerPath, tinyModelIn } from '../helpers/llama.js';
 import { matchesSchema } from '../helpers/openapi.js';
 
@@ -20,14 +20,8 @@ const WEATHER: Record<string, { temperature: number }> = { Berlin: { temperature
 const PARAMETERS = { type: 'object', properties: { city: { type: 'string', enum: ['Berlin', 'Paris'] } }, required: ['city'], additionalProperties: false };
 
 /** The service with the published chat profile `name` on `llamaServer`, a model file from `dir`. */
-async function serve(t: Test, dir: string, llamaServer: string, name: string, model: string): Promise<Built> {
-  const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: llamaServer, SERVICE_DECK_GPUS: 'none' } });
-  await b.startEndpoint();
-  const created = await b.admin('POST', '/api/v1/profiles', { name, category: 'chat', params: { model, context: 4096, slots: 1 } });
-  t.equal(created.status, 201, `profile ${name} created`);
-  const { id } = (await created.json()) as { id: string };
-  t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200, `profile ${name} published`);
-  return b;
+async function serve(t: Test, llamaServer: string, name: string, model: string): Promise<Built> {
+  return servedChat(t, { llamaServer, name, params: { model, context: 4096, slots: 1 } });
 }
 
 /** The messages each request brought the stand-in (its `messages` lines). */
@@ -60,7 +54,7 @@ function runAgent(b: Built, how: 'buffered' | 'streamed'): Promise<{ messages: A
 t.test("LangChain's createAgent runs its tool loop to the end, buffered and streamed (a name on every tool message)", async (t) => {
   const dir = await tempDir(t);
   const events = path.join(dir, 'events');
-  const b = await serve(t, dir, await fakeLlamaServerIn(dir, 'tools', events), 'agent', await tinyModelIn(dir));
+  const b = await serve(t, await fakeLlamaServerIn(dir, 'tools', events), 'agent', await tinyModelIn(dir));
   for (const how of ['buffered', 'streamed'] as const) {
     const before = (await workerConversations(events).catch(() => [])).length;
     const { messages, asked, chunks } = await runAgent(b, how);
@@ -111,7 +105,7 @@ const clients = (b: Built): Array<[string, Client]> => [
 async function callingModel(t: Test) {
   const dir = await tempDir(t);
   const model = await tinyModelIn(dir, 'calling.gguf', { toolCallBias: 30 });
-  return serve(t, dir, await llamaServerPath(), 'tiny', model);
+  return serve(t, await llamaServerPath(), 'tiny', model);
 }
 
 const isJson = (text: string) => {

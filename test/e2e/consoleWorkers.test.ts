@@ -1,4 +1,4 @@
-// The console's worker tools and the walk-through's fixes (issue 40, item 7), in chromium against
+// The console's worker tools and the walk-through's fixes, in chromium against
 // the real serve with the stand-in llama-server (mode `slow`: a 3 s stream ending with its usage and
 // timings), wrapped to print what a verbose llama-server prints on stderr (a prompt, a key):
 // - the enhancer's Install button shows the download's size and the free disk, refuses a download

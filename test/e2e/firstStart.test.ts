@@ -1,4 +1,4 @@
-// The first hour (issue 40): a first start that fails (its console port is busy) ends with one
+// The first hour: a first start that fails (its console port is busy) ends with one
 // line that names the cause and the fix, and strands no one: it stored no secret that it did not
 // show, so the next start shows the password and the token, in a framed block after the start-up
 // log lines. And the log's two formats: JSON without a terminal, readable lines (pino-pretty) when

@@ -203,3 +203,21 @@ export async function build(t: Test, options: BuildOptions = {}): Promise<Built>
   if (options.login !== false) await built.login();
   return built;
 }
+
+/**
+ * The service on `llamaServer` with the endpoint started and one chat profile `name` created and
+ * published (`params` beside the model); `responses` also turns the Responses API on.
+ */
+export async function servedChat(
+  t: Test,
+  options: { llamaServer: string; name: string; params: Record<string, unknown>; env?: Record<string, string>; responses?: boolean },
+): Promise<Built> {
+  const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: options.llamaServer, SERVICE_DECK_GPUS: 'none', ...options.env } });
+  await b.startEndpoint();
+  const created = await b.admin('POST', '/api/v1/profiles', { name: options.name, category: 'chat', params: options.params });
+  t.equal(created.status, 201, `profile ${options.name} created`);
+  const { id } = (await created.json()) as { id: string };
+  t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200, `profile ${options.name} published`);
+  if (options.responses) t.equal((await b.admin('POST', '/api/v1/endpoint/extensions', { responses: true })).status, 200, 'the Responses API turned on');
+  return b;
+}

@@ -1,4 +1,4 @@
-// The supervisor's row for a chat worker held by one answer (beyond the spec, issue 39): a running
+// The supervisor's row for a chat worker held by one answer (beyond the spec): a running
 // request that got no token past its limit, whose worker answers no status probe (stallWatch.ts),
 // restarts the worker only when others wait for it; every job on it then fails with worker_failed
 // and the report's message, and the waiting jobs get a new start. A report about another start, or about a job that no

@@ -203,7 +203,7 @@ t.test('refused requests through a real listener (Fastify hands the zod issues o
   }
   const ok = await app.inject({ method: 'POST', url: '/v1/chat/completions', payload: base });
   t.equal(ok.statusCode, 200, 'a plain request passes');
-  // The conversation LangChain's createAgent sends at its second model call (issue 40): a name on
+  // The conversation LangChain's createAgent sends at its second model call: a name on
   // every tool message, which the strict schema refused with unknown_parameter messages.2.name.
   const agent = await app.inject({
     method: 'POST',

@@ -1,4 +1,4 @@
-// A chat worker held by one answer (issue 39): llama-server samples every slot on one loop, and a
+// A chat worker held by one answer: llama-server samples every slot on one loop, and a
 // grammar that explodes holds that loop, so no other chat on the worker gets a token and closing a
 // connection frees nothing. The stand-in llama-server (test/fixtures/fake-llama-server.mjs, mode
 // `stall`) does the same on demand: a request with a response_format never gets a token, and from

@@ -242,7 +242,7 @@ t.test('a connection that sends nothing goes after the first-byte limit; one tha
 });
 
 t.test('connections past the cap that trickle heads, idle between requests or trickle logins leave ordinary requests and operator logins served', async (t) => {
-  // The attack of issue 39 scaled down (bench/flood.ts runs it at 2000 connections): 26 connections
+  // The trickle attack scaled down (bench/flood.ts runs it at 2000 connections): 26 connections
   // per listener against a cap of 24, none of them ever quiet for 250 ms, none with a credential:
   // request heads on the inference listener; heads, complete requests to a route that needs no
   // session on kept-alive connections, and logins with trickled bodies on the admin listener.

@@ -1,4 +1,4 @@
-// A prompt that cannot fit the profile's context is refused at once (issue 39): no token stands for
+// A prompt that cannot fit the profile's context is refused at once: no token stands for
 // more bytes than the vocabulary's longest one, so more bytes of text than the context's tokens of
 // that length never fit, and the worker would only say so after tokenizing it with the request
 // holding a slot (a 1 MB prompt took 48 to 84 s). Against the stand-in llama-server (mode instant,

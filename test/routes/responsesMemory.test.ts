@@ -7,7 +7,7 @@
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
+import { servedChat, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { fakeLlamaServerIn, tinyModelIn } from '../helpers/llama.js';
 import { matchesSchema } from '../helpers/openapi.js';
 
@@ -29,14 +29,8 @@ interface ResponseBody {
 /** The service on the stand-in's `agent` mode, with a published chat profile `agent` and the Responses API on. */
 async function setUp(t: Test): Promise<Built> {
   const dir = await tempDir(t);
-  const model = await tinyModelIn(dir);
-  const b = await build(t, { env: { SERVICE_DECK_LLAMA_SERVER: await fakeLlamaServerIn(dir, 'agent'), SERVICE_DECK_GPUS: 'none', SERVICE_DECK_RESPONSES_TTL_S: '600' } });
-  await b.startEndpoint();
-  const created = await b.admin('POST', '/api/v1/profiles', { name: 'agent', category: 'chat', params: { model, slots: 1 } });
-  const { id } = (await created.json()) as { id: string };
-  t.equal((await b.admin('POST', '/api/v1/endpoint/profile', { id, enabled: true })).status, 200, 'profile published');
-  t.equal((await b.admin('POST', '/api/v1/endpoint/extensions', { responses: true })).status, 200, 'the Responses API turned on');
-  return b;
+  const params = { model: await tinyModelIn(dir), slots: 1 };
+  return servedChat(t, { llamaServer: await fakeLlamaServerIn(dir, 'agent'), name: 'agent', params, env: { SERVICE_DECK_RESPONSES_TTL_S: '600' }, responses: true });
 }
 
 const textOf = (response: ResponseBody) => response.output.find((item) => item.type === 'message')?.content?.[0]?.text ?? '';

@@ -1,4 +1,4 @@
-// A start that fails says why and what to do in one line (issue 40): the listen errors Node gives
+// A start that fails says why and what to do in one line: the listen errors Node gives
 // (a busy port, a privileged port, an address the machine lacks) and any other failure.
 import { createServer } from 'node:net';
 import t from 'tap';
