@@ -68,6 +68,7 @@ t.test('the model folders: facts and forecast, whisper, a hostile header, a spli
   t.ok((tiny.facts?.parameters ?? 0) > 0, 'a parameter count');
   t.match(tiny.forecast, { fits: true, gpu_layers: 3, layer_count: 3, context: 8192, reason: null }, 'every layer of the two blocks and the output on the GPU at the default context');
   t.equal(tiny.forecast?.gpus.length, 1);
+  t.equal(tiny.forecast?.summary, 'fits on GPU 0 with every layer at 8192 tokens');
   t.equal(tiny.forecast?.gpus[0]?.uuid, 'GPU-a');
   t.ok((tiny.forecast?.gpus[0]?.bytes ?? 0) > 512 * 1024 * 1024, 'the GPU holds the layers and the CUDA overhead');
   t.ok((tiny.forecast?.ram_bytes ?? 0) > 0);
@@ -116,6 +117,7 @@ t.test('the default folder is <state>/models, made 0700; the route needs the adm
   const { files } = (await (await b.admin('GET', '/api/v1/model-files')).json()) as ModelFilesView;
   t.same(files.map((f) => f.path), [tiny]);
   t.match(files[0]?.forecast, { fits: true, gpu_layers: 0, gpus: [], reason: null }, 'no GPU: on the CPU');
+  t.match(files[0]?.forecast?.summary, /^runs on the CPU at 8192 tokens, \d+\.\d GiB of RAM$/);
   const anonymous = await fetch(`${b.adminUrl}/api/v1/model-files`, { headers: { 'x-service-deck': '1' } });
   t.equal(anonymous.status, 401);
 });

@@ -21,6 +21,8 @@ export interface ModelForecast {
   context: number;
   /** Every layer there is to place: the blocks and the output layer. */
   layer_count: number;
+  /** The forecast in one sentence for people ("fits on GPU 0 with every layer at 8192 tokens"). */
+  summary: string;
 }
 
 /** A chat profile's default context (CONTRACT section 4). */
@@ -33,23 +35,39 @@ export function forecastContext(facts: Pick<GgufSummary, 'context_length'>): num
 
 const gib = (mib: number) => `${(mib / 1024).toFixed(1)} GiB`;
 
+/** "GPU 0", "GPUs 0 and 1": the GPUs by their place in the inventory (nvidia-smi's index). */
+function gpuNames(room: ForecastRoom, uuids: string[]): string {
+  const indexes = uuids.map((uuid) => room.gpus.findIndex((gpu) => gpu.uuid === uuid)).sort((a, b) => a - b);
+  if (indexes.length === 1) return `GPU ${indexes[0]}`;
+  return `GPUs ${indexes.slice(0, -1).join(', ')} and ${indexes.at(-1)}`;
+}
+
 /** The forecast for `shape` at `context` on `room`. */
 export function forecastView(room: ForecastRoom, shape: ModelShape, context: number): ModelForecast {
   const verdict = forecastChatStart(room, shape, context);
   const layerCount = shape.layerCount + 1;
   if (verdict.verdict !== 'start') {
-    return { fits: false, gpu_layers: 0, gpus: [], ram_bytes: 0, reason: verdict.message, context, layer_count: layerCount };
+    return { fits: false, gpu_layers: 0, gpus: [], ram_bytes: 0, reason: verdict.message, context, layer_count: layerCount, summary: `does not fit at ${context} tokens: ${verdict.message}` };
   }
   const { plan } = verdict;
   const gpuLayers = plan.gpuLayers ?? 0;
   const gpus = Object.entries(plan.forecast.gpuMiB).map(([uuid, mib]) => ({ uuid, bytes: Math.ceil(mib * MIB) }));
   let reason: string | null = null;
+  const used = gpus.filter((gpu) => gpu.bytes > 0).map((gpu) => gpu.uuid);
+  const ramBytes = Math.ceil(plan.forecast.ramMiB * MIB);
+  let summary =
+    room.gpus.length === 0 || used.length === 0
+      ? `runs on the CPU at ${context} tokens, ${gib(plan.forecast.ramMiB)} of RAM`
+      : `fits on ${gpuNames(room, used)} with every layer at ${context} tokens`;
   if (room.gpus.length > 0 && gpuLayers < layerCount) {
     const whole = forecastChatStart({ ...room, gpus: room.gpus.map((g) => ({ ...g, memoryFreeMiB: Number.MAX_SAFE_INTEGER / MIB })) }, shape, context);
     const need = whole.verdict === 'start' ? Object.values(whole.plan.forecast.gpuMiB).reduce((a, b) => a + b, 0) : 0;
     const offered = plan.gpuBudget.reduce((sum, gpu) => sum + Math.max(0, gpu.availableMiB), 0);
     const short = need > offered ? `needs ${gib(need - offered)} more than the GPUs offer after the reserve: ` : '';
     reason = `${short}${gpuLayers} of ${layerCount} layers on the GPUs, the rest in RAM`;
+    const where = used.length > 0 ? gpuNames(room, used) : room.gpus.length === 1 ? 'GPU 0' : 'the GPUs';
+    const more = need > offered ? `needs ${gib(need - offered)} more than ${where} ${used.length > 1 || (used.length === 0 && room.gpus.length > 1) ? 'have' : 'has'}: ` : '';
+    summary = `${more}${gpuLayers} of ${layerCount} layers on the GPU${room.gpus.length > 1 ? 's' : ''} at ${context} tokens, the rest in RAM`;
   }
-  return { fits: true, gpu_layers: gpuLayers, gpus, ram_bytes: Math.ceil(plan.forecast.ramMiB * MIB), reason, context, layer_count: layerCount };
+  return { fits: true, gpu_layers: gpuLayers, gpus, ram_bytes: ramBytes, reason, context, layer_count: layerCount, summary };
 }

@@ -1,0 +1,51 @@
+// The forecast's sentence for people: every layer on one GPU, on two, part of the layers with the
+// shortfall named, the CPU only, and a model that does not fit; each from the memory check itself.
+import t from 'tap';
+import type { ForecastRoom, ModelShape } from '../../../machines/supervisor/index.js';
+import { forecastView } from '../../../src/system/models/modelForecast.js';
+
+const MIB = 2 ** 20;
+/** 36 blocks of 200 MiB with grouped-query attention: about 7 GiB of weights. */
+const shape: ModelShape = {
+  layerCount: 36,
+  headCountKv: Array(36).fill(8),
+  keyLength: 128,
+  valueLength: 128,
+  layerBytes: Array(36).fill(200 * MIB),
+  inputBytes: 300 * MIB,
+  outputBytes: 300 * MIB,
+};
+const gpu = (uuid: string, freeMiB: number) => ({ uuid, memoryTotalMiB: freeMiB, memoryFreeMiB: freeMiB, processes: [] });
+const room = (gpus: ForecastRoom['gpus'], ramMiB = 64 * 1024): ForecastRoom => ({ gpus, gpuReserveMiB: Object.fromEntries(gpus.map((g) => [g.uuid, 512])), ram: { availableMiB: ramMiB, reserveMiB: 1024, limitedBy: 'test' } });
+
+t.test('every layer on one GPU', async (t) => {
+  const view = forecastView(room([gpu('GPU-a', 24 * 1024)]), shape, 8192);
+  t.match(view, { fits: true, gpu_layers: 37, layer_count: 37, reason: null });
+  t.equal(view.summary, 'fits on GPU 0 with every layer at 8192 tokens');
+});
+
+t.test('split over two GPUs', async (t) => {
+  const view = forecastView(room([gpu('GPU-a', 5 * 1024), gpu('GPU-b', 5 * 1024)]), shape, 8192);
+  t.equal(view.gpu_layers, 37);
+  t.equal(view.summary, 'fits on GPUs 0 and 1 with every layer at 8192 tokens');
+});
+
+t.test('part of the layers on a GPU too small: the shortfall and the layer count', async (t) => {
+  const view = forecastView(room([gpu('GPU-a', 4 * 1024)]), shape, 8192);
+  t.equal(view.fits, true);
+  t.ok(view.gpu_layers > 0 && view.gpu_layers < 37, `${view.gpu_layers} layers on the GPU`);
+  t.match(view.summary, new RegExp(`^needs \\d+\\.\\d GiB more than GPU 0 has: ${view.gpu_layers} of 37 layers on the GPU at 8192 tokens, the rest in RAM$`));
+});
+
+t.test('no GPU: the CPU and its RAM', async (t) => {
+  const view = forecastView(room([]), shape, 4096);
+  t.match(view, { fits: true, gpu_layers: 0, gpus: [] });
+  t.match(view.summary, /^runs on the CPU at 4096 tokens, \d+\.\d GiB of RAM$/);
+});
+
+t.test('neither the GPU nor the RAM holds it', async (t) => {
+  const view = forecastView(room([gpu('GPU-a', 1024)], 2 * 1024), shape, 8192);
+  t.equal(view.fits, false);
+  t.match(view.summary, /^does not fit at 8192 tokens: /);
+  t.equal(view.summary, `does not fit at 8192 tokens: ${view.reason}`);
+});
