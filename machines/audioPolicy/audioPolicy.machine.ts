@@ -17,7 +17,7 @@
 // reservation and memory check as a request (the `preload` actor, provided by the adapter), so it
 // can never end anything foreign: a start that does not fit is refused, and the refusal is this
 // machine's `error` until a retry succeeds.
-import { assign, emit, fromPromise, setup } from 'xstate';
+import { assertEvent, assign, emit, fromPromise, setup } from 'xstate';
 import type {
   AudioPolicyContext,
   AudioPolicyEmitted,
@@ -50,8 +50,6 @@ export function preloadFailure(error: unknown): { code: string; message: string 
 /** The worker is loaded (or loading) with the current revision of the selected profile. */
 const holds = (w: AudioWorkerView, profileId: string | null) => (w.state === 'loaded' || w.state === 'loading') && w.profileId === profileId && !w.stale;
 
-const failureCode = (event: { error?: unknown }) => preloadFailure(event.error).code;
-
 export const audioPolicyMachine = setup({
   types: {
     context: {} as AudioPolicyContext,
@@ -72,20 +70,40 @@ export const audioPolicyMachine = setup({
     endpointStopped: ({ context }) => !context.endpointRunning,
     holdsSelection: ({ context }) => holds(context.worker, context.profileId),
     /** The reported worker no longer holds the selection. */
-    displaced: ({ context, event }) => event.type === 'worker.changed' && !holds(event.worker, context.profileId),
+    displaced: ({ context, event }) => {
+      assertEvent(event, 'worker.changed');
+      return !holds(event.worker, context.profileId);
+    },
     /** The reported worker now holds the selection. */
-    nowHolds: ({ context, event }) => event.type === 'worker.changed' && holds(event.worker, context.profileId),
-    notAnError: ({ event }) => NOT_AN_ERROR.has(failureCode(event as { error?: unknown })),
-    isSelection: ({ context, event }) => event.type === 'profile.changed' && event.profileId === context.profileId,
+    nowHolds: ({ context, event }) => {
+      assertEvent(event, 'worker.changed');
+      return holds(event.worker, context.profileId);
+    },
+    /** `error`: the preload's rejection. */
+    notAnError: (_, params: { error: unknown }) => NOT_AN_ERROR.has(preloadFailure(params.error).code),
+    isSelection: ({ context, event }) => {
+      assertEvent(event, 'profile.changed');
+      return event.profileId === context.profileId;
+    },
   },
   actions: {
     tellMode: emit(({ context }): AudioPolicyEmitted => ({ type: 'policy.mode', kind: context.kind, mode: context.mode })),
-    choose: assign(({ event }) => (event.type === 'policy.set' ? { mode: event.mode, profileId: event.profileId, error: null } : {})),
-    noteWorker: assign(({ event }) => (event.type === 'worker.changed' ? { worker: event.worker } : {})),
-    noteEndpoint: assign(({ event }) => (event.type === 'endpoint.changed' ? { endpointRunning: event.running } : {})),
+    choose: assign(({ event }) => {
+      assertEvent(event, 'policy.set');
+      return { mode: event.mode, profileId: event.profileId, error: null };
+    }),
+    noteWorker: assign(({ event }) => {
+      assertEvent(event, 'worker.changed');
+      return { worker: event.worker };
+    }),
+    noteEndpoint: assign(({ event }) => {
+      assertEvent(event, 'endpoint.changed');
+      return { endpointRunning: event.running };
+    }),
     clearError: assign({ error: null }),
-    recordError: assign(({ context, event }) => {
-      const { code, message } = preloadFailure((event as { error?: unknown }).error);
+    /** `error`: the preload's rejection. */
+    recordError: assign(({ context }, params: { error: unknown }) => {
+      const { code, message } = preloadFailure(params.error);
       const error: PreloadError = { code, message, attempts: (context.error?.attempts ?? 0) + 1 };
       return { error };
     }),
@@ -163,13 +181,13 @@ export const audioPolicyMachine = setup({
             },
             onError: [
               {
-                guard: 'notAnError',
+                guard: { type: 'notAnError', params: ({ event }) => ({ error: event.error }) },
                 target: 'deciding',
                 description: 'the endpoint stopped, or the profile changed while the preload waited: decide again',
               },
               {
                 target: 'failed',
-                actions: ['recordError'],
+                actions: [{ type: 'recordError', params: ({ event }) => ({ error: event.error }) }],
                 description: 'runtime missing or resources insufficient: the choice stays saved and the error appears in `errors`',
               },
             ],

@@ -17,7 +17,7 @@
 // to the routes are emitted as `endpoint.reply` events carrying the request's id.
 // An admin stop lets running answers and generations finish, however long they take; only the
 // service's own end (SIGTERM/SIGINT, CONTRACT section 1) bounds that drain by `drainLimit`.
-import { assign, enqueueActions, setup } from 'xstate';
+import { assertEvent, assign, enqueueActions, setup } from 'xstate';
 import { TAGS } from '../ids.js';
 import { listenerActors } from './listener.actors.js';
 import type { ListenerContext, ListenerEmitted, ListenerError, ListenerEvent, ListenerInput, ListenerOutcome, PortRange } from './listener.types.js';
@@ -39,6 +39,9 @@ export function savedPortProblem(port: number, range: PortRange): ListenerError 
       `or allow port ${port} with a wider --api-ports (service-deck update --api-ports <first>-<last>, or serve --api-ports) and restart the service`,
   };
 }
+
+/** A rejection's message for the operator. */
+const errorMessage = (error: unknown) => (error instanceof Error ? error.message : 'unknown error');
 
 const reply = (requestId: string, outcome: ListenerOutcome): ListenerEmitted => ({ type: 'endpoint.reply', requestId, outcome });
 
@@ -68,8 +71,8 @@ export const listenerMachine = setup({
   guards: {
     rememberedRunning: ({ context }) => context.remembered.running,
     portInAllowedRange: ({ context, event }) => {
-      if (event.type !== 'endpoint.config' || event.port === undefined) return true;
-      return inRange(event.port, context.portRange);
+      assertEvent(event, 'endpoint.config');
+      return event.port === undefined || inRange(event.port, context.portRange);
     },
     savedPortOutsideRange: ({ context }) => !inRange(context.address.port, context.portRange),
     stopRequestedWhileStarting: ({ context }) => context.stopAfterStart,
@@ -79,37 +82,38 @@ export const listenerMachine = setup({
     drainLimit: ({ context }) => context.drainLimitMs,
   },
   actions: {
-    addStartWaiter: assign({
-      startWaiters: ({ context, event }) =>
-        event.type === 'endpoint.start' && event.requestId ? [...context.startWaiters, event.requestId] : context.startWaiters,
-      error: null,
+    addStartWaiter: assign(({ context, event }) => {
+      assertEvent(event, 'endpoint.start');
+      return { startWaiters: event.requestId ? [...context.startWaiters, event.requestId] : context.startWaiters, error: null };
     }),
-    addStopWaiter: assign({
-      stopWaiters: ({ context, event }) =>
-        event.type === 'endpoint.stop' && event.requestId ? [...context.stopWaiters, event.requestId] : context.stopWaiters,
+    addStopWaiter: assign(({ context, event }) => {
+      assertEvent(event, 'endpoint.stop');
+      return { stopWaiters: event.requestId ? [...context.stopWaiters, event.requestId] : context.stopWaiters };
     }),
     deferStop: assign({ stopAfterStart: true }),
     markShuttingDown: assign({ shuttingDown: true }),
     rememberRunning: assign({ remembered: ({ context }) => ({ ...context.address, running: true }) }),
     rememberStopped: assign({ remembered: ({ context }) => ({ ...context.remembered, running: false }) }),
     saveAddress: assign(({ context, event }) => {
-      if (event.type !== 'endpoint.config') return {};
+      assertEvent(event, 'endpoint.config');
       const address = { host: event.host ?? context.address.host, port: event.port ?? context.address.port };
       // A saved port outside the range stays the error until a port within it is saved.
       const error = context.error?.code === 'saved_port_out_of_range' ? savedPortProblem(address.port, context.portRange) : context.error;
       return { address, remembered: { ...context.remembered, ...address }, error };
     }),
     assignSavedPortError: assign({ error: ({ context }) => savedPortProblem(context.address.port, context.portRange) }),
+    /** `error`: the open's rejection (its event's `error`, passed as a parameter). */
     assignStartError: assign({
-      error: ({ context, event }) => ({
+      error: ({ context }, params: { error: unknown }) => ({
         code: 'listen_failed' as const,
-        message: `cannot listen on ${context.address.host}:${context.address.port}: ${(event as { error?: Error }).error?.message ?? 'unknown error'}`,
+        message: `cannot listen on ${context.address.host}:${context.address.port}: ${errorMessage(params.error)}`,
       }),
     }),
+    /** `error`: the stop step's rejection. */
     assignStopError: assign({
-      error: ({ event }) => ({
+      error: (_, params: { error: unknown }) => ({
         code: 'endpoint_stopping' as const,
-        message: `stopping did not finish cleanly: ${(event as { error?: Error }).error?.message ?? 'unknown error'}`,
+        message: `stopping did not finish cleanly: ${errorMessage(params.error)}`,
       }),
     }),
     replyStartWaitersOk: enqueueActions(({ context, enqueue }) => {
@@ -217,12 +221,12 @@ export const listenerMachine = setup({
           {
             guard: 'shuttingDown',
             target: 'off',
-            actions: ['assignStartError', 'replyStartWaitersFailed', 'clearStartWaiters', 'replyStopWaitersOk', 'clearStopWaiters'],
+            actions: [{ type: 'assignStartError', params: ({ event }) => ({ error: event.error }) }, 'replyStartWaitersFailed', 'clearStartWaiters', 'replyStopWaitersOk', 'clearStopWaiters'],
             description: 'the port cannot be bound and the service is ending: nothing to stop',
           },
           {
             target: 'stopped',
-            actions: ['assignStartError', 'replyStartWaitersFailed', 'clearStartWaiters', 'replyStopWaitersOk', 'clearStopWaiters'],
+            actions: [{ type: 'assignStartError', params: ({ event }) => ({ error: event.error }) }, 'replyStartWaitersFailed', 'clearStartWaiters', 'replyStopWaitersOk', 'clearStopWaiters'],
             description: 'the port cannot be bound: the endpoint stays stopped and says why; a stop sent meanwhile is done',
           },
         ],
@@ -262,7 +266,7 @@ export const listenerMachine = setup({
           invoke: {
             src: 'discardWaiting',
             onDone: { target: 'draining', description: 'waiting requests are discarded' },
-            onError: { target: 'draining', actions: 'assignStopError' },
+            onError: { target: 'draining', actions: { type: 'assignStopError', params: ({ event }) => ({ error: event.error }) } },
           },
         },
         draining: {
@@ -270,7 +274,7 @@ export const listenerMachine = setup({
           invoke: {
             src: 'closeListener',
             onDone: { target: 'unloading', description: 'running answers and generations have finished' },
-            onError: { target: 'unloading', actions: 'assignStopError' },
+            onError: { target: 'unloading', actions: { type: 'assignStopError', params: ({ event }) => ({ error: event.error }) } },
           },
           initial: 'unbounded',
           states: {
@@ -298,14 +302,14 @@ export const listenerMachine = setup({
           invoke: {
             src: 'forceClose',
             onDone: { target: 'unloading' },
-            onError: { target: 'unloading', actions: 'assignStopError' },
+            onError: { target: 'unloading', actions: { type: 'assignStopError', params: ({ event }) => ({ error: event.error }) } },
           },
         },
         unloading: {
           invoke: {
             src: 'unloadWorkers',
             onDone: { target: 'done', description: 'own workers received SIGTERM; TTS and STT workers are unloaded' },
-            onError: { target: 'done', actions: 'assignStopError' },
+            onError: { target: 'done', actions: { type: 'assignStopError', params: ({ event }) => ({ error: event.error }) } },
           },
         },
         done: { type: 'final' },

@@ -9,7 +9,7 @@
 // `job.dispatch`). The queue alone keeps the waiting order: each job that waits gets a ticket,
 // and a lower ticket waited first. Every outcome is emitted with the job's id; under the
 // supervisor (`reportToParent`) it is also sent to the parent, which plans by the tickets.
-import { enqueueActions, setup } from 'xstate';
+import { assertEvent, enqueueActions, setup } from 'xstate';
 import { queueActors } from './queue.actors.js';
 import type { QueueContext, QueueEmitted, QueueEvent, QueueInput, QueuedJob, RejectionCode } from './queue.types.js';
 
@@ -45,14 +45,16 @@ export const queueMachine = setup({
   actors: queueActors,
   guards: {
     /** At most 16 requests wait; a warm preload (spec 3.6) takes no request's place. */
-    queueFull: ({ context, event }) =>
-      event.type === 'job.enqueue' && event.job.source !== 'preload' && context.jobs.filter((job) => job.source !== 'preload').length >= context.maxWaiting,
+    queueFull: ({ context, event }) => {
+      assertEvent(event, 'job.enqueue');
+      return event.job.source !== 'preload' && context.jobs.filter((job) => job.source !== 'preload').length >= context.maxWaiting;
+    },
     isWaiting: ({ context, event }) => 'jobId' in event && context.jobs.some((job) => job.id === event.jobId),
     queueEmptied: ({ context }) => context.jobs.length === 0,
   },
   actions: {
     enqueue: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'job.enqueue') return;
+      assertEvent(event, 'job.enqueue');
       const jobs = [...context.jobs, event.job];
       const ticket = context.tickets + 1;
       enqueue.assign({ jobs, tickets: ticket });
@@ -61,7 +63,7 @@ export const queueMachine = setup({
       tell(enqueue, context, { type: 'job.queued', jobId: event.job.id, position: event.job.source === 'preload' ? jobs.length : requests, ticket });
     }),
     rejectFull: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'job.enqueue') return;
+      assertEvent(event, 'job.enqueue');
       tell(enqueue, context, { type: 'job.rejected', jobId: event.job.id, code: 'queue_full', retryAfterSeconds: context.retryAfterSeconds });
     }),
     /** Removes the event's job; `outcome` says what its waiting route hears. */
@@ -75,7 +77,8 @@ export const queueMachine = setup({
     }),
     /** Rejects every waiting job that `select` picks with `code`, keeping the others in order. */
     rejectWhere: enqueueActions(({ context, event, enqueue }, params: { code: RejectionCode }) => {
-      const stale = (job: QueuedJob) => event.type === 'queue.discardAll' || (event.type === 'profile.changed' && staleAfter(job, event));
+      assertEvent(event, ['queue.discardAll', 'profile.changed']);
+      const stale = (job: QueuedJob) => event.type === 'queue.discardAll' || staleAfter(job, event);
       const rejected = context.jobs.filter(stale);
       enqueue.assign({ jobs: context.jobs.filter((job) => !stale(job)) });
       for (const job of rejected) {
