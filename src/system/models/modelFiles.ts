@@ -44,7 +44,7 @@ export interface ScanLimits {
   headerBytes: number;
 }
 
-export const SCAN_LIMITS: ScanLimits = { depth: 4, entries: 5000, headerBytes: 64 * 1024 * 1024 };
+export const SCAN_LIMITS: ScanLimits = { depth: 6, entries: 5000, headerBytes: 64 * 1024 * 1024 };
 
 /** A file found by the walk. */
 interface Found {
