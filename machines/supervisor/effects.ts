@@ -8,7 +8,8 @@
 // change keeps its identity.
 //
 // The changes that several steps share are here: a denial, a revocation, an unload, a grant on a
-// loaded worker, a worker start, and leaving the memory check.
+// loaded worker, a worker start (its record, and the start order the worker child gets with the
+// grant), and leaving the memory check.
 import type { QueueEvent } from '../queue/index.js';
 import { preloadsOn } from './schedule.js';
 import type {
@@ -23,6 +24,7 @@ import type {
   UnloadCode,
   WorkerKind,
   WorkerRecord,
+  WorkerStart,
 } from './supervisor.types.js';
 
 /** An emitted event's fields, without its type. */
@@ -37,6 +39,8 @@ export type Effect =
   | ({ type: 'revoke' } & Emitted<'gpu.revoked'>)
   /** `worker.unload` to the worker child (it reports its own end), and emitted for the adapters and metrics. */
   | ({ type: 'unload' } & Emitted<'worker.unload'>)
+  /** `worker.start` to the worker child: the start a grant planned, sent right after that grant. */
+  | { type: 'start'; kind: WorkerKind; start: WorkerStart }
   /** `job.queued` to the job's route: its place in the queue. */
   | ({ type: 'queued' } & Emitted<'job.queued'>)
   /** `supervisor.reply` to a route waiting for an answer (an endpoint stop, an explicit unload). */
@@ -174,8 +178,15 @@ export function grantOn(draft: Draft, job: JobRecord, worker: WorkerKind): void 
   draft.do({ type: 'grant', jobId: job.spec.id, worker, generation, start: null, gpus });
 }
 
-/** A worker start the supervisor granted: its record is loading. */
-export function startWorker(draft: Draft, kind: WorkerKind, generation: number, spec: JobSpec, plan: StartPlan): void {
+/**
+ * A worker start the supervisor granted, after the grant that names it: its record is loading, and
+ * the worker child gets its start order at once, so no record is loading without a start under
+ * way, whatever becomes of the job. `gpus`: what the start may use (an image start: every GPU of
+ * its job's reservation).
+ */
+export function startWorker(draft: Draft, kind: WorkerKind, generation: number, spec: JobSpec, plan: StartPlan, gpus: string[] = plan.gpus): void {
   const slots = kind === 'enhancer' ? 1 : spec.slots;
   draft.setWorker(kind, { kind, state: 'loading', generation, profileId: spec.profileId, revision: spec.revision, slots, pid: null, plan, stale: null, last: null });
+  const enhancer = kind === 'enhancer' ? (spec.enhancer ?? null) : null;
+  draft.do({ type: 'start', kind, start: { generation, profileId: spec.profileId, revision: spec.revision, profile: spec.profile, plan, gpus, enhancer } });
 }

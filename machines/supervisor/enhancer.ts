@@ -26,8 +26,8 @@ export function enhancerDone(context: SupervisorContext, event: Extract<Supervis
     next = 'due';
   } else if (image && image !== 'due') {
     // An enhancer on the GPUs: the job holds them; its image start was planned with its grant.
-    startWorker(draft, 'image', image.generation, job.spec, image.plan);
     draft.do({ type: 'grant', jobId: event.jobId, worker: 'image', generation: image.generation, start: image.plan, gpus: job.gpus, step: 'image' });
+    startWorker(draft, 'image', image.generation, job.spec, image.plan, job.gpus);
   }
   draft.setJob(event.jobId, { ...job, steps: { ...job.steps, image: next } });
   return draft.result();
@@ -52,8 +52,8 @@ export function imageStepVerdict(draft: Draft, jobId: string, facts: StartFacts,
   const job = draft.jobs[jobId]!;
   const generation = draft.before.starts + 1;
   const gpus = facts.gpus.map((g) => g.uuid);
-  startWorker(draft, 'image', generation, job.spec, judged.plan);
   draft.setJob(jobId, { ...job, gpus, steps: { enhancer: job.steps!.enhancer, image: null } });
   draft.set({ starts: generation });
   draft.do({ type: 'grant', jobId, worker: 'image', generation, start: judged.plan, gpus, step: 'image' });
+  startWorker(draft, 'image', generation, job.spec, judged.plan, gpus);
 }

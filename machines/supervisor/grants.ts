@@ -95,11 +95,11 @@ export function verdict(context: SupervisorContext, facts: StartFacts): StepResu
   if (input.step === 'enhancer') {
     // An enhancer on the CPU: the job runs its enhancer step and holds no GPU; chat and TTS stay.
     const generation = context.starts + 1;
-    startWorker(draft, 'enhancer', generation, spec, judged.plan);
     draft.setJob(jobId, { ...job, phase: 'running', worker: 'image', gpus: [], steps: { enhancer: generation, image: spec.enhancer?.image ? 'later' : null } });
     draft.set({ starts: generation });
     draft.do({ type: 'toQueue', event: { type: 'job.dispatch', jobId } });
     draft.do({ type: 'grant', jobId, worker: 'image', generation, start: null, gpus: [], enhancer: { generation, plan: judged.plan } });
+    startWorker(draft, 'enhancer', generation, spec, judged.plan);
     return draft.result();
   }
   const gpus = spec.kind === 'image' ? facts.gpus.map((g) => g.uuid) : judged.plan.gpus;
@@ -109,11 +109,9 @@ export function verdict(context: SupervisorContext, facts: StartFacts): StepResu
   const first = context.starts + 1;
   const generation = enhancer ? first + 1 : first;
   if (enhancer) {
-    startWorker(draft, 'enhancer', first, spec, enhancer);
     const image = spec.enhancer?.image ? { generation, plan: judged.plan } : null;
     draft.setJob(jobId, { ...job, phase: 'running', worker: spec.kind, gpus, steps: { enhancer: first, image } });
   } else {
-    startWorker(draft, spec.kind, generation, spec, judged.plan);
     draft.setJob(jobId, { ...job, phase: 'running', worker: spec.kind, gpus });
     if (job.switchBound) draft.do({ type: 'cancelTimer', id: boundTimer(jobId) });
   }
@@ -121,6 +119,8 @@ export function verdict(context: SupervisorContext, facts: StartFacts): StepResu
   draft.do({ type: 'toQueue', event: { type: 'job.dispatch', jobId } });
   const granted = { type: 'grant', jobId, worker: spec.kind, generation, start: judged.plan, gpus } as const;
   draft.do(enhancer ? { ...granted, enhancer: { generation: first, plan: enhancer } } : granted);
+  if (enhancer) startWorker(draft, 'enhancer', first, spec, enhancer);
+  else startWorker(draft, spec.kind, generation, spec, judged.plan, gpus);
   return draft.result();
 }
 

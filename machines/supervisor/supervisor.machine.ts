@@ -42,12 +42,12 @@ import { fromQueue, grantAtOnce, refusal, release, reserve, switchBoundReached }
 import { exclusiveImageMode, releaseLeavesNothingToPlan, runsAtOnce } from './schedule.js';
 import { closeDown, discard, opened, unloadAll, unloadRequest } from './stop.js';
 import { supervisorActors } from './supervisor.actors.js';
-import type { SupervisorContext, SupervisorEmitted, SupervisorEvent, SupervisorInput } from './supervisor.types.js';
+import type { SupervisorContext, SupervisorEmitted, SupervisorEvent, SupervisorInput, WorkerStart } from './supervisor.types.js';
 import { DEFAULT_SCHEDULING, WORKER_KINDS } from './supervisor.types.js';
 import { allUnloaded, replyUnloadWaiters, restartStalled, stallHoldsOthers, workerReport } from './workerReports.js';
 
-/** The supervisor's command to a worker machine. */
-type WorkerCommand = { type: 'worker.unload'; generation: number; reason: string };
+/** The supervisor's commands to a worker machine. */
+type WorkerCommand = { type: 'worker.start'; start: WorkerStart } | { type: 'worker.unload'; generation: number; reason: string };
 
 /** The part of `enqueue` the effects are carried out with. */
 interface Enqueue {
@@ -68,6 +68,8 @@ function carry(enqueue: Enqueue, effect: Effect): void {
       enqueue.sendTo(WORKER_IDS[effect.kind], { type: 'worker.unload', generation: effect.generation, reason: effect.reason });
       enqueue.emit({ ...effect, type: 'worker.unload' });
       return;
+    case 'start':
+      return enqueue.sendTo(WORKER_IDS[effect.kind], { type: 'worker.start', start: effect.start });
     case 'toQueue':
       return enqueue.sendTo(SYSTEM_IDS.queue, effect.event);
     case 'timer':
