@@ -25,10 +25,11 @@
 // - (3.1, 7) endpoint stop: waiting requests are discarded, then every worker is unloaded.
 //
 // The listener (spec 3.1), the queue (3.7) and the five worker machines are children with their
-// systemIds; the workers are commanded with `worker.unload` (sendTo) and report back with
-// `worker.*` events, each worker machine for itself: `worker.unloaded` only once its process is
-// gone, `worker.lost` when it outlived SIGKILL (its memory stays reserved until the GPU probe no
-// longer shows it).
+// systemIds. The workers are commanded with `worker.start`, sent with the grant that planned the
+// start (so no worker record is loading without a start under way, whatever becomes of the job),
+// and `worker.unload`; they report back with `worker.*` events, each worker machine for itself:
+// `worker.unloaded` only once its process is gone, `worker.lost` when it outlived SIGKILL (its
+// memory stays reserved until the GPU probe no longer shows it).
 import { assertEvent, enqueueActions, setup } from 'xstate';
 import { SYSTEM_IDS, WORKER_IDS } from '../ids.js';
 import { QUEUE_LIMITS, type QueueEvent } from '../queue/index.js';
