@@ -120,8 +120,6 @@ export function supervisorHarness(options: HarnessOptions = {}) {
   let holdFacts = false;
   /** The unload commands the worker children received: `<kind> <generation>`. */
   const commands: string[] = [];
-  /** The start orders the worker children received: `<kind> <generation>`. */
-  const starts: string[] = [];
   const auto = options.autoWorkers ?? true;
   const machine = supervisorMachine.provide({
     actors: {
@@ -159,7 +157,6 @@ export function supervisorHarness(options: HarnessOptions = {}) {
               receive((command) => {
                 if (command.type === 'worker.start') {
                   const { generation } = command.start;
-                  starts.push(`${kind} ${generation}`);
                   if (!auto) return;
                   sendBack({ type: 'worker.started', kind, generation, pid: ++pid });
                   const loadMs = options.loadMs?.(kind, command.start.profileId);
@@ -203,7 +200,6 @@ export function supervisorHarness(options: HarnessOptions = {}) {
     calls,
     emitted,
     commands,
-    starts,
     /** Lets promise actors (the start check) settle. */
     async settle(rounds = 4) {
       for (let i = 0; i < rounds; i++) await new Promise((resolve) => setImmediate(resolve));
