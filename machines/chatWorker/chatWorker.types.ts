@@ -26,7 +26,7 @@ export interface ChatLaunch {
 }
 
 /** worker.start / worker.unload from the supervisor's side; engine.spawned (pid, port), engine.ready, engine.exited from the llama-server actor. */
-export type ChatWorkerEvent = LifecycleEvent<ChatLaunch>;
+export type ChatWorkerEvent = LifecycleEvent;
 /** Sent by the machine to its llama-server actor: engine.stop (SIGTERM), engine.kill (SIGKILL). */
 export type { EngineCommand };
 export type ChatWorkerEmitted = LifecycleEmitted<'chat'>;

@@ -15,7 +15,7 @@ export interface EnhancerLaunch extends ChatLaunch {
   mmproj: string | null;
 }
 
-export type EnhancerWorkerEvent = LifecycleEvent<EnhancerLaunch>;
+export type EnhancerWorkerEvent = LifecycleEvent;
 export type EnhancerWorkerEmitted = LifecycleEmitted<'enhancer'>;
 export type EnhancerWorkerContext = LifecycleContext<EnhancerLaunch>;
 /** loadTimeLimitMs (default 10 min: a 20 GB model from disk), terminationGraceMs (default 10 s). */

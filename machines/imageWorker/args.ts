@@ -2,11 +2,11 @@
 // settings, the prompt, the output in the job folder, no metadata in the image, and one `-r` per
 // reference image in the client's order. A profile with separate component files (VAE, text
 // encoders) names its model with `--diffusion-model`; a single-file model with `-m`.
-import type { ImageLaunch } from './imageWorker.types.js';
+import type { ImageLaunch, ImagePrompt } from './imageWorker.types.js';
 
 export const IMAGE_OUTPUT = 'output.png';
 
-export function sdArgs(launch: ImageLaunch, prompt: string, output: string): string[] {
+export function sdArgs(launch: ImageLaunch, job: ImagePrompt, output: string): string[] {
   const { files } = launch;
   const split = Boolean(files.vae || files.llm || files.clip_l || files.t5xxl);
   const args = [split ? '--diffusion-model' : '-m', launch.model];
@@ -16,7 +16,7 @@ export function sdArgs(launch: ImageLaunch, prompt: string, output: string): str
   if (files.t5xxl) args.push('--t5xxl', files.t5xxl);
   args.push(
     '-p',
-    prompt,
+    job.prompt,
     '-W',
     String(launch.width),
     '-H',
@@ -33,7 +33,7 @@ export function sdArgs(launch: ImageLaunch, prompt: string, output: string): str
     output,
     '--disable-image-metadata',
   );
-  for (const reference of launch.references) args.push('-r', reference);
+  for (const reference of job.references) args.push('-r', reference);
   return args;
 }
 

@@ -2,9 +2,10 @@
 import type { EngineCommand, EngineInput as LifecycleEngineInput, LifecycleContext, LifecycleEmitted, LifecycleEvent, LifecycleInput } from '../worker/lifecycle.js';
 
 /**
- * What one start of the image worker runs: the profile snapshot's files and settings, the GPUs of
- * the reservation, and the job's private folder. The prompt is not here: it never enters a
- * machine's context (the inspector would show it); the adapter keeps it for the one process.
+ * What one start of the image worker runs: the profile snapshot's files and settings and the GPUs
+ * of the reservation. The job's own part is not here (its prompt, its private folder and reference
+ * images): the prompt never enters a machine's context (the inspector would show it); the adapter
+ * keeps them for the one process, as the job hands them over.
  */
 export interface ImageLaunch {
   generation: number;
@@ -20,13 +21,15 @@ export interface ImageLaunch {
   seed: number;
   /** Every GPU of the reservation (an image job reserves them all); empty on the CPU. */
   gpus: string[];
-  /** The job's private folder (0700): the reference images and the output live here. */
-  jobDir: string;
-  /** The reference images in the job folder, in the client's order (edits). */
+}
+
+/** The job's own part of one image: its prompt and the reference images in its job folder, in the client's order (edits). */
+export interface ImagePrompt {
+  prompt: string;
   references: string[];
 }
 
-export type ImageWorkerEvent = LifecycleEvent<ImageLaunch>;
+export type ImageWorkerEvent = LifecycleEvent;
 export type ImageWorkerEmitted = LifecycleEmitted<'image'>;
 export type ImageWorkerContext = LifecycleContext<ImageLaunch>;
 /** loadTimeLimitMs: the longest one image may take (default 60 min); terminationGraceMs (default 10 s). */

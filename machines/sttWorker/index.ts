@@ -1,2 +1,2 @@
-export { sttWorkerMachine, STT_WORKER_LIMITS } from './sttWorker.machine.js';
+export { sttWorkerMachine, sttLaunch, STT_WORKER_LIMITS } from './sttWorker.machine.js';
 export type * from './sttWorker.types.js';

@@ -13,7 +13,7 @@ export interface SttLaunch {
   threads: number;
 }
 
-export type SttWorkerEvent = LifecycleEvent<SttLaunch>;
+export type SttWorkerEvent = LifecycleEvent;
 export type SttWorkerEmitted = LifecycleEmitted<'stt'>;
 export type SttWorkerContext = LifecycleContext<SttLaunch>;
 /** loadTimeLimitMs (default 2 min), terminationGraceMs (default 5 s). */

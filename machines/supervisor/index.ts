@@ -1,4 +1,6 @@
-export { supervisorMachine, emptyWorker, checkInput } from './supervisor.machine.js';
+export { supervisorMachine } from './supervisor.machine.js';
+export { emptyWorker, type Effect, type StepResult } from './effects.js';
+export { checkInput } from './grants.js';
 export { supervisorActors } from './supervisor.actors.js';
 export { plan, admit, runningOn, runsAtOnce, releaseLeavesNothingToPlan, preloadsOn, unloadableFor, waitingOrder, exclusiveImageMode, overtakenSwitches, type Step } from './schedule.js';
 export * from './fit.js';

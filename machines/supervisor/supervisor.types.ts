@@ -100,6 +100,23 @@ export interface StartPlan {
   enhancer?: StartPlan;
 }
 
+/**
+ * The supervisor's order to a worker machine to start (`worker.start`), sent with the grant that
+ * planned it: which start it is, the profile snapshot of the job that got the grant (opaque here:
+ * the worker machine reads its launch from it), and the memory check's plan.
+ */
+export interface WorkerStart {
+  generation: number;
+  profileId: string;
+  revision: number;
+  profile: unknown;
+  plan: StartPlan;
+  /** The GPUs the start may use: its plan's, or every GPU of an image job's reservation. */
+  gpus: string[];
+  /** An enhancer start: its image job's enhancer step (the model, the task, the projector); null otherwise. */
+  enhancer: EnhancerStep | null;
+}
+
 export interface WorkerRecord {
   kind: WorkerKind;
   state: WorkerState;

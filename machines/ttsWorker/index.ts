@@ -1,2 +1,2 @@
-export { ttsWorkerMachine, TTS_WORKER_LIMITS } from './ttsWorker.machine.js';
+export { ttsWorkerMachine, ttsLaunch, TTS_WORKER_LIMITS } from './ttsWorker.machine.js';
 export type * from './ttsWorker.types.js';

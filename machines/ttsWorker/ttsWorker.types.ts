@@ -14,7 +14,7 @@ export interface TtsLaunch {
   command: string[] | undefined;
 }
 
-export type TtsWorkerEvent = LifecycleEvent<TtsLaunch>;
+export type TtsWorkerEvent = LifecycleEvent;
 export type TtsWorkerEmitted = LifecycleEmitted<'tts'>;
 export type TtsWorkerContext = LifecycleContext<TtsLaunch>;
 /** loadTimeLimitMs (default 5 min), terminationGraceMs (default 10 s). */

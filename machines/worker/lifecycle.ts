@@ -1,17 +1,17 @@
 // The life of one worker process, shared by the chat worker (spec 3.2) and the speech workers
 // (3.4 TTS, 3.5 STT): each is its own machine made here with its kind, its limits and the spec rows
-// it mirrors. The
-// supervisor decides (its reservations and the memory check); the job whose grant starts the
-// worker sends `worker.start`, and every unload is the supervisor's `worker.unload` naming the
-// start's generation. The machine is the process's life: loading until the engine says it is
+// it mirrors. The supervisor decides (its reservations and the memory check) and commands: it
+// sends `worker.start` with the grant that planned the start (the machine reads its launch from
+// the order: `spec.launch`), and every unload is its `worker.unload` naming the start's
+// generation. The machine is the process's life: loading until the engine says it is
 // ready, loaded for job after job, unloading with SIGTERM and then SIGKILL after a grace. A
 // process that ends on its own is reported at once as `worker.exited` with the adapter's
 // diagnosis; a start that does not load within its limit is stopped and reported as a timeout.
 // The machine reports its own unload, and only once its process is gone (`worker.unloaded`): a
 // process that outlives SIGKILL by the kill limit is reported `worker.lost` (the supervisor keeps
-// its memory reserved) and unloaded when it finally ends. An unload of a start that has not begun
-// yet cancels it: that start never runs, and the unload is done at once.
-import { assertEvent, assign, enqueueActions, fromCallback, sendTo, setup } from 'xstate';
+// its memory reserved) and unloaded when it finally ends.
+import { assign, enqueueActions, fromCallback, sendTo, setup } from 'xstate';
+import type { WorkerStart } from '../supervisor/supervisor.types.js';
 import type { ExitReport } from '../worker.types.js';
 
 export interface LaunchBase {
@@ -21,8 +21,8 @@ export interface LaunchBase {
   revision: number;
 }
 
-export type LifecycleEvent<L extends LaunchBase> =
-  | { type: 'worker.start'; launch: L }
+export type LifecycleEvent =
+  | { type: 'worker.start'; start: WorkerStart }
   | { type: 'worker.unload'; generation: number; reason: string }
   /** From the engine process actor. */
   | { type: 'engine.spawned'; pid: number; port?: number }
@@ -49,8 +49,6 @@ export interface LifecycleContext<L extends LaunchBase> {
   /** Why the worker is being unloaded, or the failure that ends it (then reported as `worker.exited`). */
   stopping: { reason: string; failure: { cause: string; message: string } | null } | null;
   last: string | null;
-  /** Starts unloaded before they began (newest last, a few kept): their `worker.start` is ignored. */
-  cancelled: number[];
   loadTimeLimitMs: number;
   terminationGraceMs: number;
   /** How long a process may outlive SIGKILL before it is reported lost. */
@@ -69,20 +67,20 @@ export interface LifecycleInput {
 
 /** A process still there this long after SIGKILL is stuck (in the kernel, a driver): it is lost. */
 export const KILL_LIMIT_MS = 10_000;
-/** How many cancelled starts a worker machine remembers. */
-const CANCELLED_KEPT = 8;
 
 export interface EngineInput<L extends LaunchBase> {
   launch: L;
 }
 
 /** What makes one worker machine: its id and kind, limits, and the spec rows its transitions quote. */
-export interface LifecycleSpec<K extends string> {
+export interface LifecycleSpec<L extends LaunchBase, K extends string> {
   id: string;
   kind: K;
   /** How messages name it: "speech-to-text worker". */
   name: string;
   limits: { loadTimeLimitMs: number; terminationGraceMs: number };
+  /** What one start runs, read from the supervisor's start order (the job's profile snapshot, the memory check's plan). */
+  launch: (start: WorkerStart) => L;
   /** What the load limit means for this worker (default: "did not become ready within N s"). */
   timeoutMessage?: (seconds: number) => string;
   rows: {
@@ -97,9 +95,9 @@ export interface LifecycleSpec<K extends string> {
   };
 }
 
-export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: LifecycleSpec<K>) {
+export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: LifecycleSpec<L, K>) {
   type Context = LifecycleContext<L>;
-  type Event = LifecycleEvent<L>;
+  type Event = LifecycleEvent;
   type Emitted = LifecycleEmitted<K>;
   type Ctx = { context: Context; event: Event };
   const generationOf = (context: Context) => context.launch?.generation ?? 0;
@@ -139,10 +137,6 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       ownGeneration: ({ context, event }: Ctx) => event.type === 'worker.unload' && event.generation === generationOf(context),
       /** The start failed (the load limit): its end is reported as `worker.exited`. */
       stopFailed: ({ context }: Ctx) => context.stopping?.failure != null,
-      /** The unload names a start this machine has not been sent yet: it is cancelled before it begins. */
-      startNotBegun: ({ context, event }: Ctx) => event.type === 'worker.unload' && event.generation > generationOf(context),
-      /** The start was unloaded before it began: it never runs. */
-      startCancelled: ({ context, event }: Ctx) => event.type === 'worker.start' && context.cancelled.includes(event.launch.generation),
     },
     delays: {
       loadTimeLimit: ({ context }: { context: Context }) => context.loadTimeLimitMs,
@@ -150,7 +144,7 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       killLimit: ({ context }: { context: Context }) => context.terminationGraceMs + context.killLimitMs,
     },
     actions: {
-      adoptLaunch: assign(({ event }: Ctx) => (event.type === 'worker.start' ? { launch: event.launch, pid: null, port: null, stopping: null } : {})),
+      adoptLaunch: assign(({ event }: Ctx) => (event.type === 'worker.start' ? { launch: spec.launch(event.start), pid: null, port: null, stopping: null } : {})),
       adoptProcess: assign(({ event }: Ctx) => (event.type === 'engine.spawned' ? { pid: event.pid, port: event.port ?? null } : {})),
       reportStarted: enqueueActions(({ context, event, enqueue }) => tell(enqueue, context, {
         type: 'worker.started',
@@ -182,11 +176,6 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       reportStopFailure: enqueueActions(({ context, enqueue }) => tell(enqueue, context, exited(context, context.stopping?.failure ?? { cause: 'unclear', message: `the ${spec.name} failed` }))),
       reportUnloaded: enqueueActions(({ context, enqueue }) => tell(enqueue, context, { type: 'worker.unloaded', kind: spec.kind, generation: generationOf(context) })),
       reportLost: enqueueActions(({ context, enqueue }) => tell(enqueue, context, { type: 'worker.lost', kind: spec.kind, generation: generationOf(context), pid: context.pid })),
-      cancelStart: enqueueActions(({ context, event, enqueue }) => {
-        assertEvent(event, 'worker.unload');
-        enqueue.assign({ cancelled: [...context.cancelled, event.generation].slice(-CANCELLED_KEPT) });
-        tell(enqueue, context, { type: 'worker.unloaded', kind: spec.kind, generation: event.generation });
-      }),
       forgetProcess: assign(({ context, event }: Ctx) => ({
         pid: null,
         port: null,
@@ -202,7 +191,6 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       port: null,
       stopping: null,
       last: null,
-      cancelled: [],
       loadTimeLimitMs: input.loadTimeLimitMs ?? spec.limits.loadTimeLimitMs,
       terminationGraceMs: input.terminationGraceMs ?? spec.limits.terminationGraceMs,
       killLimitMs: input.killLimitMs ?? KILL_LIMIT_MS,
@@ -213,15 +201,7 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       unloaded: {
         description: `no ${spec.name} process of ours runs`,
         on: {
-          'worker.start': [
-            { guard: 'startCancelled', description: 'a start the supervisor unloaded before it began never runs' },
-            { target: 'running', actions: 'adoptLaunch', description: spec.rows.start },
-          ],
-          'worker.unload': {
-            guard: 'startNotBegun',
-            actions: 'cancelStart',
-            description: 'the supervisor unloads a start before its job sent it: it is cancelled, and the unload is done at once',
-          },
+          'worker.start': { target: 'running', actions: 'adoptLaunch', description: spec.rows.start },
         },
       },
       running: {
@@ -229,11 +209,6 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
         invoke: { id: 'engine', src: 'engine', input: ({ context }) => ({ launch: context.launch! }) },
         on: {
           'engine.spawned': { actions: ['adoptProcess', 'reportStarted'], description: 'the process exists: its pid is ours' },
-          'worker.unload': {
-            guard: 'startNotBegun',
-            actions: 'cancelStart',
-            description: 'the supervisor unloads a later start before its job sent it (this process is lost): it is cancelled, and the unload is done at once',
-          },
         },
         initial: 'loading',
         states: {

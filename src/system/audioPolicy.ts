@@ -17,9 +17,8 @@ import { ReservationDenied, ReservationRevoked, type Scheduler, type SupervisorA
 
 type PolicyActor = Actor<typeof audioPolicyMachine>;
 
-/** What the warm preload starts: the TTS or STT worker adapter. */
+/** What the warm preload waits for (the supervisor starts it with the grant): the TTS or STT worker adapter. */
 interface SpeechWorker {
-  start(lease: { generation: number; start: unknown }, profile: never): void;
   ready(generation: number, signal?: AbortSignal): Promise<void>;
 }
 
@@ -103,7 +102,6 @@ export class AudioPolicies {
       }
       const worker = workers[input.kind];
       try {
-        worker.start(lease, profile as never);
         await worker.ready(lease.generation, AbortSignal.any([signal, lease.signal]));
         log.info({ worker: input.kind, profile: profile.id }, 'audio policy warm: preloaded');
       } catch (error) {

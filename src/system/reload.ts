@@ -19,9 +19,8 @@ import type { Logger } from './observe/log.js';
 type ReloadKind = 'chat' | 'tts' | 'stt';
 const RELOAD_KINDS: readonly ReloadKind[] = ['chat', 'tts', 'stt'];
 
-/** What a restart starts: the worker adapter of its kind. */
+/** What a restart waits for (the supervisor starts it with the grant): the worker adapter of its kind. */
 interface Restartable {
-  start(lease: { generation: number; start: unknown }, profile: never): void;
   ready(generation: number, signal?: AbortSignal): Promise<void>;
 }
 
@@ -73,7 +72,6 @@ export function restartOnNewRevision(deps: ReloadDeps): void {
       return;
     }
     try {
-      workers[kind].start(lease, profile as never);
       await workers[kind].ready(lease.generation, lease.signal);
       log.info({ worker: kind, profile: profile.id, revision: profile.revision, ms: Date.now() - started }, 'the new revision was started after its save');
     } catch (error) {

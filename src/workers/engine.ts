@@ -95,7 +95,7 @@ export interface StartHooks {
 }
 
 /** The engine actor of a worker machine: each start runs the hooks made for its launch. */
-export function engineActor<L extends LaunchBase, E extends EventObject = LifecycleEvent<L>>(info: EngineInfo, hooks: (launch: L) => StartHooks) {
+export function engineActor<L extends LaunchBase, E extends EventObject = LifecycleEvent>(info: EngineInfo, hooks: (launch: L) => StartHooks) {
   return fromCallback<EngineCommand, EngineInput<L>, E>(({ input, sendBack, receive }) => runEngine({ ...info, ...hooks(input.launch) }, input.launch, (event) => sendBack(event as E), receive));
 }
 

@@ -3,6 +3,7 @@
 // unloading, lost} and keep the start's launch (generation, profile), pid, stopping reason and last
 // reason in their context.
 import { createActor, type AnyActorLogic } from 'xstate';
+import type { WorkerStart } from '../../machines/supervisor/index.js';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
 import type { Inspection } from '../system/observe/inspect.js';
 import type { Logger } from '../system/observe/log.js';
@@ -44,8 +45,6 @@ export interface WorkerSnapshotLike {
     pid: number | null;
     stopping: { reason: string; failure: { message: string } | null } | null;
     last: string | null;
-    /** Starts unloaded before they began. */
-    cancelled: number[];
     /** The unload's limits: the grace before SIGKILL, and how long the process may outlive SIGKILL before it is lost. */
     terminationGraceMs: number;
     killLimitMs: number;
@@ -66,16 +65,10 @@ function whenLoaded<S extends WorkerSnapshotLike>(
   generation: number,
   gone: (reason: string) => Error,
   signal?: AbortSignal,
-  refused?: () => string | undefined,
 ): Promise<S> {
   return new Promise((resolve, reject) => {
     const check = (snapshot: S): boolean => {
       const current = snapshot.context.launch?.generation;
-      const early = refused?.();
-      if (early !== undefined) {
-        reject(gone(early));
-        return true;
-      }
       if (current === generation && snapshot.matches({ running: 'loaded' })) {
         resolve(snapshot);
         return true;
@@ -163,22 +156,23 @@ export interface Connection {
 }
 
 /** The actor of a worker machine, as the adapter drives and reads it. */
-export type WorkerActor<S extends WorkerSnapshotLike, L> = WorkerActorLike<S> & {
-  send(event: { type: 'worker.start'; launch: L } | { type: 'worker.unload'; generation: number; reason: string }): void;
+export type WorkerActor<S extends WorkerSnapshotLike> = WorkerActorLike<S> & {
+  send(event: { type: 'worker.start'; start: WorkerStart } | { type: 'worker.unload'; generation: number; reason: string }): void;
   on(type: '*', handler: (event: { type: string }) => void): unknown;
 };
 
 /**
  * What the worker adapters share. The adapter makes its worker machine with the real engine
  * (`logic`); the supervisor invokes it as its child (under `systemId`), commands it
- * and hears its reports, `worker.unloaded` and `worker.lost` included. Once the supervisor runs,
- * `attach()` gives the adapter that child: the start sent by the job whose grant carries a start
- * plan, waiting for `loaded`, and the status line go through it. Subclasses give the launch of a
- * profile and their work.
+ * and hears its reports, `worker.unloaded` and `worker.lost` included; the supervisor also sends it
+ * each start, with the grant that planned it. Once the supervisor runs, `attach()` gives the
+ * adapter that child: a job's wait for `loaded`, and the status line, go through it. Subclasses
+ * give their work.
  */
-export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
-  #since: string | null = null;
-  #actor: WorkerActor<S, L> | undefined;
+export abstract class LifecycleWorker<S extends WorkerSnapshotLike> {
+  /** When the current start was sent (the status's `since`), and which start that is. */
+  #since: { generation: number; at: string } | null = null;
+  #actor: WorkerActor<S> | undefined;
   /** Set when the adapter runs its machine alone (tests): then `stop()` ends it. */
   #own: { stop(): void } | undefined;
 
@@ -205,8 +199,13 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
   }
 
   /** The supervisor's child of this kind, once it runs. */
-  attach(actor: WorkerActor<S, L>): void {
+  attach(actor: WorkerActor<S>): void {
     this.#actor = actor;
+    const noteStart = (snapshot: S) => {
+      const generation = snapshot.context.launch?.generation;
+      if (generation !== undefined && generation !== this.#since?.generation) this.#since = { generation, at: new Date().toISOString() };
+    };
+    actor.subscribe(noteStart);
     actor.on('*', (event) => {
       if (event.type === 'worker.lost') this.#wiring.log.warn({ worker: this.kind, pid: actor.getSnapshot().context.pid }, 'worker process did not end after SIGKILL: lost, its memory stays reserved');
     });
@@ -224,36 +223,28 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
     actor.subscribe({ error: (error: unknown) => this.#wiring.log.error({ err: error }, `${this.#wiring.name} actor failed`) });
     actor.start();
     this.#own = actor;
-    this.attach(actor as unknown as WorkerActor<S, L>);
+    this.attach(actor as unknown as WorkerActor<S>);
   }
 
   /** What a subclass watches on its machine once it runs (the chat worker's connections). */
-  protected attached(_actor: WorkerActor<S, L>): void {}
+  protected attached(_actor: WorkerActor<S>): void {}
 
-  get actor(): WorkerActor<S, L> {
+  get actor(): WorkerActor<S> {
     if (!this.#actor) throw new Error(`the ${this.#wiring.name} machine is not running yet`);
     return this.#actor;
   }
-
-  /** The start a profile snapshot asks for under this grant (and its start plan). */
-  protected abstract launchOf(lease: { generation: number; start: unknown }, profile: P): L;
 
   /** The GPUs the status shows for the loaded start. */
   protected gpus(): string[] {
     return [];
   }
 
-  /** The job whose grant starts the worker sends the start; others of the same start only wait. */
-  start(lease: { generation: number; start: unknown }, profile: P): void {
-    if (lease.start === null) return;
-    this.#since = new Date().toISOString();
-    this.actor.send({ type: 'worker.start', launch: this.launchOf(lease, profile) });
-  }
-
-  /** Resolves once the start `generation` is loaded; rejects when it ends first or `signal` aborts. */
+  /**
+   * Resolves once the start `generation` is loaded (the supervisor sent it with the job's grant);
+   * rejects when it ends first or `signal` aborts.
+   */
   async ready(generation: number, signal?: AbortSignal): Promise<void> {
-    const early = () => (this.actor.getSnapshot().context.cancelled.includes(generation) ? `the ${this.kind} worker start was unloaded before it began` : undefined);
-    await whenLoaded(this.actor, generation, this.failure, signal, early);
+    await whenLoaded(this.actor, generation, this.failure, signal);
   }
 
   /** The supervisor's unload command for one start: the machine carries it out and reports it. */
@@ -274,7 +265,7 @@ export abstract class LifecycleWorker<S extends WorkerSnapshotLike, L, P> {
   }
 
   describe(): WorkerStatus | undefined {
-    return describeWorker(this.actor.getSnapshot(), this.kind, this.#since, this.gpus());
+    return describeWorker(this.actor.getSnapshot(), this.kind, this.#since?.at ?? null, this.gpus());
   }
 
   /** Ends the machine the adapter runs alone (under the supervisor, the supervisor ends it). */

@@ -18,6 +18,7 @@ import { png } from '../helpers/png.js';
 import { build, tempDir, TOKEN, type Built } from '../helpers/build.js';
 import { llamaServerPath, tinyModelIn } from '../helpers/llama.js';
 import { until } from '../helpers/until.js';
+import { baseStart } from '../helpers/workerStart.js';
 
 const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
 const NOWHERE = '/nonexistent/llama-server';
@@ -90,7 +91,7 @@ t.test("a worker whose runtime variable points nowhere says so, without the vari
   worker.runAlone((event) => void reports.push(event as Record<string, unknown>));
   t.teardown(() => worker.stop());
   const profile = { id: 'stt-1', revision: 1, name: 'listener', category: 'stt', params: { backend: 'pocketsphinx', threads: 1 } } as unknown as SttProfile;
-  worker.start({ generation: 1, start: { gpus: [] } as never }, profile);
+  worker.actor.send({ type: 'worker.start', start: baseStart({ generation: 1, profileId: profile.id, revision: profile.revision }, profile) });
   const exited = await until('the exit report', async () => reports.find((r) => r.type === 'worker.exited'));
   t.match(exited, { cause: 'runtime_missing', message: /SERVICE_DECK_POCKETSPHINX is set but names no executable file: point it at pocketsphinx, or unset it/ }, 'the variable is named');
   t.notMatch(String(exited.message), /nonexistent/, 'its value (a server path) is not');

@@ -9,8 +9,8 @@ export function lifecycleHarness<L extends LaunchBase, K extends string>(machine
   const clock = new SimulatedClock();
   const commands: string[] = [];
   const engines: Array<EngineInput<L>> = [];
-  let send: ((event: LifecycleEvent<L>) => void) | undefined;
-  const engine = fromCallback<EngineCommand, EngineInput<L>, LifecycleEvent<L>>(({ input: engineInput, sendBack, receive }) => {
+  let send: ((event: LifecycleEvent) => void) | undefined;
+  const engine = fromCallback<EngineCommand, EngineInput<L>, LifecycleEvent>(({ input: engineInput, sendBack, receive }) => {
     engines.push(engineInput);
     send = sendBack;
     receive((command) => commands.push(command.type));
@@ -27,7 +27,7 @@ export function lifecycleHarness<L extends LaunchBase, K extends string>(machine
     emitted,
     actor,
     state: () => JSON.stringify(actor.getSnapshot().value),
-    engine: (event: LifecycleEvent<L>) => send?.(event),
+    engine: (event: LifecycleEvent) => send?.(event),
   };
 }
 

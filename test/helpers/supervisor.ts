@@ -1,7 +1,7 @@
 // A running supervisor (with its real listener and queue children) on a simulated clock, with
-// simulated worker children (they take the supervisor's unload commands and report back) and
-// start facts that tests set. Used by the table tests, the property test and bench/scheduler.
-import { createActor, fromCallback, fromPromise, SimulatedClock, type InspectionEvent } from 'xstate';
+// simulated worker children (they take the supervisor's start and unload commands and report
+// back; a test may give a real worker machine instead) and start facts that tests set. Used by the table tests, the property test and bench/scheduler.
+import { createActor, fromCallback, fromPromise, SimulatedClock, type AnyActorLogic, type InspectionEvent } from 'xstate';
 import { listenerMachine } from '../../machines/listener/index.js';
 import { WORKER_IDS } from '../../machines/ids.js';
 import {
@@ -17,6 +17,7 @@ import {
   type SupervisorEmitted,
   type SupervisorEvent,
   type WorkerKind,
+  type WorkerStart,
 } from '../../machines/supervisor/index.js';
 
 export const GIB = 1024;
@@ -95,8 +96,10 @@ export function factsFrom(world: World, input: CheckInput): StartFacts {
 
 export interface HarnessOptions {
   world?: Partial<World>;
-  /** Workers answer `worker.unload` and a granted start on their own (default true). */
+  /** Workers answer `worker.unload` and `worker.start` on their own (default true). */
   autoWorkers?: boolean;
+  /** Worker kinds run by the given machine instead of a simulated child (a real worker machine with a simulated engine). */
+  workers?: Partial<Record<WorkerKind, AnyActorLogic>>;
   maxWaiting?: number;
   /** The queue order (default: the supervisor's, swap-aware with a 30 s bound). */
   scheduling?: Partial<SchedulingPolicy>;
@@ -143,20 +146,30 @@ export function supervisorHarness(options: HarnessOptions = {}) {
         calls.push('watch start');
         return () => calls.push('watch stop');
       }),
-      // Simulated worker children: each carries out the supervisor's unload command at once and
-      // reports it to its parent (a stuck one reports its process lost instead).
+      // Simulated worker children: each starts its process on the supervisor's start order (it
+      // reports it started and loaded), and carries out its unload command at once and reports it
+      // (a stuck one reports its process lost instead).
       ...Object.fromEntries(
         WORKER_KINDS.map((kind) => [
           WORKER_IDS[kind],
-          fromCallback<{ type: 'worker.unload'; generation: number; reason: string }>(({ receive, sendBack }) => {
-            receive((command) => {
-              commands.push(`${kind} ${command.generation}`);
-              if (!auto) return;
-              const stuck = options.stuck?.includes(kind);
-              const worker = actor.getSnapshot().context.workers[kind];
-              sendBack(stuck ? { type: 'worker.lost', kind, generation: command.generation, pid: worker.pid } : { type: 'worker.unloaded', kind, generation: command.generation });
-            });
-          }),
+          options.workers?.[kind] ??
+            fromCallback<{ type: 'worker.start'; start: WorkerStart } | { type: 'worker.unload'; generation: number; reason: string }>(({ receive, sendBack }) => {
+              receive((command) => {
+                if (command.type === 'worker.start') {
+                  const { generation } = command.start;
+                  if (!auto) return;
+                  sendBack({ type: 'worker.started', kind, generation, pid: ++pid });
+                  const loadMs = options.loadMs?.(kind, command.start.profileId);
+                  sendBack({ type: 'worker.loaded', kind, generation, ...(loadMs === undefined ? {} : { loadMs }) });
+                  return;
+                }
+                commands.push(`${kind} ${command.generation}`);
+                if (!auto) return;
+                const stuck = options.stuck?.includes(kind);
+                const worker = actor.getSnapshot().context.workers[kind];
+                sendBack(stuck ? { type: 'worker.lost', kind, generation: command.generation, pid: worker.pid } : { type: 'worker.unloaded', kind, generation: command.generation });
+              });
+            }),
         ]),
       ),
     },
@@ -176,17 +189,6 @@ export function supervisorHarness(options: HarnessOptions = {}) {
   actor.on('*', (event) => {
     emitted.push(event);
     if (event.type === 'gpu.granted' && !event.step) grantedAt.set(event.jobId, clock.now());
-    if (!auto) return;
-    // An image grant with an enhancer step starts the enhancer first; its image starts with the
-    // job's image step (`step: 'image'`), granted after `enhancer.done`.
-    let start: { kind: WorkerKind; generation: number } | null = null;
-    if (event.type === 'gpu.granted' && event.enhancer) start = { kind: 'enhancer', generation: event.enhancer.generation };
-    else if (event.type === 'gpu.granted' && event.start) start = { kind: event.worker, generation: event.generation };
-    if (start) {
-      actor.send({ type: 'worker.started', ...start, pid: ++pid });
-      const loadMs = options.loadMs?.(start.kind, actor.getSnapshot().context.workers[start.kind].profileId);
-      actor.send({ type: 'worker.loaded', ...start, ...(loadMs === undefined ? {} : { loadMs }) });
-    }
   });
   actor.start();
   let n = 0;

@@ -8,6 +8,7 @@ import t from 'tap';
 import { SERVER_DEFAULTS } from '../../machines/chatWorker/index.js';
 import { ENHANCER_WORKER_LIMITS, enhancerArgs, enhancerWorkerMachine, type EnhancerLaunch } from '../../machines/enhancerWorker/index.js';
 import { expectUnload, lifecycleHarness } from '../helpers/lifecycle.js';
+import { enhancerStart } from '../helpers/workerStart.js';
 
 const launch = (over: Partial<EnhancerLaunch> = {}): EnhancerLaunch => ({
   generation: 1,
@@ -30,7 +31,7 @@ const harness = (input: { loadTimeLimitMs?: number } = {}) => lifecycleHarness(e
 t.test('spec 4.7 prompt enhancer, row by row', async (t) => {
   await t.test('unloaded | image job whose profile has the task on | every GPU reserved, enhancer installed | loaded: llama-server with the enhancer (the prompt never in the context)', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: enhancerStart(launch()) });
     t.same(h.engines, [{ launch: launch() }], 'one process with the installed model and the fit over every GPU');
     h.engine({ type: 'engine.spawned', pid: 8001, port: 40001 });
     t.equal(h.state(), '{"running":"loading"}');
@@ -45,14 +46,14 @@ t.test('spec 4.7 prompt enhancer, row by row', async (t) => {
   });
   await t.test('loaded | the enhancer answered | | unloaded: ended before the image worker starts (SIGTERM, SIGKILL after the grace)', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: enhancerStart(launch()) });
     h.engine({ type: 'engine.spawned', pid: 8001, port: 40001 });
     h.engine({ type: 'engine.ready' });
     expectUnload(t, h, 'the enhancer answered: it ends before the image worker starts', ENHANCER_WORKER_LIMITS.terminationGraceMs);
   });
   await t.test('loading | the client left, the test was cancelled or the endpoint stopped | | unloaded: the start is aborted', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: enhancerStart(launch()) });
     h.engine({ type: 'engine.spawned', pid: 8001, port: 40001 });
     h.actor.send({ type: 'worker.unload', generation: 1, reason: 'its image job ended: the enhancer is not kept loaded' });
     t.same(h.commands, ['engine.stop']);
@@ -62,7 +63,7 @@ t.test('spec 4.7 prompt enhancer, row by row', async (t) => {
   });
   await t.test('an unload naming another start changes nothing', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch({ generation: 5 }) });
+    h.actor.send({ type: 'worker.start', start: enhancerStart(launch({ generation: 5 })) });
     h.engine({ type: 'engine.spawned', pid: 8001, port: 40001 });
     h.actor.send({ type: 'worker.unload', generation: 4, reason: 'late' });
     t.equal(h.state(), '{"running":"loading"}');
@@ -70,7 +71,7 @@ t.test('spec 4.7 prompt enhancer, row by row', async (t) => {
   });
   await t.test('the process died: reported at once with its diagnosis (the job ends with 502 enhancer_failed)', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch({ task: 'i2i', mmproj: '/state/enhancers/i2i/mmproj.gguf' }) });
+    h.actor.send({ type: 'worker.start', start: enhancerStart(launch({ task: 'i2i', mmproj: '/state/enhancers/i2i/mmproj.gguf' })) });
     h.engine({ type: 'engine.spawned', pid: 8001, port: 40001 });
     h.engine({ type: 'engine.exited', report: { exitCode: 1, signal: null, cause: 'model_error', message: 'The prompt enhancer could not load its model.' } });
     t.equal(h.state(), '"unloaded"');
@@ -78,7 +79,7 @@ t.test('spec 4.7 prompt enhancer, row by row', async (t) => {
   });
   await t.test('loading | not loaded within the limit | | unloaded: stopped and reported as a timeout', async (t) => {
     const h = harness({ loadTimeLimitMs: 30_000 });
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: enhancerStart(launch()) });
     h.engine({ type: 'engine.spawned', pid: 8001, port: 40001 });
     h.clock.increment(30_000);
     t.same(h.commands, ['engine.stop']);

@@ -8,6 +8,7 @@
 import t from 'tap';
 import { IMAGE_WORKER_LIMITS, imageWorkerMachine, lastProgress, sdArgs, type ImageLaunch } from '../../machines/imageWorker/index.js';
 import { expectUnload, lifecycleHarness } from '../helpers/lifecycle.js';
+import { imageStart } from '../helpers/workerStart.js';
 
 const launch = (over: Partial<ImageLaunch> = {}): ImageLaunch => ({
   generation: 1,
@@ -22,8 +23,6 @@ const launch = (over: Partial<ImageLaunch> = {}): ImageLaunch => ({
   cfgScale: 1,
   seed: 42,
   gpus: ['GPU-a', 'GPU-b'],
-  jobDir: '/state/jobs/image-1',
-  references: [],
   ...over,
 });
 const harness = (input: { loadTimeLimitMs?: number } = {}) => lifecycleHarness(imageWorkerMachine, input);
@@ -31,7 +30,7 @@ const harness = (input: { loadTimeLimitMs?: number } = {}) => lifecycleHarness(i
 t.test('spec 3.3 image worker, row by row', async (t) => {
   await t.test('unloaded | image job | every GPU reserved, chat and TTS unloaded | one image process for this image; the finished image is held without a process', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: imageStart(launch()) });
     t.same(h.engines, [{ launch: launch() }], 'one process with the profile snapshot, the GPUs and the job folder (no prompt)');
     t.notOk(JSON.stringify(h.actor.getSnapshot().context).includes('prompt'), 'the prompt never enters the context');
     h.engine({ type: 'engine.spawned', pid: 7001 });
@@ -42,7 +41,7 @@ t.test('spec 3.3 image worker, row by row', async (t) => {
   });
   await t.test('image written | the job has its image | | unloaded: the process is terminated completely (nothing is left to signal)', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: imageStart(launch()) });
     h.engine({ type: 'engine.spawned', pid: 7001 });
     h.engine({ type: 'engine.ready' });
     h.actor.send({ type: 'worker.unload', generation: 1, reason: 'the image is done: one image process per image' });
@@ -53,7 +52,7 @@ t.test('spec 3.3 image worker, row by row', async (t) => {
   });
   await t.test('running | the client left or the endpoint stopped | | unloaded: SIGTERM, then SIGKILL after the grace', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: imageStart(launch()) });
     h.engine({ type: 'engine.spawned', pid: 7001 });
     t.ok(h.actor.getSnapshot().can({ type: 'worker.unload', generation: 1, reason: 'endpoint stop' }));
     h.actor.send({ type: 'worker.unload', generation: 1, reason: 'endpoint stop' });
@@ -65,7 +64,7 @@ t.test('spec 3.3 image worker, row by row', async (t) => {
   });
   await t.test('running | the process fails | | unloaded: reported at once with its diagnosis (the job gets 502 worker_failed)', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: imageStart(launch()) });
     h.engine({ type: 'engine.spawned', pid: 7001 });
     h.engine({ type: 'engine.exited', report: { exitCode: 1, signal: null, cause: 'gpu_oom', message: 'The image worker ran out of GPU memory.' } });
     t.equal(h.state(), '"unloaded"');
@@ -73,7 +72,7 @@ t.test('spec 3.3 image worker, row by row', async (t) => {
   });
   await t.test('running | longer than the limit | | unloaded: stopped, reported as a timeout that says the image was not finished', async (t) => {
     const h = harness({ loadTimeLimitMs: 90_000 });
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: imageStart(launch()) });
     h.engine({ type: 'engine.spawned', pid: 7001 });
     h.clock.increment(90_000);
     t.same(h.commands, ['engine.stop']);
@@ -82,7 +81,7 @@ t.test('spec 3.3 image worker, row by row', async (t) => {
   });
   await t.test('a finished image held for a job can still be unloaded the usual way', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: imageStart(launch()) });
     h.engine({ type: 'engine.spawned', pid: 7001 });
     h.engine({ type: 'engine.ready' });
     expectUnload(t, h, 'an image job needs every GPU', IMAGE_WORKER_LIMITS.terminationGraceMs);
@@ -90,11 +89,11 @@ t.test('spec 3.3 image worker, row by row', async (t) => {
 });
 
 t.test('the sd-cli command line: model files, the profile settings, the output in the job folder, no metadata, one -r per reference in order', async (t) => {
-  t.same(sdArgs(launch(), 'a fox', '/state/jobs/image-1/output.png'), [
+  t.same(sdArgs(launch(), { prompt: 'a fox', references: [] }, '/state/jobs/image-1/output.png'), [
     '-m', '/models/flux.gguf', '-p', 'a fox', '-W', '1024', '-H', '768', '--steps', '20', '--cfg-scale', '1', '--guidance', '3.5', '-s', '42',
     '-o', '/state/jobs/image-1/output.png', '--disable-image-metadata',
   ]);
-  const split = sdArgs(launch({ files: { vae: '/m/ae.safetensors', llm: '/m/qwen.gguf', clip_l: '/m/clip.safetensors', t5xxl: '/m/t5.gguf' }, references: ['/j/reference-1.png', '/j/reference-2.jpg'] }), 'p', '/o.png');
+  const split = sdArgs(launch({ files: { vae: '/m/ae.safetensors', llm: '/m/qwen.gguf', clip_l: '/m/clip.safetensors', t5xxl: '/m/t5.gguf' } }), { prompt: 'p', references: ['/j/reference-1.png', '/j/reference-2.jpg'] }, '/o.png');
   t.same(split.slice(0, 10), ['--diffusion-model', '/models/flux.gguf', '--vae', '/m/ae.safetensors', '--llm', '/m/qwen.gguf', '--clip_l', '/m/clip.safetensors', '--t5xxl', '/m/t5.gguf']);
   t.same(split.slice(-4), ['-r', '/j/reference-1.png', '-r', '/j/reference-2.jpg']);
   t.same(lastProgress('  |====>      | 3/20 - 1.20s/it\r  |=====>     | 4/20 - 1.19s/it\r'), { step: 4, steps: 20 });

@@ -6,6 +6,7 @@
 import t, { type Test } from 'tap';
 import { STT_WORKER_LIMITS, sttWorkerMachine, type SttLaunch } from '../../machines/sttWorker/index.js';
 import { expectUnload, lifecycleHarness } from '../helpers/lifecycle.js';
+import { sttStart } from '../helpers/workerStart.js';
 
 const launch = (over: Partial<SttLaunch> = {}): SttLaunch => ({ generation: 1, profileId: 's', revision: 1, backend: 'pocketsphinx', model: undefined, threads: 2, ...over });
 
@@ -17,7 +18,7 @@ interface Row {
 }
 
 const load = (h: ReturnType<typeof harness>, generation = 1) => {
-  h.actor.send({ type: 'worker.start', launch: launch({ generation }) });
+  h.actor.send({ type: 'worker.start', start: sttStart(launch({ generation })) });
   h.engine({ type: 'engine.spawned', pid: 4000 + generation });
   h.engine({ type: 'engine.ready' });
 };
@@ -27,7 +28,7 @@ const rows: Row[] = [
     row: 'unloaded | first transcription request | | loaded (CPU) | one STT job at a time; worker stays loaded for further recordings',
     run: (h, t) => {
       t.equal(h.state(), '"unloaded"');
-      h.actor.send({ type: 'worker.start', launch: launch() });
+      h.actor.send({ type: 'worker.start', start: sttStart(launch()) });
       t.equal(h.state(), '{"running":"loading"}', 'the engine loads');
       t.same(h.engines, [{ launch: launch() }], 'one engine with the profile snapshot');
       h.engine({ type: 'engine.spawned', pid: 4001 });
@@ -58,7 +59,7 @@ const rows: Row[] = [
       h.engine({ type: 'engine.exited', report: { exitCode: 1, signal: null, cause: 'model_error', message: 'The speech-to-text worker could not load its model.' } });
       t.equal(h.state(), '"unloaded"');
       t.same(h.emitted.at(-1), { type: 'worker.exited', kind: 'stt', generation: 1, cause: 'model_error', message: 'The speech-to-text worker could not load its model.' }, 'reported at once with the diagnosis');
-      h.actor.send({ type: 'worker.start', launch: launch({ generation: 2 }) });
+      h.actor.send({ type: 'worker.start', start: sttStart(launch({ generation: 2 })) });
       t.equal(h.state(), '{"running":"loading"}', 'the next request starts it again');
     },
   },

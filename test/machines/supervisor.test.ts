@@ -3,7 +3,8 @@
 // queue children, simulated workers and a simulated clock. Each row names the spec row it checks.
 import t from 'tap';
 import type { Test } from 'tap';
-import type { InspectionEvent } from 'xstate';
+import { fromCallback, type InspectionEvent } from 'xstate';
+import { chatWorkerMachine, type ChatWorkerEvent, type EngineCommand, type EngineInput } from '../../machines/chatWorker/index.js';
 import { runsAtOnce, SWITCH_MAX_WAIT_CAP_MS } from '../../machines/supervisor/index.js';
 import { diagnostics } from '../../src/system/observe/diagnostics.js';
 import { GIB, gpu, model, supervisorHarness, type SupervisorHarness } from '../helpers/supervisor.js';
@@ -407,6 +408,36 @@ const chatRows: Row[] = [
       t.match(h.unloads('chat')[0], { code: 'operator', reason: /start is aborted/ });
       await h.send({ type: 'worker.unloaded', kind: 'chat', generation: h.gen('chat') });
       t.equal(h.worker('chat').state, 'unloaded');
+    },
+  },
+  {
+    row: '3.2 a grant that starts the worker comes with its start: a job that ends between its grant and anything it does (its client left) leaves no worker loading without a process',
+    async run(t) {
+      // The real chat worker machine, with an engine that spawns and answers at once.
+      const spawned: number[] = [];
+      const engine = fromCallback<EngineCommand, EngineInput, ChatWorkerEvent>(({ input, sendBack }) => {
+        spawned.push(input.launch.generation);
+        sendBack({ type: 'engine.spawned', pid: 4100 + input.launch.generation, port: 39001 });
+        sendBack({ type: 'engine.ready' });
+      });
+      const h = supervisorHarness({ workers: { chat: chatWorkerMachine.provide({ actors: { engine } }) } });
+      const chatChild = () => h.actor.system.get('chatWorker')?.getSnapshot() as ReturnType<typeof chatWorkerMachine.transition>;
+      // The first job's route hears its grant, and its client has gone: it cancels before it does anything with the grant.
+      let left = false;
+      h.actor.on('gpu.granted', (event) => {
+        if (left) return;
+        left = true;
+        h.actor.send({ type: 'job.cancel', jobId: event.jobId });
+      });
+      const profile = { name: 'chat-a', params: { model: '/models/a.gguf', context: 4096, slots: 2 } };
+      const id = await h.submit({ slots: 2, profile });
+      t.same(h.outcome(id), ['job.queued', 'granted +start']);
+      t.same(spawned, [1], 'the worker machine got the start with the grant: its process runs');
+      t.match(chatChild().context.launch, { generation: 1, name: 'chat-a', model: '/models/a.gguf', slots: 2 }, "with the job's profile snapshot");
+      t.same(h.context().jobs, {}, 'the job is gone');
+      t.match(h.worker('chat'), { state: 'loaded', generation: 1, pid: 4101 }, 'the record is not left loading: the worker loaded');
+      const next = await h.submit({ slots: 2, profile });
+      t.same(h.outcome(next), ['granted'], 'the next job runs on it at once');
     },
   },
   {

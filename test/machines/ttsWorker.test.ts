@@ -6,11 +6,12 @@
 import t, { type Test } from 'tap';
 import { TTS_WORKER_LIMITS, ttsWorkerMachine, type TtsLaunch } from '../../machines/ttsWorker/index.js';
 import { expectUnload, lifecycleHarness } from '../helpers/lifecycle.js';
+import { ttsStart } from '../helpers/workerStart.js';
 
 const launch = (over: Partial<TtsLaunch> = {}): TtsLaunch => ({ generation: 1, profileId: 'tts', revision: 1, backend: 'espeak-ng', device: 'cpu', command: undefined, ...over });
 const harness = () => lifecycleHarness(ttsWorkerMachine);
 const load = (h: ReturnType<typeof harness>, generation = 1) => {
-  h.actor.send({ type: 'worker.start', launch: launch({ generation }) });
+  h.actor.send({ type: 'worker.start', start: ttsStart(launch({ generation })) });
   h.engine({ type: 'engine.spawned', pid: 5000 + generation });
   h.engine({ type: 'engine.ready' });
 };
@@ -24,7 +25,7 @@ const unloadRow = (reason: string) => async (t: Test) => {
 t.test('spec 3.4 TTS worker, row by row', async (t) => {
   await t.test('unloaded | first speech request | the designated GPU has at least 7 GiB free | loaded | worker stays ready for further requests', async (t) => {
     const h = harness();
-    h.actor.send({ type: 'worker.start', launch: launch({ device: 'GPU-a' }) });
+    h.actor.send({ type: 'worker.start', start: ttsStart(launch({ device: 'GPU-a' })) });
     t.same(h.engines, [{ launch: launch({ device: 'GPU-a' }) }], 'the engine gets the profile snapshot and its device');
     h.engine({ type: 'engine.spawned', pid: 5001 });
     h.engine({ type: 'engine.ready' });

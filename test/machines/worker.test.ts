@@ -9,6 +9,7 @@ import { fromCallback } from 'xstate';
 import { getShortestPaths, getStateNodes } from 'xstate/graph';
 import { lifecycleMachine, type LaunchBase } from '../../machines/worker/lifecycle.js';
 import { expectUnload, lifecycleHarness } from '../helpers/lifecycle.js';
+import { baseLaunch, baseStart } from '../helpers/workerStart.js';
 
 const LIMITS = { loadTimeLimitMs: 5_000, terminationGraceMs: 1_000 };
 const machine = lifecycleMachine<LaunchBase, 'stt'>({
@@ -16,12 +17,13 @@ const machine = lifecycleMachine<LaunchBase, 'stt'>({
   kind: 'stt',
   name: 'test worker',
   limits: LIMITS,
+  launch: baseLaunch,
   rows: { start: 'start row', cancel: 'cancel row', unload: 'unload row', error: 'error row' },
 });
 const launch = (generation = 1): LaunchBase => ({ generation, profileId: 'p', revision: 1 });
 const harness = (input = {}) => lifecycleHarness(machine, input);
 const load = (h: ReturnType<typeof harness>, generation = 1) => {
-  h.actor.send({ type: 'worker.start', launch: launch(generation) });
+  h.actor.send({ type: 'worker.start', start: baseStart(launch(generation)) });
   h.engine({ type: 'engine.spawned', pid: 4000 + generation });
   h.engine({ type: 'engine.ready' });
 };
@@ -44,7 +46,7 @@ t.test('a start loads and stays loaded; the unload, while loaded and while loadi
   expectUnload(t, h, 'endpoint stop', LIMITS.terminationGraceMs);
 
   const loading = harness();
-  loading.actor.send({ type: 'worker.start', launch: launch() });
+  loading.actor.send({ type: 'worker.start', start: baseStart(launch()) });
   loading.engine({ type: 'engine.spawned', pid: 4001 });
   expectUnload(t, loading, 'endpoint stop', LIMITS.terminationGraceMs);
   loading.engine({ type: 'engine.ready' });
@@ -64,7 +66,7 @@ t.test('an engine that does not load in time is stopped and reported as a timeou
   for (const input of [{}, { loadTimeLimitMs: 2_000, terminationGraceMs: 500 }]) {
     const limit = (input as { loadTimeLimitMs?: number }).loadTimeLimitMs ?? LIMITS.loadTimeLimitMs;
     const h = harness(input);
-    h.actor.send({ type: 'worker.start', launch: launch() });
+    h.actor.send({ type: 'worker.start', start: baseStart(launch()) });
     h.engine({ type: 'engine.spawned', pid: 4001 });
     h.clock.increment(limit - 1);
     t.equal(h.state(), '{"running":"loading"}', `not before ${limit} ms`);
@@ -87,7 +89,7 @@ t.test('an engine that does not load in time is stopped and reported as a timeou
 t.test('an engine that ends on its own is reported at once, loading or loaded; the next start loads again', async (t) => {
   const report = { exitCode: 1, signal: null, cause: 'model_error', message: 'The test worker could not load its model.' };
   const loading = harness();
-  loading.actor.send({ type: 'worker.start', launch: launch() });
+  loading.actor.send({ type: 'worker.start', start: baseStart(launch()) });
   loading.engine({ type: 'engine.exited', report });
   t.same(loading.emitted.at(-1), { type: 'worker.exited', kind: 'stt', generation: 1, cause: 'model_error', message: report.message });
   t.equal(loading.state(), '"unloaded"');
@@ -109,7 +111,7 @@ t.test('every state is reachable', async (t) => {
   const paths = getShortestPaths(machine.provide({ actors: { engine: fromCallback(() => undefined) } }), {
     input: {},
     events: [
-      { type: 'worker.start', launch: launch() },
+      { type: 'worker.start', start: baseStart(launch()) },
       { type: 'engine.ready' },
       { type: 'worker.unload', generation: 1, reason: 'stop' },
       { type: 'engine.exited', report: { exitCode: 0, signal: null, cause: 'stopped', message: 'x' } },

@@ -164,7 +164,6 @@ t.test('stop: no new requests, waiting discarded, running work finishes, then wo
   t.ok(running.start, 'the first job starts the STT worker');
   // The real STT engine, stopped with SIGSTOP: the unload's SIGTERM waits until it runs again, so
   // the stop stays in its unloading step for as long as the test needs to look.
-  b.service.stt.start(running, sttJob().profile as never);
   await b.service.stt.ready(running.generation);
   const pid = b.service.stt.describe()?.pid;
   t.ok(pid, 'the engine runs');
@@ -222,7 +221,14 @@ t.test('a refused stop-time reservation and a new one after the stop', async (t)
 });
 
 t.test('the status shows the memory budget and the reserves; forecasts are labelled as predictions', async (t) => {
-  const b = await build(t, { env: { SERVICE_DECK_GPUS: '[{"uuid":"GPU-a","memoryTotalMiB":24576}]', SERVICE_DECK_GPU_RESERVE_MIB: '768,GPU-a=2048', SERVICE_DECK_RAM_RESERVE_MIB: '512' } });
+  // An STT engine that never says it is ready: the start the supervisor sent with the grant stays loading.
+  const dir = await tempDir(t);
+  const loading = path.join(dir, 'engine');
+  await writeFile(loading, '#!/bin/sh\nexec sleep 600\n');
+  await chmod(loading, 0o755);
+  const b = await build(t, {
+    env: { SERVICE_DECK_GPUS: '[{"uuid":"GPU-a","memoryTotalMiB":24576}]', SERVICE_DECK_GPU_RESERVE_MIB: '768,GPU-a=2048', SERVICE_DECK_RAM_RESERVE_MIB: '512', SERVICE_DECK_POCKETSPHINX: loading },
+  });
   const lease = await b.service.scheduler.reserve(sttJob());
   const status = (await (await b.admin('GET', '/api/v1/endpoint')).json()) as EndpointStatus;
   t.match(status.memory, { ram: { reserve_mib: 512, source: /cgroup|host/ }, gpu_reserve_mib: [{ uuid: 'GPU-a', reserve_mib: 2048 }], note: /predictions/ });

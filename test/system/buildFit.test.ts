@@ -9,7 +9,7 @@ import type { Test } from 'tap';
 import { FIT_TOOL_MISSING_NOTE } from '../../machines/supervisor/index.js';
 import type { JobRequest } from '../../src/system/scheduler.js';
 import { build, tempDir, type Built } from '../helpers/build.js';
-import { llamaFitParamsPath, tinyModelIn } from '../helpers/llama.js';
+import { fakeLlamaServerIn, llamaFitParamsPath, tinyModelIn } from '../helpers/llama.js';
 
 const ONE_GPU = JSON.stringify([{ uuid: 'GPU-a', name: 'simulated', memoryTotalMiB: 24576 }]);
 
@@ -24,7 +24,7 @@ async function chatProfile(b: Built, name: string, model: string, gpuSplit: numb
   return (await response.json()) as { id: string; notices: string[] };
 }
 
-/** Reserves a chat start through the real scheduler (a registered stand-in worker, no llama-server). */
+/** Reserves a chat start through the real scheduler (the supervisor starts it with the grant: the stand-in llama-server). */
 async function reserveChat(t: Test, b: Built, profileId: string, model: string) {
   const job: JobRequest = {
     kind: 'chat',
@@ -34,7 +34,7 @@ async function reserveChat(t: Test, b: Built, profileId: string, model: string) 
     slots: 1,
     device: 'cpu',
     whenBusy: 'wait',
-    profile: { category: 'chat', params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null } },
+    profile: { name: profileId, category: 'chat', params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null } },
   };
   const lease = await b.service.scheduler.reserve(job);
   t.teardown(() => lease.release());
@@ -50,7 +50,7 @@ t.test('the real llama-fit-params: the plan in the status says the build chose t
   const fit = await llamaFitParamsPath();
   const dir = await tempDir(t);
   const model = await tinyModelIn(dir);
-  const b = await build(t, { env: { SERVICE_DECK_GPUS: ONE_GPU, SERVICE_DECK_LLAMA_FIT_PARAMS: fit } });
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: ONE_GPU, SERVICE_DECK_LLAMA_FIT_PARAMS: fit, SERVICE_DECK_LLAMA_SERVER: await fakeLlamaServerIn(dir, 'instant') } });
   const profile = await chatProfile(b, 'fitted', model, null);
   t.same(profile.notices, [], 'the build has its fit tool: nothing to note');
   const lease = await reserveChat(t, b, profile.id, model);
@@ -66,7 +66,7 @@ t.test('the real llama-fit-params: the plan in the status says the build chose t
 t.test('llama-fit-params missing on a host with GPUs: the plan and the profile say the layer count is our own estimate', async (t) => {
   const dir = await tempDir(t);
   const model = await tinyModelIn(dir);
-  const b = await build(t, { env: { SERVICE_DECK_GPUS: ONE_GPU, SERVICE_DECK_LLAMA_FIT_PARAMS: path.join(dir, 'no-such-llama-fit-params') } });
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: ONE_GPU, SERVICE_DECK_LLAMA_FIT_PARAMS: path.join(dir, 'no-such-llama-fit-params'), SERVICE_DECK_LLAMA_SERVER: await fakeLlamaServerIn(dir, 'instant') } });
   const free = await chatProfile(b, 'own-estimate', model, null);
   t.same(free.notices, [FIT_TOOL_MISSING_NOTE], 'the view says so before any start');
   const split = await chatProfile(b, 'fixed-split', model, [1]);

@@ -1,7 +1,8 @@
 // The reservation door of the real service: a lease for a route, a client that leaves while it
 // waits, the HTTP answers of refusals and revocations, the GPU watcher noticing a foreign
-// process that appears on the chat worker's GPU (only our own worker is unloaded), and the time a
-// lease held its reservation, told to the supervisor with its release.
+// process that appears on the chat worker's GPU (only our own worker, which the supervisor started
+// with the grant, is unloaded), and the time a lease held its reservation, told to the supervisor
+// with its release.
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
@@ -10,6 +11,7 @@ import { encodeGguf } from '../../src/adapters/gguf.js';
 import { toApiError } from '../../src/routes/errors.js';
 import { ReservationAbandoned, ReservationDenied, ReservationRevoked, Scheduler, type JobRequest } from '../../src/system/scheduler.js';
 import { build, tempDir } from '../helpers/build.js';
+import { fakeLlamaServerIn } from '../helpers/llama.js';
 import { supervisorHarness } from '../helpers/supervisor.js';
 import { until } from '../helpers/until.js';
 
@@ -86,7 +88,8 @@ t.test('a foreign process that appears on the chat worker’s GPU ends only our 
       tensors: [{ name: 'blk.0.attn_q.weight', dims: [32, 32], type: 0, data: new Uint8Array(32 * 32 * 4) }],
     }),
   );
-  const b = await build(t, { env: { SERVICE_DECK_GPUS: gpus, SERVICE_DECK_GPU_POLL_MS: '100' } });
+  // The stand-in llama-server: the chat worker the supervisor starts with the grant is a real process of ours.
+  const b = await build(t, { env: { SERVICE_DECK_GPUS: gpus, SERVICE_DECK_GPU_POLL_MS: '100', SERVICE_DECK_LLAMA_SERVER: await fakeLlamaServerIn(dir, 'instant') } });
   const unloads: string[] = [];
   b.service.supervisor.on('worker.unload', (event) => {
     if (event.kind === 'chat' || event.kind === 'tts') unloads.push(event.kind);
@@ -99,18 +102,20 @@ t.test('a foreign process that appears on the chat worker’s GPU ends only our 
     slots: 1,
     device: 'cpu',
     whenBusy: 'wait',
-    profile: { category: 'chat', params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null } },
+    profile: { name: 'chat-m', category: 'chat', params: { model, context: 512, slots: 1, gpuSplit: null, gpuLayers: null } },
   });
   t.same(lease.start?.gpus, ['GPU-a'], 'the chat worker was planned onto the GPU');
   t.match(lease.start, { fitTool: 'not_installed', fit: /^llama-fit-params is not installed: the layer count is the service's own estimate; shallow search/ }, 'no llama-fit-params here (an empty cache): the own search stood in, and the plan says so');
-  b.service.supervisor.send({ type: 'worker.started', kind: 'chat', generation: lease.generation, pid: 4242 });
-  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: 4242, usedMiB: 1000 }] }]));
-  // The supervisor keeps the last inventory it judged: once it shows pid 4242, that poll was judged.
+  await b.service.chat.ready(lease.generation, lease.signal);
+  const own = b.service.supervisor.getSnapshot().context.workers.chat.pid;
+  t.ok(own, 'the supervisor started the chat worker with the grant: its process reported its pid');
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: own, usedMiB: 1000 }] }]));
+  // The supervisor keeps the last inventory it judged: once it shows our pid, that poll was judged.
   await until('a GPU poll that sees our own worker process', async () =>
-    b.service.supervisor.getSnapshot().context.gpus.some((g) => g.processes.some((p) => p.pid === 4242)) ? true : undefined,
+    b.service.supervisor.getSnapshot().context.gpus.some((g) => g.processes.some((p) => p.pid === own)) ? true : undefined,
   );
   t.notOk(lease.signal.aborted, 'our own worker process is not foreign');
-  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: 4242, usedMiB: 1000 }, { pid: 31337, usedMiB: 5000 }] }]));
+  await writeFile(gpus, JSON.stringify([{ uuid: 'GPU-a', memoryTotalMiB: 24576, processes: [{ pid: own, usedMiB: 1000 }, { pid: 31337, usedMiB: 5000 }] }]));
   const reason = await new Promise<unknown>((resolve) => lease.signal.addEventListener('abort', () => resolve(lease.signal.reason)));
   t.match(reason, { code: 'resources_busy', message: /pid 31337/ });
   await until('the unload', async () => (unloads.length > 0 ? true : undefined));

@@ -8,6 +8,7 @@ import t from 'tap';
 import { KILL_LIMIT_MS, lifecycleMachine, type LaunchBase } from '../../machines/worker/lifecycle.js';
 import { whenGone } from '../../src/workers/lifecycle.js';
 import { countSubscriptions, lifecycleHarness } from '../helpers/lifecycle.js';
+import { baseLaunch, baseStart } from '../helpers/workerStart.js';
 
 const GRACE_MS = 1_000;
 const machine = lifecycleMachine<LaunchBase, 'enhancer'>({
@@ -15,12 +16,13 @@ const machine = lifecycleMachine<LaunchBase, 'enhancer'>({
   kind: 'enhancer',
   name: 'test worker',
   limits: { loadTimeLimitMs: 5_000, terminationGraceMs: GRACE_MS },
+  launch: baseLaunch,
   rows: { start: 'start row', cancel: 'cancel row', unload: 'unload row', error: 'error row' },
 });
 /** A worker whose start 1 is loaded and then unloaded by the supervisor: its process is being ended. */
 function unloading() {
   const h = lifecycleHarness(machine);
-  h.actor.send({ type: 'worker.start', launch: { generation: 1, profileId: 'p', revision: 1 } });
+  h.actor.send({ type: 'worker.start', start: baseStart({ generation: 1, profileId: 'p', revision: 1 }) });
   h.engine({ type: 'engine.spawned', pid: 4001 });
   h.engine({ type: 'engine.ready' });
   h.actor.send({ type: 'worker.unload', generation: 1, reason: 'the enhancer answered' });

@@ -2,16 +2,15 @@
 // llama-server actor, forwards its reports to the supervisor, carries the supervisor's unload
 // commands to it, and gives routes the connection of a loaded start.
 //
-// A job whose grant starts the worker (`lease.start`) sends `worker.start` with its profile
-// snapshot; every job of that start (granted while it loads or once loaded) waits for `loaded`
-// with the grant's generation. Keys stay in this adapter's memory (never in a machine's context,
+// The supervisor sends the machine its `worker.start` with the grant that starts the worker (the
+// job's profile snapshot, the memory check's plan); every job of that start (granted while it
+// loads or once loaded) waits for `loaded` with the grant's generation. Keys stay in this adapter's memory (never in a machine's context,
 // which the inspector shows) and in their 0600 file while the process lives.
 import http from 'node:http';
 import type { Actor } from 'xstate';
-import { chatWorkerMachine, type ChatLaunch } from '../../../machines/chatWorker/index.js';
+import { chatWorkerMachine } from '../../../machines/chatWorker/index.js';
 import { WORKER_IDS } from '../../../machines/ids.js';
-import type { ChatParams, StoredProfile } from '../../store/profile.schema.js';
-import type { Lease } from '../../system/scheduler.js';
+import type { StoredProfile } from '../../store/profile.schema.js';
 import { connectionOf, LifecycleWorker, type WorkerDeps } from '../lifecycle.js';
 import { llamaServerActor } from './llamaServer.js';
 
@@ -37,25 +36,7 @@ export class WorkerGone extends Error {
 /** The chat worker keeps its key and pid files in the runtime folder: it is required here. */
 export type ChatWorkerDeps = WorkerDeps & { runtimeDir: string };
 
-export function launchOf(lease: Pick<Lease, 'generation' | 'start'>, profile: ChatProfile): ChatLaunch {
-  const params: ChatParams = profile.params;
-  const plan = lease.start;
-  return {
-    generation: lease.generation,
-    profileId: profile.id,
-    revision: profile.revision,
-    name: profile.name,
-    model: params.model,
-    context: params.context,
-    slots: params.slots,
-    gpuLayers: plan?.gpuLayers ?? null,
-    tensorSplit: plan?.tensorSplit ?? null,
-    overrides: plan?.overrides ?? [],
-    gpus: plan?.gpus ?? [],
-  };
-}
-
-export class ChatWorker extends LifecycleWorker<ReturnType<ChatWorkerActor['getSnapshot']>, ChatLaunch, ChatProfile> {
+export class ChatWorker extends LifecycleWorker<ReturnType<ChatWorkerActor['getSnapshot']>> {
   readonly #keys: Map<number, string>;
   readonly #agents = new Map<number, http.Agent>();
 
@@ -78,10 +59,6 @@ export class ChatWorker extends LifecycleWorker<ReturnType<ChatWorkerActor['getS
         this.#agents.delete(generation);
       }
     });
-  }
-
-  protected launchOf(lease: Pick<Lease, 'generation' | 'start'>, profile: ChatProfile): ChatLaunch {
-    return launchOf(lease, profile);
   }
 
   protected override gpus(): string[] {

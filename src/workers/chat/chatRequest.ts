@@ -1,6 +1,7 @@
 // One chat request through the scheduler and the chat worker, shared by the API route and the
-// admin chat test: reserve (FIFO queue, memory check, start plan), start or join the worker start,
-// wait until it is loaded, then send the request to llama-server and hand back its response.
+// admin chat test: reserve (FIFO queue, memory check, start plan; a grant that needs a worker
+// start comes with that start, sent by the supervisor), wait until the worker start the grant
+// names is loaded, then send the request to llama-server and hand back its response.
 //
 // Internal worker HTTP rules (spec 4.2, 8): 120 s without response data ends the request; a
 // buffered answer is limited to 16 MiB; running SSE output ends after 600 s. A stream always
@@ -252,7 +253,7 @@ export function workerStatusError(status: number, body: Buffer, log: StatusLog, 
 }
 
 /**
- * Reserves, starts or joins the worker start, waits until it is loaded, and sends the request.
+ * Reserves (its grant starts the worker, or joins its start), waits until it is loaded, and sends the request.
  * On any failure the reservation is given back (a start this job began and nobody else uses is
  * aborted) and the error is an ApiError, or the client's own abort reason.
  */
@@ -294,7 +295,6 @@ export async function openChat(
     lease,
     options.signal,
     async () => {
-      service.chat.start(lease, profile);
       const connection = await service.chat.connect(lease.generation, both);
       const sent = postToWorker(connection, Buffer.from(JSON.stringify(body)), { stream: options.stream, signal: both, idleMs: limits.idleMs });
       const stall = new StallWatch((signal) => service.chat.probe(lease.generation, signal), lease, limits.stallMs, service.log);

@@ -1,6 +1,6 @@
 // The prompt enhancer adapter (spec 4.7): runs the enhancer worker machine (machines/enhancerWorker)
-// with the same llama-server runtime as chat, on the start the image job's grant carries, and asks
-// it one question: the prompt (and for i2i the reference images) in, `{ prompt, wh_ratio }` out
+// with the same llama-server runtime as chat, on the start the supervisor sent with the image job's
+// grant, and asks it one question: the prompt (and for i2i the reference images) in, `{ prompt, wh_ratio }` out
 // through a JSON schema, so the grammar makes any model, even one with random weights, answer in
 // that shape. Anything else (a start that fails, an HTTP error, an answer cut at its token limit, a
 // JSON that is not that shape) is an EnhancerFailure: the job ends with 502 enhancer_failed and the
@@ -15,7 +15,7 @@ import type { Actor } from 'xstate';
 import { z } from 'zod';
 import { enhancerArgs, enhancerWorkerMachine, type EnhancerLaunch } from '../../../machines/enhancerWorker/index.js';
 import { WORKER_IDS } from '../../../machines/ids.js';
-import type { EnhancerStep, StartPlan } from '../../../machines/supervisor/index.js';
+import type { EnhancerStep } from '../../../machines/supervisor/index.js';
 import { imageKind } from '../../adapters/png.js';
 import { connectionOf, LifecycleWorker } from '../lifecycle.js';
 import type { ChatWorkerDeps } from '../chat/chat.js';
@@ -23,13 +23,6 @@ import { readWorkerError, type StatusLog } from '../chat/chatRequest.js';
 import { llamaServerActor, type ServerRole } from '../chat/llamaServer.js';
 
 type EnhancerActor = Actor<typeof enhancerWorkerMachine>;
-
-/** The enhancer's start, the step the job asked for, and the profile it runs for. */
-export interface EnhancerRun {
-  profileId: string;
-  revision: number;
-  step: EnhancerStep;
-}
 
 export interface Enhancement {
   prompt: string;
@@ -127,7 +120,7 @@ export function readEnhancerAnswer(body: unknown): Enhancement {
 const ENHANCER_SERVER: ServerRole<EnhancerLaunch> = { kind: 'enhancer', name: 'prompt enhancer', args: enhancerArgs };
 const ENHANCER_WORKER = { component: 'enhancer', name: 'prompt enhancer' } as const;
 
-export class EnhancerWorker extends LifecycleWorker<ReturnType<EnhancerActor['getSnapshot']>, EnhancerLaunch, EnhancerRun> {
+export class EnhancerWorker extends LifecycleWorker<ReturnType<EnhancerActor['getSnapshot']>> {
   readonly #keys: Map<number, string>;
   readonly #log: StatusLog;
 
@@ -139,43 +132,22 @@ export class EnhancerWorker extends LifecycleWorker<ReturnType<EnhancerActor['ge
     this.#log = deps.log;
   }
 
-  protected launchOf(lease: { generation: number; start: unknown }, run: EnhancerRun): EnhancerLaunch {
-    const { step } = run;
-    const plan = lease.start as StartPlan | null;
-    return {
-      generation: lease.generation,
-      profileId: run.profileId,
-      revision: run.revision,
-      name: `prompt-enhancer-${step.task}`,
-      model: step.model,
-      context: step.context,
-      slots: 1,
-      gpuLayers: plan?.gpuLayers ?? null,
-      tensorSplit: plan?.tensorSplit ?? null,
-      overrides: plan?.overrides ?? [],
-      gpus: plan?.gpus ?? [],
-      task: step.task,
-      mmproj: step.mmproj,
-    };
-  }
-
   protected override gpus(): string[] {
     return this.actor.getSnapshot().context.launch?.gpus ?? [];
   }
 
   /**
-   * Starts the enhancer on its grant, waits until it is loaded and asks for the rewrite of
-   * `prompt` (with the reference image files for i2i). Rejects with an EnhancerFailure when
-   * anything fails, or with the abort reason when `signal` aborts. The caller ends the start.
+   * Waits until the enhancer start `generation` (sent by the supervisor with the job's grant) is
+   * loaded and asks it for the rewrite of `prompt` (with the reference image files for i2i).
+   * Rejects with an EnhancerFailure when anything fails, or with the abort reason when `signal`
+   * aborts. The caller ends the start.
    */
-  async enhance(grant: { generation: number; plan: StartPlan }, run: EnhancerRun, input: { prompt: string; references: string[] }, signal: AbortSignal): Promise<Enhancement> {
-    const { generation } = grant;
-    this.start({ generation, start: grant.plan }, run);
+  async enhance(generation: number, task: EnhancerStep['task'], input: { prompt: string; references: string[] }, signal: AbortSignal): Promise<Enhancement> {
     await this.ready(generation, signal);
     const { context } = this.actor.getSnapshot();
     const key = this.#keys.get(generation);
     if (context.launch?.generation !== generation || context.port === null || key === undefined) throw new EnhancerFailure('the enhancer is loaded but its connection is gone');
-    const body = await enhancerRequest(run.step.task, input.prompt, run.step.task === 'i2i' ? input.references : []);
+    const body = await enhancerRequest(task, input.prompt, task === 'i2i' ? input.references : []);
     let response: Response;
     try {
       response = await fetch(`http://127.0.0.1:${context.port}/v1/chat/completions`, {

@@ -2,11 +2,16 @@
 // the real sd-cli process, one process per image, forwards its reports to the supervisor and
 // carries the supervisor's unload commands to it.
 //
+// The supervisor sends the machine its start with the job's grant; the job hands its own part over
+// (its prompt, job folder and reference images) once it runs, after its enhancer's process is gone
+// when it has one, and the start waits for that before it spawns sd-cli (`JobHandoffs`).
+//
 // The prompt reaches sd-cli as its `-p` argument (the program has no other way in), so a local
 // user can read it in the process list while the image is made, unless /proc hides other users'
 // processes (hidepid; docs/operations.md, "What a local user can see"). It is kept here by the
-// start's generation, never in a machine's context, a log line or a file outside the job folder. sd-cli's output is read for its progress (steps done), shown in the job's
-// diagnostics; the output tail is used only to diagnose a failure, and never logged.
+// start's generation, never in a machine's context, a log line or a file outside the job folder.
+// sd-cli's output is read for its progress (steps done), shown in the job's diagnostics; the
+// output tail is used only to diagnose a failure, and never logged.
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Actor } from 'xstate';
@@ -62,28 +67,64 @@ export function withoutPrompt(output: string, prompt: string): string {
     .join('\n');
 }
 
-export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnapshot']>, ImageLaunch, ImageProfile> {
-  /** The job of each start, by generation: the prompt lives only here while its process runs. */
-  readonly #jobs: Map<number, ImageJob & { gpus: string[] }>;
+/**
+ * The jobs' own parts of their images, by the start's generation: the prompt lives only here while
+ * its process needs it. A start waits (`take`) until its job hands its part over (`give`); a start
+ * that ends before (its job ended first, and the supervisor unloaded the idle start) stops waiting
+ * (`endWaitsBut`).
+ */
+class JobHandoffs {
+  readonly #given = new Map<number, ImageJob>();
+  readonly #waiting = new Map<number, (job: ImageJob | undefined) => void>();
+
+  give(generation: number, job: ImageJob): void {
+    this.#given.set(generation, job);
+    this.#waiting.get(generation)?.(job);
+    this.#waiting.delete(generation);
+  }
+
+  take(generation: number): Promise<ImageJob | undefined> {
+    const job = this.#given.get(generation);
+    return job ? Promise.resolve(job) : new Promise((resolve) => this.#waiting.set(generation, resolve));
+  }
+
+  forget(generation: number): void {
+    this.#given.delete(generation);
+  }
+
+  /** Every start but `live` has ended: its wait ends without a job. */
+  endWaitsBut(live: number | null): void {
+    for (const [generation, resolve] of this.#waiting) {
+      if (generation === live) continue;
+      this.#waiting.delete(generation);
+      resolve(undefined);
+    }
+  }
+}
+
+export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnapshot']>> {
+  readonly #jobs: JobHandoffs;
   readonly #progress: Map<number, ImageProgress>;
   readonly #progressListeners: Set<(generation: number) => void>;
 
   constructor(deps: WorkerDeps) {
-    const jobs = new Map<number, ImageJob & { gpus: string[] }>();
+    const jobs = new JobHandoffs();
     const progress = new Map<number, ImageProgress>();
     const progressListeners = new Set<(generation: number) => void>();
     // The error of a failed start may quote the command line, and with it the prompt.
     const info = { worker: 'image', name: 'image worker', log: deps.log, runtimeDir: deps.runtimeDir, stderr: deps.workers.stderr.of('image'), privateCommand: true } as const;
     const engine = engineActor<ImageLaunch, ImageWorkerEvent>(info, (launch): StartHooks => {
       const { generation } = launch;
-      const job = jobs.get(generation);
-      const output = job ? path.join(job.dir, IMAGE_OUTPUT) : '';
+      let job: ImageJob | undefined;
+      let output = '';
       return {
         prepare: async () => {
-          if (!job) return { unable: { cause: 'unclear', message: 'The image worker has no job for this start.' } };
           const binary = await resolveRuntime('sd-cli', deps.lookup);
           if (!binary) return { unable: { cause: 'runtime_missing', message: runtimeMissingMessage('image worker', ['sd-cli'], deps.lookup.env, 'sd-cli (stable-diffusion.cpp) is not installed') } };
-          const command = await diesWithService(binary, sdArgs(launch, job.prompt, output), deps.env);
+          job = await jobs.take(generation);
+          if (!job) return { unable: { cause: 'unclear', message: 'The image worker start ended before its job handed over its prompt.' } };
+          output = path.join(job.dir, IMAGE_OUTPUT);
+          const command = await diesWithService(binary, sdArgs(launch, job, output), deps.env);
           return { command, options: { cwd: job.dir, env: { ...workerEnv(deps.env), CUDA_VISIBLE_DEVICES: launch.gpus.join(',') } } };
         },
         spawned: (child) => {
@@ -115,25 +156,9 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
     this.#progressListeners = progressListeners;
   }
 
-  protected launchOf(lease: { generation: number }, profile: ImageProfile): ImageLaunch {
-    const job = this.#jobs.get(lease.generation);
-    const { params } = profile;
-    return {
-      generation: lease.generation,
-      profileId: profile.id,
-      revision: profile.revision,
-      model: params.model,
-      files: { ...params.files },
-      width: params.width,
-      height: params.height,
-      steps: params.steps,
-      guidance: params.guidance,
-      cfgScale: params.cfgScale,
-      seed: params.seed,
-      gpus: job?.gpus ?? [],
-      jobDir: job?.dir ?? '',
-      references: job?.references ?? [],
-    };
+  protected override attached(actor: this['actor']): void {
+    // A start that ended stops waiting for its job's part.
+    actor.subscribe((snapshot) => this.#jobs.endWaitsBut(snapshot.matches('unloaded') ? null : (snapshot.context.launch?.generation ?? null)));
   }
 
   protected override gpus(): string[] {
@@ -156,18 +181,17 @@ export class ImageWorker extends LifecycleWorker<ReturnType<ImageActor['getSnaps
    * whatever metadata sd-cli put in; the route strips it). Rejects when the process fails, the
    * reservation is revoked or `signal` aborts.
    */
-  async generate(lease: Pick<Lease, 'generation' | 'start' | 'gpus'>, profile: ImageProfile, job: ImageJob, signal?: AbortSignal): Promise<Buffer> {
+  async generate(lease: Pick<Lease, 'generation' | 'start'>, job: ImageJob, signal?: AbortSignal): Promise<Buffer> {
     if (lease.start === null) throw new ImageFailure('an image job always starts its own image process');
-    this.#jobs.set(lease.generation, { ...job, gpus: lease.gpus });
     // Only the latest image's progress is kept (it holds no prompt): the test shows it once done.
     for (const generation of this.#progress.keys()) if (generation !== lease.generation) this.#progress.delete(generation);
+    this.#jobs.give(lease.generation, job);
     try {
-      this.start(lease, profile);
       await this.ready(lease.generation, signal);
       return await readFile(path.join(job.dir, IMAGE_OUTPUT));
     } finally {
       // The prompt is forgotten as soon as the process no longer needs it.
-      this.#jobs.delete(lease.generation);
+      this.#jobs.forget(lease.generation);
     }
   }
 }

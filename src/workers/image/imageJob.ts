@@ -115,8 +115,7 @@ async function onImageReservation<T>(
       let enhanced: Enhancement | null = null;
       let onImage = granted;
       if (step && granted.enhancer) {
-        const run = { profileId: profile.id, revision: profile.revision, step };
-        enhanced = await service.enhancer.enhance(granted.enhancer, run, { prompt: input.prompt, references }, signal).catch((error: unknown) => {
+        enhanced = await service.enhancer.enhance(granted.enhancer.generation, step.task, { prompt: input.prompt, references }, signal).catch((error: unknown) => {
           throw enhancerError(error, signal);
         });
         // The enhancer ends before anything else starts: the supervisor unloads it, then the image
@@ -148,7 +147,7 @@ export async function runImageJob(service: Service, profile: ImageProfile, input
   const step = options.enhance === 'skip' ? null : await enhancerStep(service, profile, enhancerTask(input.references?.references.length ?? 0), true);
   return onImageReservation(service, profile, input, options, step, async ({ lease, dir, references, signal }, enhanced) => {
     const prompt = enhanced?.prompt ?? input.prompt;
-    const png = await service.image.generate(lease, profile, { dir, prompt, references }, signal);
+    const png = await service.image.generate(lease, { dir, prompt, references }, signal);
     let stripped;
     try {
       stripped = stripPngMetadata(png);

@@ -1,5 +1,6 @@
-// One speech job and one transcription job on their lease: reserve through the scheduler, start
-// or join the worker, run, give the reservation back. The inference routes run them for API
+// One speech job and one transcription job on their lease: reserve through the scheduler (a grant
+// that needs a worker start comes with it), wait for the worker start, run, give the reservation
+// back. The inference routes run them for API
 // clients (source `api`, published profiles); the admin routes run them as the operator's tests
 // (source `test`, no publication needed), through the same scheduler and workers.
 import type { JobSource } from '../../../machines/supervisor/index.js';
@@ -18,7 +19,6 @@ export async function speak(service: Service, profile: TtsProfile, job: SpeechRe
     { signal },
   );
   return onLease(lease, signal, 'text-to-speech worker', async (both) => {
-    service.tts.start(lease, profile);
     await service.tts.ready(lease.generation, both);
     return service.tts.synthesize(lease.generation, job, both);
   });
@@ -91,7 +91,6 @@ export async function transcribe(service: Service, profile: SttProfile, recordin
     { signal },
   );
   return onLease(lease, signal, 'speech-to-text worker', async (both) => {
-    service.stt.start(lease, profile);
     await service.stt.ready(lease.generation, both);
     // A recording is not dropped halfway: a client that leaves now still lets the engine finish
     // (a few seconds at most), so the next job never meets a busy engine. Only a revoked

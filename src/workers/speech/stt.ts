@@ -15,7 +15,6 @@ import { sttWorkerMachine, type SttLaunch, type SttWorkerEvent } from '../../../
 import { diesWithService } from '../../adapters/parentDeath.js';
 import { pcmStream, type PcmFile } from '../../adapters/wav.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
-import type { Lease } from '../../system/scheduler.js';
 import type { StoredProfile } from '../../store/profile.schema.js';
 import { connectionOf, LifecycleWorker, type WorkerDeps } from '../lifecycle.js';
 import { engineActor, type StartHooks } from '../engine.js';
@@ -113,11 +112,8 @@ class EngineLink {
 }
 
 
-export function sttLaunchOf(lease: Pick<Lease, 'generation'>, profile: SttProfile): SttLaunch {
-  return { generation: lease.generation, profileId: profile.id, revision: profile.revision, backend: profile.params.backend, model: profile.params.model, threads: profile.params.threads };
-}
 
-export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSnapshot']>, SttLaunch, SttProfile> {
+export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSnapshot']>> {
   readonly #links: Map<number, EngineLink>;
   readonly #whispers: Map<number, WhisperEngine>;
   readonly #env: NodeJS.ProcessEnv;
@@ -159,10 +155,6 @@ export class SttWorker extends LifecycleWorker<ReturnType<SttWorkerActor['getSna
     this.#links = links;
     this.#whispers = whispers;
     this.#env = deps.env;
-  }
-
-  protected launchOf(lease: { generation: number }, profile: SttProfile): SttLaunch {
-    return sttLaunchOf(lease, profile);
   }
 
   /** Transcribes one checked recording (its samples in its file) on the loaded start `generation`. */

@@ -14,7 +14,6 @@ import { ttsWorkerMachine, type TtsLaunch, type TtsWorkerEvent } from '../../../
 import { fixStreamedWav } from '../../adapters/wav.js';
 import { diesWithService, startWorker } from '../../adapters/parentDeath.js';
 import { resolveRuntime, runtimeMissingMessage } from '../../adapters/runtimes.js';
-import type { Lease } from '../../system/scheduler.js';
 import type { EspeakVoice, StoredProfile } from '../../store/profile.schema.js';
 import { errors } from '../../errors.js';
 import type { SpeechBody } from './speech.schema.js';
@@ -117,13 +116,10 @@ export function espeakRate(speed: number): number {
 
 export type TtsWorkerDeps = Omit<WorkerDeps, 'loadTimeLimitMs' | 'terminationGraceMs'>;
 
-export function ttsLaunchOf(lease: Pick<Lease, 'generation'>, profile: TtsProfile): TtsLaunch {
-  return { generation: lease.generation, profileId: profile.id, revision: profile.revision, backend: profile.params.backend, device: profile.params.device, command: profile.params.command };
-}
 
 type TtsActor = Actor<typeof ttsWorkerMachine>;
 
-export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot']>, TtsLaunch, TtsProfile> {
+export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot']>> {
   readonly #binaries: Map<number, string>;
   readonly #ports: Map<number, number>;
 
@@ -149,10 +145,6 @@ export class TtsWorker extends LifecycleWorker<ReturnType<TtsActor['getSnapshot'
     super(ttsWorkerMachine.provide({ actors: { engine } }), 'tts', connectionOf(deps, 'TTS worker', WORKER_IDS.tts), (reason) => new SpeechFailure(reason));
     this.#binaries = binaries;
     this.#ports = ports;
-  }
-
-  protected launchOf(lease: { generation: number }, profile: TtsProfile): TtsLaunch {
-    return ttsLaunchOf(lease, profile);
   }
 
   protected override gpus(): string[] {

@@ -1,5 +1,5 @@
-// The STT worker adapter with the real engine (native/pocketsphinx-worker.c): the job whose grant
-// starts it sends the start, the engine loads once, transcribes recording after recording in the
+// The STT worker adapter with the real engine (native/pocketsphinx-worker.c): given the
+// supervisor's start (the test sends it, as the supervisor does with a grant), the engine loads once, transcribes recording after recording in the
 // same process, reports started/loaded to the supervisor, unloads on command and reports it once its
 // process has ended,
 // and an engine that dies is reported at once as worker.exited with a diagnosis.
@@ -13,10 +13,12 @@ import { WorkerHooks } from '../../../src/system/workers.js';
 import { wavHeader } from '../../../src/adapters/wav.js';
 import { SttWorker, type SttProfile } from '../../../src/workers/speech/stt.js';
 import { alive, until } from '../../helpers/until.js';
+import { baseStart } from '../../helpers/workerStart.js';
 
 const cacheDir = process.env.SERVICE_DECK_CACHE_DIR ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'service-deck');
 const profile = { id: 'stt-1', revision: 1, name: 'listener', category: 'stt', params: { backend: 'pocketsphinx', threads: 2 } } as unknown as SttProfile;
-const plan = { gpus: [] } as never;
+/** The supervisor's start order for start `generation` of the profile. */
+const order = (generation: number) => ({ type: 'worker.start' as const, start: baseStart({ generation, profileId: profile.id, revision: profile.revision }, profile) });
 
 function setUp(t: Test, env: NodeJS.ProcessEnv = process.env) {
   const reports: Array<Record<string, unknown>> = [];
@@ -38,7 +40,7 @@ function setUp(t: Test, env: NodeJS.ProcessEnv = process.env) {
 
 t.test('load once, transcribe twice in one process, unload on command', async (t) => {
   const { worker, reports } = setUp(t);
-  worker.start({ generation: 1, start: plan }, profile);
+  worker.actor.send(order(1));
   await worker.ready(1);
   const pid = worker.describe()?.pid;
   t.ok(pid && alive(pid), 'the engine runs');
@@ -61,14 +63,14 @@ t.test('load once, transcribe twice in one process, unload on command', async (t
 
 t.test('an engine that dies is reported at once and the next start loads again', async (t) => {
   const { worker, reports } = setUp(t);
-  worker.start({ generation: 1, start: plan }, profile);
+  worker.actor.send(order(1));
   await worker.ready(1);
   const pid = worker.describe()!.pid!;
   process.kill(pid, 'SIGKILL');
   await until('the exit report', async () => reports.find((r) => r.type === 'worker.exited'));
   t.match(reports.find((r) => r.type === 'worker.exited'), { kind: 'stt', generation: 1, message: /SIGKILL/ });
   t.equal(worker.describe(), undefined);
-  worker.start({ generation: 2, start: plan }, profile);
+  worker.actor.send(order(2));
   await worker.ready(2);
   t.equal(await worker.transcribe(2, NO_SAMPLES, 'en'), '', 'the new engine answers');
 });
@@ -77,7 +79,7 @@ t.test('the samples go from the file to the engine as it reads them, never the w
   const dir = t.testdir();
   const engine = await stalledEngine(dir);
   const { worker } = setUp(t, { ...process.env, SERVICE_DECK_POCKETSPHINX: engine.binary });
-  worker.start({ generation: 1, start: plan }, profile);
+  worker.actor.send(order(1));
   await worker.ready(1);
   // An 8 MiB recording, made on disk (sparse) so that this process never holds its bytes.
   const bytes = 8 * 1024 * 1024 - 44;
