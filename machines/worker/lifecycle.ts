@@ -10,7 +10,7 @@
 // The machine reports its own unload, and only once its process is gone (`worker.unloaded`): a
 // process that outlives SIGKILL by the kill limit is reported `worker.lost` (the supervisor keeps
 // its memory reserved) and unloaded when it finally ends.
-import { assign, enqueueActions, fromCallback, sendTo, setup } from 'xstate';
+import { assertEvent, assign, enqueueActions, fromCallback, sendTo, setup } from 'xstate';
 import type { WorkerStart } from '../supervisor/supervisor.types.js';
 import type { ExitReport } from '../worker.types.js';
 
@@ -134,7 +134,10 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
     },
     guards: {
       /** The unload command names this start. */
-      ownGeneration: ({ context, event }: Ctx) => event.type === 'worker.unload' && event.generation === generationOf(context),
+      ownGeneration: ({ context, event }: Ctx) => {
+        assertEvent(event, 'worker.unload');
+        return event.generation === generationOf(context);
+      },
       /** The start failed (the load limit): its end is reported as `worker.exited`. */
       stopFailed: ({ context }: Ctx) => context.stopping?.failure != null,
     },
@@ -144,19 +147,27 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       killLimit: ({ context }: { context: Context }) => context.terminationGraceMs + context.killLimitMs,
     },
     actions: {
-      adoptLaunch: assign(({ event }: Ctx) => (event.type === 'worker.start' ? { launch: spec.launch(event.start), pid: null, port: null, stopping: null } : {})),
-      adoptProcess: assign(({ event }: Ctx) => (event.type === 'engine.spawned' ? { pid: event.pid, port: event.port ?? null } : {})),
-      reportStarted: enqueueActions(({ context, event, enqueue }) => tell(enqueue, context, {
-        type: 'worker.started',
-        kind: spec.kind,
-        generation: generationOf(context),
-        pid: event.type === 'engine.spawned' ? event.pid : 0,
-      })),
+      adoptLaunch: assign(({ event }: Ctx) => {
+        assertEvent(event, 'worker.start');
+        return { launch: spec.launch(event.start), pid: null, port: null, stopping: null };
+      }),
+      adoptProcess: assign(({ event }: Ctx) => {
+        assertEvent(event, 'engine.spawned');
+        return { pid: event.pid, port: event.port ?? null };
+      }),
+      reportStarted: enqueueActions(({ context, event, enqueue }) => {
+        assertEvent(event, 'engine.spawned');
+        tell(enqueue, context, { type: 'worker.started', kind: spec.kind, generation: generationOf(context), pid: event.pid });
+      }),
       reportLoaded: enqueueActions(({ context, event, enqueue }) => {
-        const loadMs = event.type === 'engine.ready' ? event.loadMs : undefined;
+        assertEvent(event, 'engine.ready');
+        const { loadMs } = event;
         tell(enqueue, context, { type: 'worker.loaded', kind: spec.kind, generation: generationOf(context), ...(loadMs === undefined ? {} : { loadMs }) });
       }),
-      noteUnload: assign(({ event }: Ctx) => (event.type === 'worker.unload' ? { stopping: { reason: event.reason, failure: null } } : {})),
+      noteUnload: assign(({ event }: Ctx) => {
+        assertEvent(event, 'worker.unload');
+        return { stopping: { reason: event.reason, failure: null } };
+      }),
       noteLoadTimeout: assign(({ context }: Ctx) => ({
         stopping: {
           reason: 'the engine did not finish loading in time',
@@ -170,18 +181,17 @@ export function lifecycleMachine<L extends LaunchBase, K extends string>(spec: L
       })),
       terminate: sendTo('engine', { type: 'engine.stop' } as EngineCommand),
       kill: sendTo('engine', { type: 'engine.kill' } as EngineCommand),
-      reportExit: enqueueActions(({ context, event, enqueue }) =>
-        tell(enqueue, context, exited(context, event.type === 'engine.exited' ? event.report : { cause: 'unclear', message: `the ${spec.name} ended` })),
-      ),
+      reportExit: enqueueActions(({ context, event, enqueue }) => {
+        assertEvent(event, 'engine.exited');
+        tell(enqueue, context, exited(context, event.report));
+      }),
       reportStopFailure: enqueueActions(({ context, enqueue }) => tell(enqueue, context, exited(context, context.stopping?.failure ?? { cause: 'unclear', message: `the ${spec.name} failed` }))),
       reportUnloaded: enqueueActions(({ context, enqueue }) => tell(enqueue, context, { type: 'worker.unloaded', kind: spec.kind, generation: generationOf(context) })),
       reportLost: enqueueActions(({ context, enqueue }) => tell(enqueue, context, { type: 'worker.lost', kind: spec.kind, generation: generationOf(context), pid: context.pid })),
-      forgetProcess: assign(({ context, event }: Ctx) => ({
-        pid: null,
-        port: null,
-        last: context.stopping?.failure?.message ?? context.stopping?.reason ?? (event.type === 'engine.exited' ? event.report.message : context.last),
-        stopping: null,
-      })),
+      forgetProcess: assign(({ context, event }: Ctx) => {
+        assertEvent(event, 'engine.exited');
+        return { pid: null, port: null, last: context.stopping?.failure?.message ?? context.stopping?.reason ?? event.report.message, stopping: null };
+      }),
     },
   }).createMachine({
     id: spec.id,
