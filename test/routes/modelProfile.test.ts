@@ -4,7 +4,7 @@
 // layer on the GPUs (or the operator's), a whisper.cpp model an stt profile on whisper.cpp. A path
 // the listing does not have is refused however it points into the folders: outside them, through
 // `..`, through a symlinked folder, a text file, the second part of a split model. A hostile header
-// is a 422; nothing is created on any refusal.
+// or a whisper file that is none is a 422; nothing is created on any refusal.
 import { mkdir, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
@@ -118,6 +118,7 @@ t.test('only a file the listing has: outside, .., a symlinked folder, a text fil
   await writeFile(path.join(dir, 'notes.txt'), 'not a model');
   await writeFile(path.join(dir, 'weights.safetensors'), 'not read');
   await writeFile(path.join(dir, 'hostile.gguf'), hostileGguf());
+  await writeFile(path.join(dir, 'ggml-fake.bin'), 'not a whisper model');
   const parts = ['tiny-00001-of-00002.gguf', 'tiny-00002-of-00002.gguf'].map((name) => path.join(dir, name));
   const u16 = (value: number): GgufValue => ({ type: 'uint16', value });
   const base = tinyModel();
@@ -159,7 +160,11 @@ t.test('only a file the listing has: outside, .., a symlinked folder, a text fil
 
   const hostile = await fromFile(b, { path: path.join(dir, 'hostile.gguf'), name: 'x' });
   t.equal(hostile.status, 422);
-  t.match(((await hostile.json()) as ErrorBody).error, { code: 'model_unreadable', param: 'path', message: /hostile\.gguf cannot be read as a chat model: .*absurd tensor count/ });
+  t.match(((await hostile.json()) as ErrorBody).error, { code: 'model_unreadable', param: 'path', message: new RegExp(`^${path.join(dir, 'hostile.gguf')} cannot be read as a chat model: absurd tensor count ${2n ** 60n} at offset 8`) });
+
+  const fake = await fromFile(b, { path: path.join(dir, 'ggml-fake.bin'), name: 'x' });
+  t.equal(fake.status, 422);
+  t.match(((await fake.json()) as ErrorBody).error, { code: 'model_unreadable', param: 'path', message: `${path.join(dir, 'ggml-fake.bin')} cannot be read as a whisper model: not a whisper.cpp model (no ggml magic)` });
 
   t.same(await profileNames(b), [], 'no profile was created by a refusal');
   t.equal((await fromFile(b, { path: parts[0]!, name: 'split' })).status, 201, 'the first part of a split model names the model');
