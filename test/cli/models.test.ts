@@ -256,7 +256,7 @@ t.test('models needs the running service; the usage names the subcommands', asyn
   const [ran, help] = await Promise.all([cli(t, ['models', 'list'], { SERVICE_DECK_STATE_DIR: stateDir }), cli(t, ['--help'], {})]);
   t.equal(help.code, 0);
   for (const usage of ['models [list]', 'models hub <owner/name> [--revision R] [--forecast PATH]', 'models pull <owner/name> <path> [--revision R]', 'models profile <file> --name N [--context C]', 'models cancel <pull id>']) {
-    t.match(help.stdout, `\n  ${usage} `, usage);
+    t.match(help.stdout, `\n  ${usage}`, usage);
   }
   t.equal(ran.code, 1);
   t.equal(ran.stderr, `service-deck: models list needs the running service, and the service of ${stateDir} is not running: start it (service-deck serve), then run this again\n`);
