@@ -91,6 +91,20 @@ t.test('on a large GPU and on a machine without one: the own context', async (t)
   }
 });
 
+t.test('when the GPUs cannot be probed: the operator gives the context, else 503', async (t) => {
+  const dir = await tempDir(t);
+  const model = await writeTinyModel(path.join(dir, 'tiny.gguf'));
+  const inventory = path.join(dir, 'gpus.json');
+  await writeFile(inventory, gpus(24_576));
+  const b = await build(t, { env: { SERVICE_DECK_MODEL_DIRS: dir, SERVICE_DECK_GPUS: inventory } });
+  // The simulated inventory is read again at each probe: a damaged one makes the probe fail.
+  await writeFile(inventory, '[{');
+  const res = await fromFile(b, { path: model, name: 'tiny' });
+  t.equal(res.status, 503);
+  t.match(((await res.json()) as ErrorBody).error, { type: 'server_error', code: 'gpu_probe_failed', message: new RegExp(`^No context can be chosen for ${model}: .+\\. Give the context yourself \\("context"\\)\\.$`) });
+  t.match((await (await fromFile(b, { path: model, name: 'tiny', context: 4096 })).json()) as Profile, { params: { context: 4096 } }, "the operator's context needs no probe");
+});
+
 t.test('a whisper.cpp model becomes an stt profile on whisper.cpp', async (t) => {
   const dir = await tempDir(t);
   const whisper = await writeTinyWhisper(path.join(dir, 'ggml-tiny.bin'));
