@@ -217,6 +217,14 @@ t.test('list, hub, profile, pull and cancel through the running service', async 
     t.equal(badCancel.code, 1);
     t.match(badCancel.stderr, /^service-deck: POST \/api\/v1\/model-pulls\/no-such-pull\/cancel: .+ \(HTTP 404 pull_not_found\)\n$/);
 
+    // A file the disk cannot hold: refused before a byte is written.
+    hub.put(REPO, 'main', 'huge.gguf', tinyBytes);
+    hub.options.linkedSize = 2 ** 50;
+    const huge = await cli(t, ['models', 'pull', REPO, 'huge.gguf'], env);
+    hub.options.linkedSize = null;
+    t.equal(huge.code, 1);
+    t.match(huge.stderr, /^service-deck: POST \/api\/v1\/model-pulls: .+ \(HTTP 507 insufficient_storage\)\n$/);
+
     hub.put(REPO, 'main', 'corrupt.gguf', tinyBytes);
     hub.options.etag = `"${'0'.repeat(64)}"`;
     const failed = await cli(t, ['models', 'pull', REPO, 'corrupt.gguf'], env);
