@@ -23,6 +23,10 @@ import { startHub } from '../helpers/hub.js';
 import { BIN } from '../helpers/spawn.js';
 import { until } from '../helpers/until.js';
 
+// Some forty command processes, each logging in (scrypt), and a service stopped and read: about
+// 100 s on 2 idle cores, well past the 180 s file limit while other work keeps a core busy.
+t.setTimeout(420_000);
+
 /** A runtime that is present (a script that is never run here). */
 async function fakeRuntime(dir: string): Promise<string> {
   const file = path.join(dir, 'runtime.sh');
