@@ -23,8 +23,8 @@ import { startHub } from '../helpers/hub.js';
 import { BIN } from '../helpers/spawn.js';
 import { until } from '../helpers/until.js';
 
-// Some forty command processes, each logging in (scrypt), and a service stopped and read: about
-// 100 s on 2 idle cores, well past the 180 s file limit while other work keeps a core busy.
+// Some forty command processes, each logging in (scrypt), and a service stopped and read: it ran
+// past the 180 s file limit on a loaded 2-core machine (220 s at a load of 11).
 t.setTimeout(420_000);
 
 /** A runtime that is present (a script that is never run here). */
