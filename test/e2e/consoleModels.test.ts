@@ -4,7 +4,8 @@
 // GGUF's forecast shown before any download (the hub's log holds range requests only, far fewer
 // bytes than the file); a hub that refuses shown as the message in role=alert; a pull with its
 // progress bar growing to done, the files listed again with the pulled file, a profile made from
-// it and shown unpublished on the Profiles page; a slow pull cancelled. The page logs no error but
+// it and shown unpublished on the Profiles page; slow pulls, one waiting for a download slot, the
+// same file again refused with 409, each cancelled. The page logs no error but
 // the refusals the test provokes, and makes no request beyond the service's origin.
 // SERVICE_DECK_SCREENSHOTS=docs/screenshots writes the Models page's screenshots.
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
@@ -21,6 +22,8 @@ import { writeTinyWhisper } from '../helpers/tinyWhisper.js';
 import { until } from '../helpers/until.js';
 
 const REPO = 'test-org/tiny-chat';
+/** The whisper files pulled slowly and cancelled: two take both download slots, the third waits. */
+const SLOW = ['ggml-tiny.bin', 'ggml-small.bin', 'ggml-base.bin'] as const;
 /** One simulated GPU: room after the reserve for some of the hub model's layers, not all. */
 const GPUS = JSON.stringify([{ uuid: 'GPU-a', name: 'sim', memoryTotalMiB: 1560 }]);
 
@@ -47,6 +50,7 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   hub.put(REPO, 'main', 'big-F32.gguf', big);
   hub.put(REPO, 'main', 'ggml-tiny.bin', whisper);
   hub.put(REPO, 'main', 'README.md', Buffer.from('# tiny\n'));
+  for (const file of SLOW.slice(1)) hub.put(REPO, 'main', file, whisper);
   const b = await build(t, { stateDir, env: { SERVICE_DECK_MODEL_HUB: hub.url, SERVICE_DECK_GPUS: GPUS } });
   const listing = async () => (await (await b.admin('GET', '/api/v1/model-files')).json()) as ModelFilesView;
   const before = await listing();
@@ -78,9 +82,10 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   const hubTable = page.getByRole('table', { name: `Files of ${REPO} at main` });
   await hubTable.waitFor();
   const hubRows = await hubTable.locator('tbody tr').allTextContents();
+  const whisperRow = (file: string) => `${file}${sizeOf(whisper.length)}whisperPull`;
   t.same(
     hubRows,
-    [`big-F32.gguf${sizeOf(big.length)}ggufForecastPull`, `ggml-tiny.bin${sizeOf(whisper.length)}whisperPull`, 'README.md7 bytesunknown'],
+    [`big-F32.gguf${sizeOf(big.length)}ggufForecastPull`, whisperRow(SLOW[0]), 'README.md7 bytesunknown', whisperRow(SLOW[1]), whisperRow(SLOW[2])],
     'each file with its size in human units and its format; Forecast for a GGUF, Pull for a model file',
   );
 
@@ -114,7 +119,7 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   // A pull: progress while it runs (slow chunks), then done; the files are listed again.
   hub.options.chunkBytes = 256 * 1024;
   hub.options.chunkDelayMs = 60;
-  const progress = await recordTexts(page, '#model-pulls [role="progressbar"]');
+  const progress = await recordTexts(page, '#model-pulls .pull-progress');
   const values = await recordValues(page);
   await page.getByRole('button', { name: 'Pull big-F32.gguf' }).click();
   const bar = page.getByRole('progressbar', { name: 'Pull of big-F32.gguf' });
@@ -153,7 +158,8 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   t.match(await row.textContent(), /chat1not published/, 'on the Profiles page: revision 1, not published');
   t.equal(await row.getAttribute('aria-current'), 'true', 'the linked profile is the one marked');
 
-  // A slow pull cancelled: the hub holds the bytes after the first chunk until the test lets go.
+  // Slow pulls: the hub holds the bytes after the first chunk until the test lets go. Two hold
+  // both download slots, a third waits for one; the same file again is refused; each is cancelled.
   await goTo(page, 'Models');
   await page.getByLabel('Repository', { exact: true }).fill(REPO);
   await page.getByRole('button', { name: 'List files' }).click();
@@ -161,16 +167,30 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   hub.options.chunkBytes = 16 * 1024;
   hub.options.gate = new Promise<void>((resolve) => (release = resolve));
   t.teardown(() => release());
-  await page.getByRole('button', { name: 'Pull ggml-tiny.bin' }).click();
-  const slow = page.getByRole('progressbar', { name: 'Pull of ggml-tiny.bin' });
+  const item = (file: string) => page.locator('#model-pulls li', { has: page.getByText(`${REPO}/${file}`, { exact: true }) });
+  for (const file of SLOW) {
+    await page.getByRole('button', { name: `Pull ${file}` }).click();
+    await item(file).waitFor();
+  }
+  await item(SLOW[2]).getByText('waiting for a download slot').waitFor();
+  t.pass('the third pull waits for a download slot');
+  const slow = page.getByRole('progressbar', { name: `Pull of ${SLOW[0]}` });
   await until('some bytes of the slow pull', async () => (Number(await slow.getAttribute('aria-valuenow')) > 0 ? true : undefined));
-  await page.getByRole('button', { name: 'Cancel the pull of ggml-tiny.bin' }).click();
-  const cancelled = page.locator('#model-pulls li').first();
-  await cancelled.getByText('cancelled', { exact: true }).waitFor();
-  t.equal(await slow.count(), 0, 'no bar once cancelled');
+  t.match(await slow.getAttribute('aria-valuetext'), /^\d+% · [\d.]+ KiB of 3\.0 MiB/, 'the bar says how far it is in words too');
+  await page.getByRole('button', { name: `Pull ${SLOW[0]}` }).click();
+  const pullError = page.getByTestId('pull-error');
+  await pullError.waitFor();
+  t.match(await pullError.textContent(), /Pull of ggml-tiny\.bin: .*\(409 pull_running\)/, 'the same file again: the refusal in role=alert');
+  t.equal(await pullError.getAttribute('role'), 'alert');
+  await shot(page, 'models-pulls');
+  for (const file of SLOW) {
+    await page.getByRole('button', { name: `Cancel the pull of ${file}` }).click();
+    await item(file).getByText('cancelled', { exact: true }).waitFor();
+  }
+  t.equal(await page.getByRole('progressbar').count(), 0, 'no bar once cancelled');
   release();
   hub.options.gate = null;
-  t.notOk((await listing()).files.some((file) => file.path.endsWith('ggml-tiny.bin')), 'no file of the cancelled pull is listed');
+  t.notOk((await listing()).files.some((file) => file.path.endsWith('.bin')), 'no file of the cancelled pulls is listed');
 
   const unexpected = w.problems.filter((p) => !/status of 502/.test(p));
   t.same(unexpected, [], 'the browser console shows no error but the 502 the test provoked');

@@ -107,7 +107,9 @@ function CreateProfile(props: { source: Source; onClose: () => void }) {
           <div class="field">
             <label for="model-profile-context">Context (tokens)</label>
             <input id="model-profile-context" type="number" min={1} step={1} value={context} onInput={(e) => setContext(e.currentTarget.value)} />
-            <small class="hint">{source.context === null ? 'Empty: the profile default.' : `The forecast above was made for ${source.context} tokens.`}</small>
+            <small class="hint">
+              {source.context === null ? '' : `The forecast was made for ${source.context} tokens. `}Empty: the service chooses the largest context that keeps every layer on the GPUs.
+            </small>
           </div>
         ) : null}
         <Alert text={submit.error} />
