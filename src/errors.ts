@@ -70,6 +70,8 @@ export const errors = {
   unavailable: (code: string, message: string) => new ApiError(503, 'server_error', code, message),
   /** The disk has no room for an upload (src/workers/uploadRoom.ts). */
   insufficientStorage: (message: string) => new ApiError(507, 'server_error', 'insufficient_storage', message, null, { 'retry-after': '30' }),
+  /** A model file whose header the service cannot read (not GGUF or ggml, damaged, over a bound). */
+  modelUnreadable: (message: string) => new ApiError(422, 'invalid_request_error', 'model_unreadable', message, 'path'),
   workerFailed: (message: string) => new ApiError(502, 'server_error', 'worker_failed', message),
   enhancerFailed: (message: string) => new ApiError(502, 'server_error', 'enhancer_failed', message),
   internal: () => new ApiError(500, 'server_error', 'internal_error', 'The server failed to answer; see its log.'),

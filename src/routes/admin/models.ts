@@ -1,17 +1,22 @@
 // CONTRACT section 10, the models before a profile: the files in the operator's folders with their
-// facts and forecast, a hub repository's files, and a remote GGUF's facts and forecast read from
-// its header with range requests, before any download. A repo, revision or path that is not a plain
+// facts and forecast, a hub repository's files, a remote GGUF's facts and forecast read from its
+// header with range requests, before any download, and a profile made from a listed file (created
+// as `POST /api/v1/profiles` creates one: unpublished, the same checks). A repo, revision or path that is not a plain
 // name (`..`, `.`, an empty segment, an absolute path) is refused before the hub is asked; a hub
 // that cannot be reached or refuses is a 502 that names its answer.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { HubError } from '../../adapters/hubDownload.js';
-import { ApiError } from '../../errors.js';
+import { ApiError, errors } from '../../errors.js';
 import type { Service } from '../../service.js';
+import { chatParamsSchema, profileInputSchema, profileNameSchema } from '../../store/profile.schema.js';
 import { RemoteModelError } from '../../system/models/modelHub.js';
+import { fileProfile } from '../../system/models/modelProfile.js';
 import { adminAuth } from '../auth.js';
 import { clientGone } from '../client.js';
+import { validationError } from '../errors.js';
+import { createProfile } from './profiles.js';
 
 /** Segments of plain names: no `.` or `..`, no empty segment (so no leading `/`), no backslash or control character. */
 const plainPath = (what: string, maxSegments: number) =>
@@ -29,9 +34,16 @@ const revision = plainPath('revision', 1).default('main');
 const hubQuery = z.strictObject({ repo, revision });
 const forecastQuery = z.strictObject({ repo, revision, path: plainPath('path', 64) });
 
+/** A profile from a model file: the path as the listing names it, the profile's name, perhaps its context. */
+const fileProfileBody = z.strictObject({
+  path: z.string().min(1).max(4096),
+  name: profileNameSchema,
+  context: chatParamsSchema.shape.context.unwrap().optional(),
+});
+
 /** A hub failure as CONTRACT section 10 names it: unreachable (the network), else refused (its status, a redirect not followed). */
 function hubFailure(error: unknown, what: string): unknown {
-  if (error instanceof RemoteModelError) return new ApiError(422, 'invalid_request_error', 'model_unreadable', `${what}: ${error.message}`, 'path');
+  if (error instanceof RemoteModelError) return errors.modelUnreadable(`${what}: ${error.message}`);
   if (!(error instanceof HubError)) return error;
   const code = error.code === 'network' ? 'hub_unreachable' : 'hub_refused';
   return new ApiError(502, 'server_error', code, `${what}: ${error.message}`);
@@ -42,6 +54,13 @@ export const adminModelRoutes: FastifyPluginAsync<{ service: Service }> = async 
   app.addHook('onRequest', adminAuth(service));
 
   app.get('/api/v1/model-files', async () => service.models.list());
+
+  app.post('/api/v1/model-files/profile', { schema: { body: fileProfileBody } }, async (request, reply) => {
+    const entry = await service.models.find(request.body.path);
+    const input = profileInputSchema.safeParse(fileProfile(entry, request.body, service.models.dirs));
+    if (!input.success) throw validationError(input.error.issues);
+    return reply.code(201).send(await createProfile(service, input.data));
+  });
 
   app.get('/api/v1/model-hub/files', { schema: { querystring: hubQuery } }, async (request, reply) => {
     const { repo: id, revision: rev } = request.query;

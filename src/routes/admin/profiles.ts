@@ -2,7 +2,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { CATEGORIES, IMAGE_ALIAS, paramsSchemas, profileInputSchema, profileNameSchema, profileUpdateSchema } from '../../store/profile.schema.js';
+import { CATEGORIES, IMAGE_ALIAS, paramsSchemas, profileInputSchema, profileNameSchema, profileUpdateSchema, type ProfileInput, type ProfileView } from '../../store/profile.schema.js';
 import { ProfileError } from '../../store/profiles.js';
 import type { Service } from '../../service.js';
 import { adminAuth } from '../auth.js';
@@ -24,6 +24,18 @@ function mapProfileError(error: unknown): unknown {
     case 'profile_limit':
       return errors.conflict('profile_limit', error.message);
   }
+}
+
+/**
+ * Creates a profile from a body the profile schema has checked, unpublished: `POST
+ * /api/v1/profiles`, and a model file's profile (src/routes/admin/models.ts), so that both refuse
+ * the same names and limits the same way.
+ */
+export async function createProfile(service: Pick<Service, 'profiles' | 'catalog'>, input: ProfileInput): Promise<ProfileView> {
+  const profile = await service.profiles.create(input).catch((error: unknown) => {
+    throw mapProfileError(error);
+  });
+  return service.catalog.view(profile);
 }
 
 /**
@@ -62,8 +74,7 @@ export const adminProfileRoutes: FastifyPluginAsync<{ service: Service }> = asyn
   app.get('/api/v1/profiles/:id', { schema: { params: idParams } }, async (request) => catalog.view(existing(request.params.id)));
 
   app.post('/api/v1/profiles', { schema: { body: profileInputSchema } }, async (request, reply) => {
-    const profile = await profiles.create(request.body);
-    return reply.code(201).send(await catalog.view(profile));
+    return reply.code(201).send(await createProfile(service, request.body));
   });
 
   app.put('/api/v1/profiles/:id', { schema: { params: idParams, body: profileUpdateSchema } }, async (request) => {

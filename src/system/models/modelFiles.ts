@@ -169,6 +169,17 @@ export function ggufRead(info: GgufInfo): Read {
   }
 }
 
+/** The room probed for a listing, or why the probe failed. */
+export type RoomOutcome = { room: ForecastRoom } | { error: string };
+
+/** One model file as the listing has it, with what its header and the room said: what a profile of it is made from. */
+export interface ModelFileEntry {
+  file: ModelFileView;
+  /** The model's shape for the memory check (null: no GGUF chat model, or its header lacks it). */
+  shape: ModelShape | null;
+  room: RoomOutcome;
+}
+
 export interface ModelFilesDeps {
   dirs: readonly string[];
   /** The room the forecasts are made on, probed once per listing. */
@@ -190,6 +201,11 @@ export class ModelFiles {
     this.#limits = { ...SCAN_LIMITS, ...deps.limits };
   }
 
+  /** The folders walked, as configured. */
+  get dirs(): readonly string[] {
+    return this.#deps.dirs;
+  }
+
   /** Every model file with its facts and forecast; listings asked while one runs share it. */
   list(): Promise<ModelFilesView> {
     this.#scan ??= this.#list().finally(() => (this.#scan = null));
@@ -197,33 +213,49 @@ export class ModelFiles {
   }
 
   async #list(): Promise<ModelFilesView> {
-    const [{ found, problems }, room] = await Promise.all([
-      walk(this.#deps.dirs, this.#limits),
-      this.#deps.room().then(
-        (room) => ({ room }),
-        (error: unknown) => ({ error: message(error) }),
-      ),
-    ]);
+    const [{ found, problems }, room] = await Promise.all([walk(this.#deps.dirs, this.#limits), this.#room()]);
     const files: ModelFileView[] = [];
-    for (const model of models(found)) {
-      const first = model.parts[0]!;
-      const format = formatOf(path.basename(first.path)) ?? 'unknown';
-      const bytes = model.parts.reduce((sum, part) => sum + part.bytes, 0);
-      const view: ModelFileView = { path: first.path, bytes, format, facts: null, forecast: null, error: null };
-      if (model.missing.length > 0) {
-        view.error = `a split model with parts missing: ${model.missing.join(', ')}`;
-      } else if (format !== 'unknown') {
-        const read = await this.#read(model.parts, format);
-        view.facts = read.facts;
-        view.error = read.error;
-        if (read.shape && read.facts) {
-          if ('room' in room) view.forecast = forecastView(room.room, read.shape, forecastContext(read.facts));
-          else view.error = `no forecast: ${room.error}`;
-        }
-      }
-      files.push(view);
-    }
+    for (const model of models(found)) files.push((await this.#entry(model, room)).file);
     return { files, problems };
+  }
+
+  /**
+   * The model file the listing names `file` (its path exactly as listed: found by the same walk, so
+   * inside the folders and within the limits), with its header's shape and the room its forecast
+   * was made on; null when the listing has no such file.
+   */
+  async find(file: string): Promise<ModelFileEntry | null> {
+    const [{ found }, room] = await Promise.all([walk(this.#deps.dirs, this.#limits), this.#room()]);
+    const model = models(found).find((m) => m.parts[0]?.path === file);
+    return model ? this.#entry(model, room) : null;
+  }
+
+  #room(): Promise<RoomOutcome> {
+    return this.#deps.room().then(
+      (room) => ({ room }),
+      (error: unknown) => ({ error: message(error) }),
+    );
+  }
+
+  async #entry(model: Model, room: RoomOutcome): Promise<ModelFileEntry> {
+    const first = model.parts[0]!;
+    const format = formatOf(path.basename(first.path)) ?? 'unknown';
+    const bytes = model.parts.reduce((sum, part) => sum + part.bytes, 0);
+    const file: ModelFileView = { path: first.path, bytes, format, facts: null, forecast: null, error: null };
+    let shape: ModelShape | null = null;
+    if (model.missing.length > 0) {
+      file.error = `a split model with parts missing: ${model.missing.join(', ')}`;
+    } else if (format !== 'unknown') {
+      const read = await this.#read(model.parts, format);
+      file.facts = read.facts;
+      file.error = read.error;
+      shape = read.shape;
+      if (read.shape && read.facts) {
+        if ('room' in room) file.forecast = forecastView(room.room, read.shape, forecastContext(read.facts));
+        else file.error = `no forecast: ${room.error}`;
+      }
+    }
+    return { file, shape, room };
   }
 
   #read(parts: Found[], format: ModelFormat): Promise<Read> {

@@ -71,3 +71,20 @@ export function forecastView(room: ForecastRoom, shape: ModelShape, context: num
   }
   return { fits: true, gpu_layers: gpuLayers, gpus, ram_bytes: ramBytes, reason, context, layer_count: layerCount, summary };
 }
+
+/** The contexts a profile made from a model file tries after the model's own, largest first. */
+export const PROFILE_CONTEXTS = [32768, 16384, 8192, 4096, 2048] as const;
+
+/**
+ * The context a chat profile made from a model file gets: the largest of the model's own context
+ * and PROFILE_CONTEXTS, at most the model's own, at which the forecast on `room` has every layer on
+ * the GPUs (on a machine without GPUs: at which it fits at all); the smallest, 2048 (at most the
+ * model's own), when none does. A model that does not say its own context is held to the profile
+ * default, as its listed forecast is.
+ */
+export function profileContext(room: ForecastRoom, shape: ModelShape, own: number | null): number {
+  const most = own ?? DEFAULT_CONTEXT;
+  const tries = [most, ...PROFILE_CONTEXTS.filter((context) => context < most)];
+  const whole = (view: ModelForecast) => view.fits && (room.gpus.length === 0 || view.gpu_layers === view.layer_count);
+  return tries.find((context) => whole(forecastView(room, shape, context))) ?? Math.min(PROFILE_CONTEXTS.at(-1)!, most);
+}
