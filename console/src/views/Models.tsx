@@ -6,7 +6,7 @@
 // pull is done.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, message } from '../api.js';
-import type { HubFileView, HubFilesView, HubForecastView, ModelFacts, ModelFileView, ModelFilesView, ModelForecast, PullView } from '../types.js';
+import type { HubFileView, HubFilesView, HubForecastView, ModelFacts, ModelFileView, ModelFilesView, ModelForecast, ProfileView, PullView } from '../types.js';
 import { ActionButton, Alert, Badge, Facts, Section, Table, bytes, failureText, useSubmit } from '../ui.js';
 
 /** How often the pulls are asked for while one runs. */
@@ -69,18 +69,11 @@ function sourceOf(file: ModelFileView): Source {
   return { path: file.path, context: file.forecast?.context ?? null, gguf: file.format === 'gguf' };
 }
 
-/** The profile a file became: a link to it on the Profiles page, unpublished until published there. */
-interface Created {
-  id: string;
-  name: string;
-  category: string;
-}
-
 function CreateProfile(props: { source: Source; onClose: () => void }) {
   const { source } = props;
   const [name, setName] = useState(suggestedName(source.path));
   const [context, setContext] = useState(source.context === null ? '' : String(source.context));
-  const [created, setCreated] = useState<Created | null>(null);
+  const [created, setCreated] = useState<ProfileView | null>(null);
   const submit = useSubmit();
   const nameField = useRef<HTMLInputElement>(null);
   useEffect(() => nameField.current?.focus(), [source.path]);
@@ -92,7 +85,7 @@ function CreateProfile(props: { source: Source; onClose: () => void }) {
           event.preventDefault();
           void submit.run(async () => {
             const body = { path: source.path, name: name.trim(), ...(source.gguf && context.trim() !== '' ? { context: Number(context) } : {}) };
-            setCreated(await api<Created>('POST', '/api/v1/model-files/profile', body));
+            setCreated(await api<ProfileView>('POST', '/api/v1/model-files/profile', body));
           });
         }}
       >
