@@ -2,15 +2,13 @@
 // memory check's forecast; a hub repository's files, with a GGUF's forecast read from its header
 // before any download; the pulls into the model folder with their progress, cancel and errors; and
 // a profile made from a file in one step, unpublished until it is published on the Profiles page.
-// The pulls are asked for again every second while one runs; the files are listed again when a
-// pull is done.
+// The pulls come with their progress on the live feed; the files are listed again when a pull is
+// done.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, message } from '../api.js';
+import { pulls } from '../state.js';
 import type { HubFileView, HubFilesView, HubForecastView, ModelFacts, ModelFileView, ModelFilesView, ModelForecast, ProfileView, PullView } from '../types.js';
 import { ActionButton, Alert, Badge, Facts, Section, Table, bytes, failureText, useSubmit } from '../ui.js';
-
-/** How often the pulls are asked for while one runs. */
-const PULL_POLL_MS = 1000;
 
 /** The forecast's verdict at a glance: every layer placed (or the CPU alone), layers left in RAM, or no start. */
 function verdict(forecast: ModelForecast): { tone: 'ok' | 'warn' | 'bad'; text: string } {
@@ -381,12 +379,11 @@ function PullItem(props: { pull: PullView; onChanged: (pull: PullView) => void; 
   );
 }
 
-function Pulls(props: { pulls: PullView[] | null; error: string | null; onChanged: (pull: PullView) => void; onCreate: (source: Source) => void }) {
+function Pulls(props: { pulls: readonly PullView[] | null; onChanged: (pull: PullView) => void; onCreate: (source: Source) => void }) {
   return (
     <Section title="Pulls" id="model-pulls">
-      <Alert text={props.error} />
       {!props.pulls ? (
-        props.error ? null : <p class="loading">Asking for the pulls…</p>
+        <p class="loading">Waiting for the pulls' state…</p>
       ) : props.pulls.length === 0 ? (
         <p class="empty">No pull since the service started. Pull a file from the hub.</p>
       ) : (
@@ -421,53 +418,31 @@ function useModelFiles() {
   return { view, error, reload: () => setRound((n) => n + 1) };
 }
 
-/** The pulls, asked for once and then every second while one is downloading; `put` takes in an answer about one. */
-function usePulls() {
-  const [pulls, setPulls] = useState<PullView[] | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const running = pulls?.some((pull) => pull.state === 'downloading') ?? false;
-  useEffect(() => {
-    const controller = new AbortController();
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const ask = () =>
-      api<{ pulls: PullView[] }>('GET', '/api/v1/model-pulls', undefined, { signal: controller.signal }).then(
-        (answer) => {
-          setPulls(answer.pulls);
-          setError(null);
-          if (running) timer = setTimeout(() => void ask(), PULL_POLL_MS);
-        },
-        (failure: unknown) => {
-          if (controller.signal.aborted) return;
-          setError(`The pulls could not be read: ${message(failure)}`);
-          if (running) timer = setTimeout(() => void ask(), PULL_POLL_MS);
-        },
-      );
-    // Running: the next answer a second from now; otherwise once, now.
-    if (running) timer = setTimeout(() => void ask(), PULL_POLL_MS);
-    else void ask();
-    return () => {
-      controller.abort();
-      clearTimeout(timer);
-    };
-  }, [running]);
-  const put = (pull: PullView) => setPulls((now) => [pull, ...(now ?? []).filter((p) => p.id !== pull.id)].sort((a, b) => b.created_at.localeCompare(a.created_at)));
-  return { pulls, error, put };
+/**
+ * Takes in the answer to a pull or a cancel at once, unless the live feed has already brought a
+ * later state of that pull.
+ */
+function put(pull: PullView): void {
+  const now = pulls.value ?? [];
+  const known = now.find((p) => p.id === pull.id);
+  if (known && known.updated_at > pull.updated_at) return;
+  pulls.value = [pull, ...now.filter((p) => p.id !== pull.id)].sort((a, b) => b.created_at.localeCompare(a.created_at));
 }
 
 export function Models() {
   const files = useModelFiles();
-  const { pulls, error, put } = usePulls();
+  const list = pulls.value;
   const [creating, setCreating] = useState<Source | null>(null);
   // A pull seen downloading and now done: its file is in the folder, so the folders are listed again.
   const downloading = useRef(new Set<string>());
   useEffect(() => {
     let finished = false;
-    for (const pull of pulls ?? []) {
+    for (const pull of list ?? []) {
       if (pull.state === 'downloading') downloading.current.add(pull.id);
       else if (downloading.current.delete(pull.id) && pull.state === 'done') finished = true;
     }
     if (finished) files.reload();
-  }, [pulls]);
+  }, [list]);
   // A pulled file's context comes from its forecast, once the folders were listed again.
   const create = (source: Source) => {
     const listed = files.view?.files.find((file) => file.path === source.path);
@@ -478,7 +453,7 @@ export function Models() {
       <LocalFiles view={files.view} error={files.error} onRefresh={files.reload} onCreate={create} />
       {creating ? <CreateProfile key={creating.path} source={creating} onClose={() => setCreating(null)} /> : null}
       <HubBox onPulled={put} />
-      <Pulls pulls={pulls} error={error} onChanged={put} onCreate={create} />
+      <Pulls pulls={list} onChanged={put} onCreate={create} />
     </div>
   );
 }
