@@ -31,6 +31,7 @@ import { loadRecipes } from './store/enhancers.js';
 import { EnhancerInstalls } from './system/enhancers/enhancerInstalls.js';
 import { ModelFiles } from './system/models/modelFiles.js';
 import { ModelHub } from './system/models/modelHub.js';
+import { ModelPulls } from './system/models/modelPulls.js';
 import { gatherRoom } from './system/startFacts.js';
 import { SecretStore } from './store/secrets.js';
 import { AudioPolicies } from './system/audioPolicy.js';
@@ -129,6 +130,16 @@ async function reportLocalExposure(env: NodeJS.ProcessEnv, log: Logger): Promise
   if (!(await localCommandLinesHidden())) {
     log.info('/proc is mounted without hidepid: while an image is made, local users can read its prompt on the sd-cli command line (mount -o remount,hidepid=invisible /proc hides it)');
   }
+}
+
+/**
+ * The hub token for the prompt enhancer downloads: SERVICE_DECK_HUB_TOKEN is the model hub's, so
+ * it goes to the enhancer hub only when that is the model hub (the same origin), never to a mirror
+ * it was not made for.
+ */
+function enhancerToken(config: Config): string | undefined {
+  const origin = (url: string) => URL.parse(url)?.origin ?? null;
+  return origin(config.enhancerHub) !== null && origin(config.enhancerHub) === origin(config.modelHub) ? config.hubToken : undefined;
 }
 
 async function openStores(config: Config) {
@@ -230,6 +241,18 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     // Through the service, so that a test can put another host reader in.
     room: (dir) => service.host.freeBytes(dir),
     log,
+    token: enhancerToken(config),
+    // A file a model pull holds, verified, is linked into the store instead of downloaded again.
+    shared: (file) => pulls.verifiedCopy(file),
+  });
+  // Pulled models land in <state>/models, whatever folder SERVICE_DECK_MODEL_DIRS lists first; they resume once the listeners are up.
+  const pulls = await ModelPulls.open({
+    dir: path.join(config.stateDir, 'models'),
+    hub: config.modelHub,
+    token: config.hubToken,
+    room: (dir) => service.host.freeBytes(dir),
+    log,
+    shared: (file) => enhancers.verifiedCopy(file),
   });
   const catalog = catalogOf(config, profiles);
   const { lookup } = catalog;
@@ -330,6 +353,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     enhancer,
     models,
     modelHub,
+    pulls,
     get imageTests() {
       imageTests ??= new ImageTests(service);
       return imageTests;
@@ -389,6 +413,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
         });
         audio.stop();
         await enhancers.stop();
+        await pulls.stop();
         builds.stop();
         supervisor.stop();
         for (const worker of [chat, stt, tts, image, enhancer]) worker.stop();
@@ -414,6 +439,8 @@ export async function startService(loaded: Config, options: StartOptions): Promi
   const bound = service.adminAddress() ?? { host: config.uiHost, port: config.uiPort };
   log.info({ host: config.uiHost, port: bound.port }, 'admin listener started');
   await writeAdminRecord(config.stateDir, { ...bound, pid: process.pid, started_at: new Date().toISOString() });
+  // Pulls a restart cut off resume now that the service is up.
+  pulls.start();
   if (record.running) {
     await waitFor(listenerRef(), (s) => !s.matches('starting') && !s.matches('restoring'), { timeout: 30_000 });
   }

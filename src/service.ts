@@ -13,6 +13,7 @@ import type { RecentRequests } from './system/observe/recentRequests.js';
 import type { EnhancerInstalls } from './system/enhancers/enhancerInstalls.js';
 import type { ModelFiles } from './system/models/modelFiles.js';
 import type { ModelHub } from './system/models/modelHub.js';
+import type { ModelPulls } from './system/models/modelPulls.js';
 import type { UploadRoom } from './workers/uploadRoom.js';
 import type { HostFacts } from './system/host.js';
 import type { Inspection } from './system/observe/inspect.js';
@@ -78,6 +79,8 @@ export interface Service {
   models: ModelFiles;
   /** A hub's repositories before a download: files, and a GGUF's forecast from range reads (CONTRACT section 10). */
   modelHub: ModelHub;
+  /** Model files pulled from the hub into `<state>/models` (CONTRACT section 10): two at a time, resumed after a cut or a restart. */
+  pulls: ModelPulls;
   /** The operator's image test (spec 3.3, 4.7): one job, in RAM only. */
   readonly imageTests: ImageTests;
   /** The prompt enhancer's preview (spec 4.7): the last one, in RAM only. */

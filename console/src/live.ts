@@ -2,7 +2,7 @@
 // pushes the status, the audio policy, each actor's state, log lines, the two test jobs and the
 // model pulls as they change; the page never polls. A dropped stream is reopened after a growing
 // pause (1 s to 15 s).
-import type { ActorView, LogLineView, RecentRequestView } from '../../src/system/observe/console.types.js';
+import type { ActorView, ConsoleEvents, LogLineView, RecentRequestView } from '../../src/system/observe/console.types.js';
 import { ApiError, api, setCsrfToken, sse } from './api.js';
 import { LOG_KEEP, REQUESTS_KEEP, actors, enhancers, requests, passwordSet, audioPolicy, chatTest, connection, imageTest, logs, pulls, resetLive, session, status } from './state.js';
 
@@ -44,7 +44,7 @@ function apply(event: string, data: string): void {
       enhancers.value = value as typeof enhancers.value;
       break;
     case 'pulls':
-      pulls.value = (value as { pulls: NonNullable<typeof pulls.value> }).pulls;
+      pulls.value = (value as ConsoleEvents['pulls']).pulls;
       break;
     case 'request': {
       const record = value as RecentRequestView;

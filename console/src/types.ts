@@ -27,24 +27,5 @@ export interface EnhancersView {
 }
 /** POST /api/v1/prompt-enhancers/preview answers the preview without its bookkeeping. */
 export type PreviewAnswer = Pick<EnhancerPreview, 'original' | 'suggestion' | 'wh_ratio' | 'task'>;
-export type { ModelFileView, ModelFilesView, HubForecastView, ModelFacts, ModelForecast } from '../../src/system/observe/console.types.js';
+export type { ModelFileView, ModelFilesView, HubForecastView, ModelFacts, ModelForecast, PullView } from '../../src/system/observe/console.types.js';
 export type HubFileView = HubFilesView['files'][number];
-/** One download of a hub file into the model folder (`GET /api/v1/model-pulls`), newest first. */
-export interface PullView {
-  id: string;
-  repo: string;
-  revision: string;
-  path: string;
-  state: 'downloading' | 'done' | 'failed' | 'cancelled';
-  bytes_done: number;
-  bytes_total: number | null;
-  error: string | null;
-  /** The absolute path of the file once done. */
-  file: string | null;
-  rate_bytes_per_s: number | null;
-  /** Queued behind the pulls that hold the download slots. */
-  waiting: boolean;
-  sha256: string | null;
-  created_at: string;
-  updated_at: string;
-}

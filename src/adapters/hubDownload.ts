@@ -75,6 +75,8 @@ export interface DownloadOptions {
   roomCheckBytes?: number;
   /** How host names resolve, once per download: the redirect rule and the connections use that answer (tests give a stand-in for DNS). */
   resolveHost?: ResolveHost;
+  /** The hub's token, sent to the hub's own origin only (tokenScope). */
+  scope?: AskScope;
 }
 
 /** How often, in bytes written, the free space is checked again during a download. */
@@ -279,6 +281,11 @@ export interface AskScope {
   originHeaders?: Record<string, string>;
 }
 
+/** The scope that sends `token` as `Authorization: Bearer` to the hub's own origin, and nowhere else; none without a token. */
+export function tokenScope(token: string | undefined): AskScope {
+  return token ? { originHeaders: { authorization: `Bearer ${token}` } } : {};
+}
+
 /** One request, redirects followed by hand so that the resolve answer's linked headers are read. */
 export async function ask(url: string, method: 'GET' | 'HEAD', headers: Record<string, string>, pinned: PinnedHosts, signal?: AbortSignal, scope: AskScope = {}): Promise<Answer> {
   const asked = new URL(url);
@@ -309,12 +316,13 @@ export async function ask(url: string, method: 'GET' | 'HEAD', headers: Record<s
 /**
  * What the hub says of a file before downloading it: `X-Linked-Size` and `X-Linked-Etag` of the
  * resolve answer (a redirect on the real hub, whose `Location` is followed), else the final answer's
- * `Content-Length` and no sha256. A HEAD request: no bytes are transferred.
+ * `Content-Length` and no sha256. A HEAD request: no bytes are transferred. `scope` carries the
+ * hub's token (tokenScope): to the hub's origin, never past a redirect to another.
  */
-export async function probeHubFile(url: string, signal?: AbortSignal, resolveHost: ResolveHost = systemResolve): Promise<HubFile> {
+export async function probeHubFile(url: string, signal?: AbortSignal, resolveHost: ResolveHost = systemResolve, scope: AskScope = {}): Promise<HubFile> {
   const pinned = new PinnedHosts(resolveHost);
   try {
-    const { response, url: answered, linked } = await ask(url, 'HEAD', { 'accept-encoding': 'identity' }, pinned, signal);
+    const { response, url: answered, linked } = await ask(url, 'HEAD', { 'accept-encoding': 'identity' }, pinned, signal, scope);
     await discard(response);
     if (!response.ok) throw statusError(response, answered, new URL(url));
     return { size: linked.size ?? byteCount(response.headers.get('content-length')), sha256: linked.sha256 };
@@ -472,11 +480,11 @@ interface Plan {
   complete: boolean;
 }
 
-async function plan(url: string, partial: string, kept: number, signal: AbortSignal, pinned: PinnedHosts): Promise<Plan> {
+async function plan(url: string, partial: string, kept: number, signal: AbortSignal, pinned: PinnedHosts, scope: AskScope): Promise<Plan> {
   for (;;) {
     const headers: Record<string, string> = { 'accept-encoding': 'identity' };
     if (kept > 0) headers.range = `bytes=${kept}-`;
-    const answer = await ask(url, 'GET', headers, pinned, signal);
+    const answer = await ask(url, 'GET', headers, pinned, signal, scope);
     const { response, linked } = answer;
     if (response.status === 416 && kept > 0) {
       await discard(response);
@@ -528,7 +536,8 @@ function progress(onProgress: DownloadOptions['onProgress'], total: number | nul
  * hub stated, the file's length in `bytes`, and `sha256` as computed over the whole file, equal to
  * the hub's when it gave one. Rejects with a HubError; only `network` and `cancelled` keep the
  * partial (for the resume), every other failure removes it. Other file-system errors pass through
- * as they are.
+ * as they are. The hub's token (`scope`) goes to the hub's origin only, never to the CDN a
+ * redirect names.
  */
 export async function downloadHubFile(options: DownloadOptions): Promise<HubFile & { bytes: number }> {
   const { url, dest, signal } = options;
@@ -539,7 +548,7 @@ export async function downloadHubFile(options: DownloadOptions): Promise<HubFile
     // Hashed before asking, so that a CDN never waits on an idle connection while a big partial is read.
     let hash = createHash('sha256');
     await hashPrefix(hash, partial, found, signal);
-    const { answer, kept, total, complete } = await plan(url, partial, found, signal, pinned);
+    const { answer, kept, total, complete } = await plan(url, partial, found, signal, pinned, options.scope ?? {});
     if (total === null) {
       await discard(answer.response);
       throw new HubError('size_unknown', `${shown(new URL(url))}: the hub states no size (neither X-Linked-Size nor Content-Length), so the download could not be bounded: refused`);

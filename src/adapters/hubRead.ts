@@ -6,7 +6,7 @@
 // at the address that was checked. The hub's token, when there is one, goes to the hub's own origin
 // only: a redirect to another host (the CDN) never carries it, and no message names it.
 import type { ByteSource } from './gguf.js';
-import { ask, byteCount, contentRange, discard, HubError, networkError, PinnedHosts, shown, statusError, systemResolve, type ResolveHost } from './hubDownload.js';
+import { ask, byteCount, contentRange, discard, HubError, networkError, PinnedHosts, shown, statusError, systemResolve, tokenScope, type ResolveHost } from './hubDownload.js';
 
 /** How one read reaches the hub. */
 export interface HubAccess {
@@ -58,8 +58,6 @@ function nextLink(link: string | null, base: URL): URL | null {
   return match?.[1] ? new URL(match[1], base) : null;
 }
 
-const bearer = (access: HubAccess): Record<string, string> | undefined => (access.token ? { authorization: `Bearer ${access.token}` } : undefined);
-
 /** The URL of a repository's tree at `revision` (every segment escaped). */
 export function treeUrl(hub: string, repo: string, revision: string): URL {
   const base = hub.endsWith('/') ? hub : `${hub}/`;
@@ -83,7 +81,7 @@ export async function listHubTree(access: HubAccess, repo: string, revision: str
     let page: URL | null = treeUrl(access.hub, repo, revision);
     for (let count = 0; page !== null; count += 1) {
       if (count >= MAX_TREE_PAGES) throw new HubError('http_status', `${shown(treeUrl(access.hub, repo, revision))}: more than ${MAX_TREE_PAGES} pages`);
-      const { response, url } = await ask(page.href, 'GET', { accept: 'application/json' }, pinned, access.signal, { hub, ...scope(access) });
+      const { response, url } = await ask(page.href, 'GET', { accept: 'application/json' }, pinned, access.signal, { hub, ...tokenScope(access.token) });
       if (!response.ok) {
         await discard(response);
         throw statusError(response, url, page);
@@ -115,11 +113,6 @@ export async function listHubTree(access: HubAccess, repo: string, revision: str
   }
 }
 
-const scope = (access: HubAccess) => {
-  const headers = bearer(access);
-  return headers ? { originHeaders: headers } : {};
-};
-
 /** A hub file opened for range reads: its size, a ByteSource over it, and the bytes received so far. */
 export interface HubRangeFile extends ByteSource {
   size: number;
@@ -139,7 +132,7 @@ export async function openHubRange(access: HubAccess, url: URL): Promise<HubRang
   const hub = new URL(access.hub);
   const pinned = new PinnedHosts(access.resolveHost ?? systemResolve);
   try {
-    const head = await ask(url.href, 'HEAD', { 'accept-encoding': 'identity' }, pinned, access.signal, { hub, ...scope(access) });
+    const head = await ask(url.href, 'HEAD', { 'accept-encoding': 'identity' }, pinned, access.signal, { hub, ...tokenScope(access.token) });
     await discard(head.response);
     if (!head.response.ok) throw statusError(head.response, head.url, url);
     const size = head.linked.size ?? byteCount(head.response.headers.get('content-length'));
@@ -153,7 +146,7 @@ export async function openHubRange(access: HubAccess, url: URL): Promise<HubRang
       async read(buffer, offset, length, position) {
         if (length <= 0 || position >= size) return { bytesRead: 0 };
         const end = Math.min(position + length, size) - 1;
-        const { response, url: answered } = await ask(where.href, 'GET', { 'accept-encoding': 'identity', range: `bytes=${position}-${end}` }, pinned, access.signal, { hub, ...scope(access) });
+        const { response, url: answered } = await ask(where.href, 'GET', { 'accept-encoding': 'identity', range: `bytes=${position}-${end}` }, pinned, access.signal, { hub, ...tokenScope(access.token) });
         if (response.status === 206) {
           const range = contentRange(response.headers.get('content-range'));
           if (range?.start !== position) {

@@ -1,11 +1,14 @@
 // The state directory's file discipline (CONTRACT section 2): every write is atomic (temp file in
 // the same folder, fsync, rename, fsync of the folder), files are 0600 and folders 0700, and a file
 // that cannot be read or parsed stops the start with a message naming it. Nothing here ever
-// replaces a damaged file with defaults.
-import { statSync } from 'node:fs';
+// replaces a damaged file with defaults. Downloaded files (the prompt enhancer store, pulled
+// models) land in folders made here, never through a symlink below their root, and a verified file
+// one of them holds is shared with the other as a hard link (linkOrCopy), not downloaded twice.
+import { createReadStream, createWriteStream, statSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm, chmod } from 'node:fs/promises';
+import { link, lstat, mkdir, open, readFile, rename, rm, chmod } from 'node:fs/promises';
 import path from 'node:path';
+import { pipeline } from 'node:stream/promises';
 
 export const FILE_MODE = 0o600;
 export const DIR_MODE = 0o700;
@@ -24,6 +27,62 @@ export class StateFileError extends Error {
 export async function ensurePrivateDir(dir: string): Promise<void> {
   await mkdir(dir, { recursive: true, mode: DIR_MODE });
   await chmod(dir, DIR_MODE);
+}
+
+/**
+ * Makes the folders of `relative` below `root`, one by one (0700), each checked to be a plain
+ * folder: never a symlink or a file below `root` (root itself may be one, to put it on another
+ * disk). Returns the first path that is not a plain folder (nothing is written through it), or
+ * null once every folder is there.
+ */
+export async function makePrivateFolders(root: string, relative: string): Promise<string | null> {
+  let at = root;
+  for (const segment of relative.split(path.sep).filter((s) => s !== '' && s !== '.')) {
+    at = path.join(at, segment);
+    await mkdir(at, { mode: DIR_MODE }).catch((error: unknown) => {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    });
+    if (!(await lstat(at)).isDirectory()) return at;
+    await chmod(at, DIR_MODE);
+  }
+  return null;
+}
+
+/**
+ * Where another part of the service holds a complete file of this size and sha256 that it
+ * verified, its stamp unchanged since; null when it holds none. (The prompt enhancer store and the
+ * model pulls ask each other before they download.)
+ */
+export type VerifiedCopies = (file: { size: number; sha256: string }) => string | null;
+
+/** Why a hard link cannot be made where a copy can: another filesystem, or one without hard links. */
+const NO_LINK = new Set(['EXDEV', 'EPERM', 'EMLINK', 'ENOTSUP', 'EOPNOTSUPP']);
+
+/**
+ * Puts the regular file `from` at `to` through a temp name beside `to` and a rename, so `to` is
+ * never half there: a hard link (the same bytes, no room taken, nothing read), or a copy (0600)
+ * where no link can be made (another filesystem), `beforeCopy` asked first with the bytes it takes
+ * (it rejects when the disk has no room). Returns which; a failure or an abort leaves no temp file.
+ */
+export async function linkOrCopy(from: string, to: string, options: { signal?: AbortSignal; beforeCopy?: (bytes: number) => Promise<void> } = {}): Promise<'linked' | 'copied'> {
+  const info = await lstat(from);
+  if (!info.isFile()) throw new Error(`${from} is not a regular file: it is not linked`);
+  const temp = path.join(path.dirname(to), `.${path.basename(to)}.${randomBytes(6).toString('hex')}.tmp`);
+  try {
+    let how: 'linked' | 'copied' = 'linked';
+    await link(from, temp).catch(async (error: unknown) => {
+      if (!NO_LINK.has((error as NodeJS.ErrnoException).code ?? '')) throw error;
+      how = 'copied';
+      await options.beforeCopy?.(info.size);
+      const copy = createWriteStream(temp, { flags: 'wx', mode: FILE_MODE, flush: true });
+      await pipeline(createReadStream(from), copy, options.signal ? { signal: options.signal } : {});
+    });
+    await rename(temp, to);
+    return how;
+  } catch (error) {
+    await rm(temp, { force: true });
+    throw error;
+  }
 }
 
 async function fsyncDir(dir: string): Promise<void> {
@@ -97,6 +156,15 @@ export function fileStamp(file: string): string | undefined {
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw error;
+  }
+}
+
+/** Whether `file` still has the stamp it was verified with; a file that is gone or cannot be looked at has not. */
+export function stampUnchanged(file: string, stamp: string | null): boolean {
+  try {
+    return stamp !== null && fileStamp(file) === stamp;
+  } catch {
+    return false;
   }
 }
 

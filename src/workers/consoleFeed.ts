@@ -12,6 +12,8 @@
 //   image test without its image (`has_image` says whether there is one).
 // - `enhancers`: the prompt enhancers' installs (at most one every 250 ms while one downloads) and
 //   the last preview.
+// - `pulls`: the model pulls, as `GET /api/v1/model-pulls` (at most one every 250 ms while they
+//   download).
 // - `request`: each answered inference request (the recent-requests view; the snapshot sends the
 //   kept ones, oldest first).
 import { PassThrough } from 'node:stream';
@@ -39,7 +41,7 @@ export interface ConsoleFeedTiming {
 }
 
 export const CONSOLE_FEED_TIMING: ConsoleFeedTiming = { statusMs: 500, statusTickMs: 5_000, testMs: 50, keepAliveMs: 15_000 };
-/** At most one `enhancers` event this often while an install reports progress. */
+/** At most one `enhancers` (or `pulls`) event this often while an install (a pull) reports progress. */
 const ENHANCERS_MS = 250;
 
 /** What `GET /api/v1/prompt-enhancers` answers: each task's install and the last preview. */
@@ -113,6 +115,7 @@ export class ConsoleFeed {
   readonly #chatTest: Coalesced;
   readonly #imageTest: Coalesced;
   readonly #enhancers: Coalesced;
+  readonly #pulls: Coalesced;
   #lastAudio = '';
   #closed = false;
 
@@ -124,6 +127,7 @@ export class ConsoleFeed {
     this.#chatTest = new Coalesced(timing.testMs, () => this.#broadcast('chat-test', { job: service.chatTests.current() }));
     this.#imageTest = new Coalesced(timing.testMs, () => this.#broadcast('image-test', { job: imageTestView(service.imageTests.current()) }));
     this.#enhancers = new Coalesced(ENHANCERS_MS, () => this.#broadcast('enhancers', enhancersView(service)));
+    this.#pulls = new Coalesced(ENHANCERS_MS, () => this.#broadcast('pulls', { pulls: service.pulls.list() }));
   }
 
   /** Open streams (tests look at it). */
@@ -150,6 +154,7 @@ export class ConsoleFeed {
     stream.send('chat-test', { job: service.chatTests.current() });
     stream.send('image-test', { job: imageTestView(service.imageTests.current()) });
     stream.send('enhancers', enhancersView(service));
+    stream.send('pulls', { pulls: service.pulls.list() });
     for (const record of service.recent.list()) stream.send('request', record);
     this.#streams.add(stream);
     if (this.#streams.size === 1) this.#attach();
@@ -199,9 +204,10 @@ export class ConsoleFeed {
       this.#broadcast('actor', view);
       status();
     };
+    const pulls = () => this.#pulls.poke();
     const log = (line: ConsoleEvents['log']) => this.#broadcast('log', line);
     const request = (record: ConsoleEvents['request']) => this.#broadcast('request', record);
-    for (const c of [this.#status, this.#chatTest, this.#imageTest, this.#enhancers]) c.start();
+    for (const c of [this.#status, this.#chatTest, this.#imageTest, this.#enhancers, this.#pulls]) c.start();
     service.charts.on('actor', actor);
     service.logs.on('line', log);
     service.recent.on('request', request);
@@ -215,6 +221,7 @@ export class ConsoleFeed {
     // An install's progress; its end clears a blocker, which the status shows.
     service.enhancers.on('change', enhancers);
     service.enhancerPreviews.on('change', enhancers);
+    service.pulls.on('change', pulls);
     const tick = setInterval(status, this.timing.statusTickMs);
     this.#detach.push(
       () => service.charts.off('actor', actor),
@@ -229,9 +236,10 @@ export class ConsoleFeed {
       () => service.imageTests.off('change', imageTest),
       () => service.enhancers.off('change', enhancers),
       () => service.enhancerPreviews.off('change', enhancers),
+      () => service.pulls.off('change', pulls),
       () => clearInterval(tick),
       () => {
-        for (const c of [this.#status, this.#chatTest, this.#imageTest, this.#enhancers]) c.stop();
+        for (const c of [this.#status, this.#chatTest, this.#imageTest, this.#enhancers, this.#pulls]) c.stop();
       },
     );
   }

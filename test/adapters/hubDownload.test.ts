@@ -8,7 +8,7 @@ import { createServer } from 'node:net';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
-import { downloadHubFile, etagSha256, HubError, probeHubFile, reachOf, redirectProblem, type DownloadOptions } from '../../src/adapters/hubDownload.js';
+import { downloadHubFile, etagSha256, HubError, probeHubFile, reachOf, redirectProblem, tokenScope, type DownloadOptions } from '../../src/adapters/hubDownload.js';
 import { freePort, tempDir } from '../helpers/build.js';
 import { startHub, type Hub, type HubFileEntry } from '../helpers/hub.js';
 
@@ -104,6 +104,28 @@ t.test('probing reads the linked headers of the redirect, else Content-Length', 
   t.match(await hubError(probeHubFile(file.url)), { code: 'http_status', message: /answered 404/ });
   t.equal(etagSha256('"abc"'), null, 'a git etag (not a sha256) is no sha256');
   t.equal(etagSha256(null), null);
+});
+
+t.test('the hub token goes to the hub origin only: never to the CDN a redirect names', async (t) => {
+  const { hub, bytes, file, dest } = await setUp(t, 200_000);
+  const token = 'hf_adapter_token_0123456789';
+  hub.gate(REPO, token);
+  const port = new URL(hub.url).port;
+  // The CDN is another origin of the same server, as the real hub's CDN is another host.
+  hub.options.cdnOrigin = `http://localhost:${port}`;
+  t.match(await hubError(probeHubFile(file.url)), { code: 'http_status', message: /answered 401/ }, 'a gated file without the token');
+  t.match(await hubError(download(file, dest).result), { code: 'http_status', message: /answered 401/ });
+
+  hub.requests.length = 0;
+  t.same(await probeHubFile(file.url, undefined, undefined, tokenScope(token)), { size: 200_000, sha256: file.sha256 }, 'the probe with the token');
+  t.same(await download(file, dest, { scope: tokenScope(token) }).result, { size: 200_000, sha256: file.sha256, bytes: 200_000 }, 'the download with it');
+  t.ok((await readFile(dest)).equals(bytes));
+  const toHub = hub.requests.filter((r) => r.host === `127.0.0.1:${port}`);
+  const toCdn = hub.requests.filter((r) => r.host === `localhost:${port}`);
+  t.same(toHub.map((r) => r.method), ['HEAD', 'GET'], 'the hub was asked by the probe and the download');
+  t.ok(toHub.every((r) => r.authorization === `Bearer ${token}`), 'each with the token');
+  t.same(toCdn.map((r) => [r.method, r.authorization]), [['HEAD', undefined], ['GET', undefined]], 'the CDN got neither request with it');
+  t.same(tokenScope(undefined), {}, 'no token, no header');
 });
 
 t.test('a cut connection leaves a partial that the next call resumes with Range', async (t) => {

@@ -1,7 +1,8 @@
 // GET /api/v1/events: the console's server-sent events. A snapshot on connect (status, audio
-// policy, every actor, the recent log lines, both test jobs), then the changes, coalesced; the
-// sources are let go once the last stream has gone, a shutdown ends open streams, and the stream
-// is neither inference traffic nor open to a caller without a session.
+// policy, every actor, the recent log lines, both test jobs, the enhancers and the model pulls),
+// then the changes, coalesced; the sources are let go once the last stream has gone, a shutdown
+// ends open streams, and the stream is neither inference traffic nor open to a caller without a
+// session.
 import { chmod, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -78,6 +79,7 @@ const listenerCounts = (b: Built) => ({
   chatTest: b.service.chatTests.listenerCount('change'),
   imageTest: b.service.imageTests.listenerCount('change'),
   enhancers: b.service.enhancers.listenerCount('change'),
+  pulls: b.service.pulls.listenerCount('change'),
 });
 
 t.test('the snapshot on connect, then the changes', async (t) => {
@@ -89,15 +91,16 @@ t.test('the snapshot on connect, then the changes', async (t) => {
   t.equal(stream.response.headers.get('x-accel-buffering'), 'no');
   t.equal(stream.response.headers.get('cache-control'), 'no-cache');
 
-  await stream.next('the snapshot', (f) => f.event === 'enhancers');
+  await stream.next('the snapshot', (f) => f.event === 'pulls');
   const names = stream.frames.map((f) => f.event);
   const actors = names.filter((n) => n === 'actor').length;
   const logs = names.filter((n) => n === 'log').length;
   t.same(names.slice(0, 2), ['status', 'audio-policy']);
   t.equal(actors, 10, 'one actor event per actor');
   t.ok(logs >= 1 && logs <= 200, `the recent log lines (${logs})`);
-  t.same(names.slice(2 + actors + logs), ['chat-test', 'image-test', 'enhancers'], 'then both test jobs and the enhancers');
-  t.match(stream.frames.at(-1)?.data, { t2i: { state: 'not_installed' }, i2i: { state: 'not_installed' }, preview: null });
+  t.same(names.slice(2 + actors + logs), ['chat-test', 'image-test', 'enhancers', 'pulls'], 'then both test jobs, the enhancers and the model pulls');
+  t.match(stream.frames.at(-2)?.data, { t2i: { state: 'not_installed' }, i2i: { state: 'not_installed' }, preview: null });
+  t.same(stream.frames.at(-1)?.data, { pulls: [] });
   t.match(stream.frames[0]?.data, { status: 'stopped', counters: { requests: 0 } });
   t.match(stream.frames[1]?.data, { settings: [{ kind: 'tts', mode: 'auto' }, { kind: 'stt', mode: 'auto' }] });
   t.same(
@@ -105,8 +108,8 @@ t.test('the snapshot on connect, then the changes', async (t) => {
     ['audioPolicy.stt', 'audioPolicy.tts', 'chatWorker', 'enhancerWorker', 'imageWorker', 'listener', 'queue', 'sttWorker', 'supervisor', 'ttsWorker'],
   );
   t.ok(stream.frames.some((f) => f.event === 'log' && (f.data as LogLineView).msg === 'before the stream'));
+  t.same(stream.frames.at(-4)?.data, { job: null });
   t.same(stream.frames.at(-3)?.data, { job: null });
-  t.same(stream.frames.at(-2)?.data, { job: null });
 
   const seen = stream.frames.length;
   await b.startEndpoint();
@@ -185,7 +188,7 @@ t.test('a client that goes away leaves no listener, no timer and no inference co
   await second.next('the second snapshot', (f) => f.event === 'image-test');
   t.equal(b.service.consoleFeed.size, 2);
   const during = listenerCounts(b);
-  t.same(during, { ...before, actor: before.actor + 1, line: before.line + 1, counters: before.counters + 1, created: before.created + 1, profile: before.profile + 1, publication: before.publication + 1, chatTest: before.chatTest + 1, imageTest: before.imageTest + 1, enhancers: before.enhancers + 1 }, 'one listener per source, however many streams');
+  t.same(during, { ...before, actor: before.actor + 1, line: before.line + 1, counters: before.counters + 1, created: before.created + 1, profile: before.profile + 1, publication: before.publication + 1, chatTest: before.chatTest + 1, imageTest: before.imageTest + 1, enhancers: before.enhancers + 1, pulls: before.pulls + 1 }, 'one listener per source, however many streams');
   first.close();
   await until('the first stream gone', async () => (b.service.consoleFeed.size === 1 ? true : undefined));
   t.same(listenerCounts(b), during, 'the second stream still holds the sources');

@@ -1,10 +1,10 @@
 // CONTRACT section 2: atomic writes, private modes, and damaged files reported by name.
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { EndpointStore } from '../../src/store/endpoint.js';
-import { ensurePrivateDir, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from '../../src/store/files.js';
+import { ensurePrivateDir, linkOrCopy, makePrivateFolders, readJsonFile, StateFileError, WriteQueue, writeJsonAtomic } from '../../src/store/files.js';
 import { normalisePublished } from '../../src/store/profiles.js';
 import { MIN_TOKEN_LENGTH, newApiToken, SecretStore, WeakSecretError } from '../../src/store/secrets.js';
 import { tempDir } from '../helpers/build.js';
@@ -175,4 +175,43 @@ t.test('a first-start API token has at least 32 characters and no whitespace; an
   const stored = await tempDir(t);
   await SecretStore.open(stored, { token: 'c'.repeat(40) });
   t.ok((await SecretStore.open(stored, { token: 'x' })).store.tokenMatches('c'.repeat(40)), 'once a token is stored, the variable is not read, so it is not checked either');
+});
+
+t.test('private folders are made one by one, never through a symlink', async (t) => {
+  const root = await tempDir(t);
+  t.equal(await makePrivateFolders(root, path.join('a', 'b', 'c')), null);
+  for (const folder of ['a', 'a/b', 'a/b/c']) t.equal((await stat(path.join(root, folder))).mode & 0o777, 0o700, folder);
+  const elsewhere = await tempDir(t);
+  await symlink(elsewhere, path.join(root, 'link'));
+  t.equal(await makePrivateFolders(root, path.join('link', 'x')), path.join(root, 'link'), 'the symlink is named, not entered');
+  t.same(await readdir(elsewhere), []);
+});
+
+t.test('a verified file is shared as a hard link, or copied across filesystems; never half there', async (t) => {
+  const dir = await tempDir(t);
+  const from = path.join(dir, 'from.gguf');
+  await writeFile(from, Buffer.alloc(100_000, 3), { mode: 0o600 });
+  const to = path.join(dir, 'to.gguf');
+  t.equal(await linkOrCopy(from, to), 'linked');
+  t.equal((await stat(to)).ino, (await stat(from)).ino, 'one file, two names');
+  t.same((await readdir(dir)).sort(), ['from.gguf', 'to.gguf'], 'no temp file left');
+
+  // /dev/shm is a tmpfs: another filesystem than the temp folder's, where no hard link can go.
+  const shm = await mkdtemp('/dev/shm/sd-test-');
+  t.teardown(() => rm(shm, { recursive: true, force: true }));
+  t.not((await stat(shm)).dev, (await stat(dir)).dev, 'the two folders are on two filesystems');
+  const asked: number[] = [];
+  const copied = path.join(shm, 'copy.gguf');
+  t.equal(await linkOrCopy(from, copied, { beforeCopy: async (bytes) => void asked.push(bytes) }), 'copied');
+  t.same(asked, [100_000], 'the room for the copy was asked first');
+  t.ok((await readFile(copied)).equals(await readFile(from)));
+  t.equal((await stat(copied)).mode & 0o777, 0o600);
+  const full = path.join(shm, 'full.gguf');
+  await t.rejects(linkOrCopy(from, full, { beforeCopy: async () => Promise.reject(new Error('no room')) }), /no room/);
+  t.same((await readdir(shm)).sort(), ['copy.gguf'], 'a refused copy leaves nothing');
+  const aborted = AbortSignal.abort();
+  await t.rejects(linkOrCopy(from, full, { signal: aborted }));
+  t.same((await readdir(shm)).sort(), ['copy.gguf'], 'nor does an aborted one');
+  await symlink(from, path.join(dir, 'link.gguf'));
+  await t.rejects(linkOrCopy(path.join(dir, 'link.gguf'), path.join(dir, 'x.gguf')), /not a regular file/, 'a symlink is not followed');
 });

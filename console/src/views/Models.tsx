@@ -312,15 +312,14 @@ const PULL_TONE: Record<PullView['state'], 'ok' | 'warn' | 'bad' | 'idle'> = { d
 /** How far a pull is, in words: waiting for a slot, or percent, bytes and rate. */
 function progressText(pull: PullView, percent: number | null): string {
   if (pull.waiting) return 'waiting for a download slot';
-  const amount = pull.bytes_total === null ? bytes(pull.bytes_done) : `${bytes(pull.bytes_done)} of ${bytes(pull.bytes_total)}`;
   const rate = pull.rate_bytes_per_s === null ? '' : ` · ${bytes(pull.rate_bytes_per_s)}/s`;
-  return `${percent === null ? '' : `${percent}% · `}${amount}${rate}`;
+  return `${percent === null ? '' : `${percent}% · `}${bytes(pull.bytes_done)} of ${bytes(pull.bytes_total)}${rate}`;
 }
 
 function PullItem(props: { pull: PullView; onChanged: (pull: PullView) => void; onCreate: (source: Source) => void }) {
   const { pull } = props;
   const [cancelError, setCancelError] = useState<string | null>(null);
-  const percent = pull.bytes_total ? Math.min(100, Math.floor((pull.bytes_done * 100) / pull.bytes_total)) : null;
+  const percent = pull.bytes_total > 0 ? Math.min(100, Math.floor((pull.bytes_done * 100) / pull.bytes_total)) : null;
   const text = progressText(pull, percent);
   return (
     <li data-pull={pull.id} class="pull">

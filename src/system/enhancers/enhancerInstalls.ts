@@ -7,10 +7,12 @@
 // removes the partial files, and the complete files that the other task does not use. Where an
 // install stands is kept in `install.json`: a restart in the middle leaves `failed` with
 // "interrupted by a restart", and installing again resumes from the partial file. Only
-// `installed.json`, written last, makes a task installed.
+// `installed.json`, written last, makes a task installed. A file a model pull already holds,
+// verified (the same size and sha256), is hard-linked into the store instead of downloaded again;
+// the hub's token, when the service has one for this hub, goes to the hub's origin only.
 import { rm, stat } from 'node:fs/promises';
 import { EventEmitter } from 'eventemitter3';
-import { downloadHubFile, HubError, probeHubFile, type HubFile } from '../../adapters/hubDownload.js';
+import { downloadHubFile, HubError, probeHubFile, tokenScope, type AskScope, type HubFile } from '../../adapters/hubDownload.js';
 import {
   ENHANCER_TASKS,
   installFile,
@@ -24,7 +26,7 @@ import {
   type Recipes,
   type StoreKey,
 } from '../../store/enhancers.js';
-import { ensurePrivateDir, readJsonFile, writeJsonAtomic } from '../../store/files.js';
+import { ensurePrivateDir, linkOrCopy, readJsonFile, writeJsonAtomic, type VerifiedCopies } from '../../store/files.js';
 import { EnhancerStore, type Verified } from './enhancerStore.js';
 import type { Logger } from '../observe/log.js';
 
@@ -118,6 +120,8 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     private readonly room: FreeSpace,
     private readonly log: Logger,
     private readonly store: EnhancerStore,
+    private readonly scope: AskScope,
+    private readonly shared: VerifiedCopies | undefined,
   ) {
     super();
   }
@@ -126,11 +130,21 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
    * Moves an install of the layout before the store into it, then reads where each task stands; an
    * install a restart cut off becomes `failed`, resumable.
    */
-  static async open(options: { dir: string; recipes: Recipes; hub: string; room: FreeSpace; log: Logger }): Promise<EnhancerInstalls> {
+  static async open(options: {
+    dir: string;
+    recipes: Recipes;
+    hub: string;
+    room: FreeSpace;
+    log: Logger;
+    /** Sent as `Authorization: Bearer` to the hub's origin only (gated repositories). */
+    token?: string | undefined;
+    /** Verified files held elsewhere (the model pulls), linked instead of downloaded. */
+    shared?: VerifiedCopies;
+  }): Promise<EnhancerInstalls> {
     await ensurePrivateDir(options.dir);
     const store = await EnhancerStore.open(options.dir);
     await store.migrate(options.recipes, options.log);
-    const installs = new EnhancerInstalls(options.dir, options.recipes, options.hub, options.room, options.log, store);
+    const installs = new EnhancerInstalls(options.dir, options.recipes, options.hub, options.room, options.log, store, tokenScope(options.token), options.shared);
     for (const task of ENHANCER_TASKS) {
       const recipe = options.recipes[task];
       const view: InstallView = { repo: recipe.repo, state: 'not_installed', bytes_done: 0, bytes_total: null, error: null, file: null };
@@ -158,6 +172,11 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     return installs;
   }
 
+  /** A verified file of the store with this size and sha256 (VerifiedCopies: a model pull links it instead of downloading). */
+  verifiedCopy(file: { size: number; sha256: string }): string | null {
+    return this.store.verifiedCopy(file);
+  }
+
   view(): Record<EnhancerTask, InstallView> {
     return { t2i: { ...this.#views.get('t2i')! }, i2i: { ...this.#views.get('i2i')! } };
   }
@@ -182,7 +201,7 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     const files: InstallPlan['files'] = [];
     let hubError: string | null = null;
     for (const file of recipe.files) {
-      const probe = await probeHubFile(urlOf(this.hub, recipe, file.path), signal).catch((error: unknown) => {
+      const probe = await probeHubFile(urlOf(this.hub, recipe, file.path), signal, undefined, this.scope).catch((error: unknown) => {
         if (!(error instanceof HubError) || error.code === 'cancelled' || signal?.aborted) throw error;
         hubError ??= `${file.path}: ${error.message}`;
         return { size: null };
@@ -264,6 +283,33 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
     return done;
   }
 
+  /**
+   * The file linked into the store from a verified copy held elsewhere (a model pull of the same
+   * size and sha256), recorded as verified; null when there is none, or it could not be linked
+   * (then it is downloaded). A copy, where no link can be made, first asks for room.
+   */
+  async #fromShared(key: StoreKey, dest: string, hub: HubFile, signal: AbortSignal): Promise<Verified | null> {
+    if (hub.size === null || hub.sha256 === null || !this.shared) return null;
+    const verified = { size: hub.size, sha256: hub.sha256 };
+    const copy = this.shared(verified);
+    if (copy === null) return null;
+    const folder = storeDir(this.dir);
+    const beforeCopy = async (bytes: number) => {
+      const free = await this.room(folder);
+      if (free !== null && free < bytes + DISK_MARGIN_BYTES) throw new HubError('disk_full', `not enough free disk space in ${folder} to copy ${copy}: ${gib(bytes + DISK_MARGIN_BYTES)} needed, ${gib(free)} free`);
+    };
+    try {
+      const how = await linkOrCopy(copy, dest, { signal, beforeCopy });
+      await this.store.record(key, dest, verified);
+      this.log.info({ file: `${key.repo}/${key.path}`, from: copy, how }, 'prompt enhancer file taken from a model pull: nothing downloaded');
+      return verified;
+    } catch (error) {
+      if (signal.aborted) throw error;
+      this.log.warn({ err: error, file: `${key.repo}/${key.path}`, from: copy }, 'prompt enhancer file not taken from a model pull: it is downloaded');
+      return null;
+    }
+  }
+
   async #run(task: EnhancerTask, signal: AbortSignal): Promise<void> {
     const recipe = this.recipes[task];
     const folder = storeDir(this.dir);
@@ -275,7 +321,7 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
       await rm(installedFile(this.dir, task), { force: true });
       // What the hub says of each file: the total, and the sizes the download is checked against.
       const probes: HubFile[] = [];
-      for (const file of recipe.files) probes.push(await probeHubFile(urlOf(this.hub, recipe, file.path), signal));
+      for (const file of recipe.files) probes.push(await probeHubFile(urlOf(this.hub, recipe, file.path), signal, undefined, this.scope));
       // Without a stated size a download cannot be bounded: nothing is fetched.
       const unsized = recipe.files.filter((_, i) => probes[i]?.size === null).map((f) => f.path);
       if (unsized.length > 0) throw new HubError('size_unknown', `the hub states no size for ${unsized.join(', ')} (neither X-Linked-Size nor Content-Length): the install is refused, since its download could not be bounded`);
@@ -287,7 +333,7 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
       for (const [i, file] of recipe.files.entries()) {
         const key = { repo: recipe.repo, revision: recipe.revision, path: file.path };
         const dest = await this.store.place(key);
-        const kept = await this.store.verified(key, dest, probes[i]!, signal, () => this.#set(task, { file: file.path }, false));
+        const kept = (await this.store.verified(key, dest, probes[i]!, signal, () => this.#set(task, { file: file.path }, false))) ?? (await this.#fromShared(key, dest, probes[i]!, signal));
         if (kept) await rm(`${dest}.part`, { force: true });
         already += kept ? kept.size : await sizeOf(`${dest}.part`);
         plan.push({ file, key, dest, kept });
@@ -319,6 +365,7 @@ export class EnhancerInstalls extends EventEmitter<{ change: [] }> {
           url: urlOf(this.hub, recipe, file.path),
           dest,
           signal,
+          scope: this.scope,
           checkRoom,
           onProgress: (done) => this.#set(task, { bytes_done: before + done }, false),
         });

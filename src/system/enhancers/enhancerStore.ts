@@ -17,7 +17,7 @@
 //   removed when both records give the same sha256. What cannot be moved stays, and is read where
 //   it is.
 import { createHash } from 'node:crypto';
-import { chmod, lstat, mkdir, rename, rm, rmdir } from 'node:fs/promises';
+import { lstat, rename, rm, rmdir } from 'node:fs/promises';
 import path from 'node:path';
 import { hashPrefix, HubError, type HubFile } from '../../adapters/hubDownload.js';
 import {
@@ -35,7 +35,7 @@ import {
   type StoreKey,
   type StoredFile,
 } from '../../store/enhancers.js';
-import { DIR_MODE, ensurePrivateDir, fileStamp, writeJsonAtomic } from '../../store/files.js';
+import { ensurePrivateDir, fileStamp, makePrivateFolders, stampUnchanged, writeJsonAtomic } from '../../store/files.js';
 import type { Logger } from '../observe/log.js';
 
 /** What a verified file is: its size and sha256. */
@@ -69,15 +69,8 @@ export class EnhancerStore {
     if (file === null || inside === null || inside === '' || inside.startsWith('..') || path.isAbsolute(inside)) {
       throw new HubError('unsafe_path', `the recipe file ${JSON.stringify(key.path)} of ${key.repo} at ${JSON.stringify(key.revision)} would not land inside ${root}: refused`);
     }
-    let at = root;
-    for (const segment of path.dirname(inside).split(path.sep).filter((s) => s !== '.')) {
-      at = path.join(at, segment);
-      await mkdir(at, { mode: DIR_MODE }).catch((error: unknown) => {
-        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      });
-      if (!(await lstat(at)).isDirectory()) throw new HubError('unsafe_path', `${at} is not a folder (a symlink or a file): the store is not written through it`);
-      await chmod(at, DIR_MODE);
-    }
+    const blocked = await makePrivateFolders(root, path.dirname(inside));
+    if (blocked !== null) throw new HubError('unsafe_path', `${blocked} is not a folder (a symlink or a file): the store is not written through it`);
     return file;
   }
 
@@ -114,6 +107,16 @@ export class EnhancerStore {
 
   get(key: StoreKey): StoredFile | undefined {
     return this.entries.find((e) => sameKey(e, key));
+  }
+
+  /** A stored file of this size and sha256 on its record, its stamp unchanged since it was verified (VerifiedCopies); null when none is. */
+  verifiedCopy(file: { size: number; sha256: string }): string | null {
+    for (const entry of this.entries) {
+      if (entry.sha256 !== file.sha256 || entry.size !== file.size) continue;
+      const stored = storedPath(this.dir, entry);
+      if (stored !== null && stampUnchanged(stored, entry.stamp)) return stored;
+    }
+    return null;
   }
 
   /**

@@ -8,6 +8,8 @@ export type { EndpointStatus } from './status.js';
 export type { SupervisedWorker } from './diagnostics.js';
 export type { AudioPolicyView } from '../audioPolicy.js';
 export type { InstallPlan, InstallView } from '../enhancers/enhancerInstalls.js';
+export type { PullView } from '../models/modelPulls.js';
+import type { PullView } from '../models/modelPulls.js';
 export type { ChatTestJob } from '../../workers/chat/chatTests.js';
 export type { ImageTestJob } from '../../workers/image/imageTests.js';
 export type { EnhancerPreview } from '../../workers/enhancer/enhancerPreviews.js';
@@ -165,6 +167,8 @@ export interface ConsoleEvents {
   'image-test': { job: unknown };
   /** The prompt enhancers' installs, as `GET /api/v1/prompt-enhancers` (progress included). */
   enhancers: unknown;
+  /** The model pulls, as `GET /api/v1/model-pulls` (progress included). */
+  pulls: { pulls: PullView[] };
   /** One answered inference request (the snapshot sends the recent ones, oldest first). */
   request: RecentRequestView;
 }
