@@ -1,6 +1,6 @@
 // The `service-deck` command (CONTRACT section 1): serve, demo, set-password, rotate-token,
 // rotate-metrics-token, install/update (the installation step: the inference port range, spec 8),
-// and the admin commands status, profiles, enhancers and extensions, which talk to the
+// and the admin commands status, profiles, enhancers, extensions and models, which talk to the
 // running service on loopback or read the state directory of a stopped one (src/cli/). Every
 // command names the state directory it acted on; a bad option, command or argument prints the
 // usage on stderr and exits 2.
@@ -47,8 +47,20 @@ commands:
   extensions enable <name>             turn an extension on (from the next request, kept across
                                        restarts)
   extensions disable <name>            turn an extension off again
-  Changing profiles, enhancers and extensions needs the running service; status, profiles list
-  and show, and extensions list also read the state directory of a stopped one.
+  models [list]                        the model files in the model folders: size, format, facts
+                                       and the memory forecast
+  models hub <owner/name> [--revision R] [--forecast PATH]
+                                       a hub repository's files with their sizes, or one file's
+                                       facts and forecast from its header (no download)
+  models pull <owner/name> <path> [--revision R]
+                                       download a file into the model folder in the service and
+                                       follow it (Ctrl-C stops following; the download goes on)
+  models profile <file> --name N [--context C]
+                                       make an unpublished profile of a listed file: chat for a
+                                       GGUF (the largest context that fits), stt for whisper
+  models cancel <pull id>              stop a running pull (its partial file is removed)
+  Changing profiles, enhancers, extensions and models needs the running service; status,
+  profiles list and show, and extensions list also read the state directory of a stopped one.
 
 options:
   --state-dir DIR    state directory (default $SERVICE_DECK_STATE_DIR or ~/.local/state/service-deck)
@@ -59,10 +71,15 @@ options:
                      range, else $SERVICE_DECK_API_PORTS, else 1024-65535)
   --api-port PORT    inference port of the first start (default $SERVICE_DECK_API_PORT or 8120);
                      later starts keep the port saved in endpoint.json (install and update save it)
-  --json             status, profiles, enhancers and extensions: JSON on stdout
+  --json             status, profiles, enhancers, extensions and models: JSON on stdout
   --file FILE        profiles create and edit: the profile as JSON (- for standard input)
-  --password-stdin   status, profiles, enhancers and extensions: read the operator password from
-                     stdin (else $SERVICE_DECK_ADMIN_PASSWORD, else asked on a terminal)
+  --password-stdin   status, profiles, enhancers, extensions and models: read the operator
+                     password from stdin (else $SERVICE_DECK_ADMIN_PASSWORD, else asked on a
+                     terminal)
+  --revision R       models hub and pull: the branch or commit (default main)
+  --forecast PATH    models hub: the facts and forecast of this file of the repository
+  --name N           models profile: the profile's name, the one clients ask for
+  --context C        models profile: the context in tokens (default: the largest that fits)
   -h, --help         this text
 `;
 
@@ -86,6 +103,10 @@ function parse(argv: string[]) {
         json: { type: 'boolean' },
         'password-stdin': { type: 'boolean' },
         file: { type: 'string' },
+        revision: { type: 'string' },
+        forecast: { type: 'string' },
+        name: { type: 'string' },
+        context: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -129,6 +150,9 @@ export async function main(argv: string[]): Promise<number> {
   if (command === undefined) throw new UsageError('no command given');
   const credential: CredentialSource = { passwordStdin: values['password-stdin'] ?? false, env: process.env };
   const json = values.json ?? false;
+  const modelOptions = { revision: values.revision, forecast: values.forecast, name: values.name, context: values.context };
+  const stray = Object.entries(modelOptions).find(([, value]) => value !== undefined)?.[0];
+  if (stray !== undefined && command !== 'models') throw new UsageError(`--${stray} belongs to the models command`);
   switch (command) {
     // The service's modules load only for the commands that need them: usage and help stay quick.
     case 'serve': {
@@ -198,6 +222,10 @@ export async function main(argv: string[]): Promise<number> {
     case 'extensions': {
       const { extensionsCommand } = await import('./cli/extensions.js');
       return extensionsCommand(configOf(options), rest, { json, credential });
+    }
+    case 'models': {
+      const { modelsCommand } = await import('./cli/models.js');
+      return modelsCommand(configOf(options), rest, { json, credential, ...modelOptions });
     }
     case 'profiles': {
       const { profilesCommand } = await import('./cli/profiles.js');

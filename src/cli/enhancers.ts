@@ -8,6 +8,7 @@ import type { InstallView } from '../system/enhancers/enhancerInstalls.js';
 import { ENHANCER_TASKS, type EnhancerTask } from '../store/enhancers.js';
 import type { AdminSession } from './admin.js';
 import { CliError, UsageError } from './errors.js';
+import { FOLLOW_INTERVAL_MS, pollUntil, untilCtrlC } from './follow.js';
 import type { CredentialSource } from './password.js';
 import { onTarget, targetLine, type Target } from './target.js';
 
@@ -15,9 +16,6 @@ export const ENHANCER_COMMANDS = ['list', 'install', 'cancel'] as const;
 type EnhancerCommand = (typeof ENHANCER_COMMANDS)[number];
 
 type Installs = Record<EnhancerTask, InstallView>;
-
-/** How often `install` asks where the download stands. */
-export const FOLLOW_INTERVAL_MS = 500;
 
 const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 
@@ -49,7 +47,7 @@ const installsOf = (session: AdminSession) => session.call<Installs>('GET', '/ap
  * Follows an install until it is no longer `installing`, printing a line when the file changes and
  * at each tenth of a file's bytes; stops early (null) when `stop` aborts.
  */
-export async function follow(
+export function follow(
   read: () => Promise<InstallView>,
   print: (line: string) => void,
   task: EnhancerTask,
@@ -57,44 +55,25 @@ export async function follow(
   intervalMs = FOLLOW_INTERVAL_MS,
 ): Promise<InstallView | null> {
   let last = '';
-  for (;;) {
-    const view = await read();
+  const show = (view: InstallView) => {
     const tenth = view.bytes_total ? Math.floor((10 * view.bytes_done) / view.bytes_total) : 0;
     const mark = `${view.state} ${view.file ?? ''} ${tenth}`;
     if (mark !== last) print(installLine(task, view));
     last = mark;
-    if (view.state !== 'installing') return view;
-    if (stop.aborted) return null;
-    await new Promise<void>((resolve) => {
-      // Each wait takes its abort listener away again: a long install polls hundreds of times.
-      const onAbort = () => (clearTimeout(timer), resolve());
-      const timer = setTimeout(() => {
-        stop.removeEventListener('abort', onAbort);
-        resolve();
-      }, intervalMs);
-      stop.addEventListener('abort', onAbort, { once: true });
-    });
-    if (stop.aborted) return null;
-  }
+  };
+  return pollUntil(read, show, (view) => view.state !== 'installing', stop, intervalMs);
 }
 
 async function install(session: AdminSession, task: EnhancerTask, print: (line: string) => void): Promise<number> {
   await session.call('POST', '/api/v1/prompt-enhancers/install', { task });
   // Ctrl-C ends the following, not the download: the session is closed and the command says so.
-  const stop = new AbortController();
-  const onSigint = () => stop.abort();
-  process.once('SIGINT', onSigint);
-  try {
-    const end = await follow(async () => (await installsOf(session))[task], print, task, stop.signal);
-    if (end === null) {
-      print(`stopped following; the install goes on in the service (service-deck enhancers shows it, service-deck enhancers cancel stops it)`);
-      return 130;
-    }
-    if (end.state === 'installed') return 0;
-    throw new CliError(`the ${task} install ended ${end.state}${end.error ? `: ${end.error}` : ''}`);
-  } finally {
-    process.off('SIGINT', onSigint);
+  const end = await untilCtrlC((stop) => follow(async () => (await installsOf(session))[task], print, task, stop));
+  if (end === null) {
+    print(`stopped following; the install goes on in the service (service-deck enhancers shows it, service-deck enhancers cancel stops it)`);
+    return 130;
   }
+  if (end.state === 'installed') return 0;
+  throw new CliError(`the ${task} install ended ${end.state}${end.error ? `: ${end.error}` : ''}`);
 }
 
 /** Checks the words after `enhancers`: the subcommand (list by default) and the task of install. */

@@ -10,50 +10,18 @@
 // cheap one; commands that do not depend on each other run side by side; the usage errors are
 // checked in this process, and three of them as processes.
 import { spawn } from 'node:child_process';
-import { randomBytes, scryptSync } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { chmod, cp, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import type { Test } from 'tap';
 import { build, freePort, PASSWORD, tempDir, type Built } from '../helpers/build.js';
+import { cheapPasswordCheck, cli, noStack, run } from '../helpers/cli.js';
 import { main } from '../../src/cli.js';
 import { UsageError } from '../../src/cli/errors.js';
-import { writeJsonAtomic } from '../../src/store/files.js';
 import { startHub } from '../helpers/hub.js';
 import { BIN } from '../helpers/spawn.js';
 import { until } from '../helpers/until.js';
-
-const ROOT = path.resolve(path.dirname(BIN), '..');
-
-interface Ran {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs a command to its end (at most 60 s) with only PATH, HOME and `env`; `input` is its standard input. */
-function run(t: Test, command: string[], env: NodeJS.ProcessEnv, input = ''): Promise<Ran> {
-  const [program = process.execPath, ...args] = command;
-  const child = spawn(program, args, { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, stdio: 'pipe' });
-  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-  t.teardown(() => {
-    clearTimeout(timer);
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));
-  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
-  child.stdin.end(input);
-  return new Promise((resolve) =>
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    }),
-  );
-}
-
-const cli = (t: Test, args: string[], env: NodeJS.ProcessEnv, input?: string) => run(t, [process.execPath, BIN, ...args], env, input);
 
 /** A runtime that is present (a script that is never run here). */
 async function fakeRuntime(dir: string): Promise<string> {
@@ -111,23 +79,6 @@ async function serviceWithProfiles(t: Test, hubUrl: string): Promise<{ b: Built;
   return { b, env: cliEnv, profiles: { chat: { ...chat, model }, voice, imageA, imageB } };
 }
 
-/**
- * Stores the operator password's scrypt hash at a lower cost (N = 2^10 instead of 2^15). The service
- * checks a password with the parameters its stored hash carries, so each command's login here still
- * goes through scrypt, in about 1 ms instead of 100 to 250 ms on 2 busy cores. The change ends the
- * sessions opened before it (a password change does), so the helper's own session logs in again.
- */
-async function cheapPasswordCheck(b: Built): Promise<void> {
-  const file = path.join(b.stateDir, 'secrets.json');
-  const secrets = JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>;
-  const salt = randomBytes(16);
-  const hash = scryptSync(PASSWORD, salt, 32, { N: 2 ** 10, r: 8, p: 1 });
-  secrets.passwordHash = ['scrypt', 2 ** 10, 8, 1, salt.toString('base64'), hash.toString('base64')].join('$');
-  await writeJsonAtomic(file, secrets);
-  await b.login();
-}
-
-const noStack = (t: Test, ran: Ran) => t.notMatch(ran.stdout + ran.stderr, /\n\s+at .+:\d+:\d+/, 'no stack trace');
 
 
 // What runs apart from the service below starts at once, beside its cases; the subtests at the end

@@ -4,7 +4,7 @@
 // layer on the GPUs (or the operator's), a whisper.cpp model an stt profile on whisper.cpp. A path
 // the listing does not have is refused however it points into the folders: outside them, through
 // `..`, through a symlinked folder, a text file, the second part of a split model. A hostile header
-// is a 422; nothing is created on any refusal.
+// or a whisper file that is none is a 422; nothing is created on any refusal.
 import { mkdir, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
@@ -91,6 +91,20 @@ t.test('on a large GPU and on a machine without one: the own context', async (t)
   }
 });
 
+t.test('when the GPUs cannot be probed: the operator gives the context, else 503', async (t) => {
+  const dir = await tempDir(t);
+  const model = await writeTinyModel(path.join(dir, 'tiny.gguf'));
+  const inventory = path.join(dir, 'gpus.json');
+  await writeFile(inventory, gpus(24_576));
+  const b = await build(t, { env: { SERVICE_DECK_MODEL_DIRS: dir, SERVICE_DECK_GPUS: inventory } });
+  // The simulated inventory is read again at each probe: a damaged one makes the probe fail.
+  await writeFile(inventory, '[{');
+  const res = await fromFile(b, { path: model, name: 'tiny' });
+  t.equal(res.status, 503);
+  t.match(((await res.json()) as ErrorBody).error, { type: 'server_error', code: 'gpu_probe_failed', message: new RegExp(`^No context can be chosen for ${model}: .+\\. Give the context yourself \\("context"\\)\\.$`) });
+  t.match((await (await fromFile(b, { path: model, name: 'tiny', context: 4096 })).json()) as Profile, { params: { context: 4096 } }, "the operator's context needs no probe");
+});
+
 t.test('a whisper.cpp model becomes an stt profile on whisper.cpp', async (t) => {
   const dir = await tempDir(t);
   const whisper = await writeTinyWhisper(path.join(dir, 'ggml-tiny.bin'));
@@ -118,6 +132,7 @@ t.test('only a file the listing has: outside, .., a symlinked folder, a text fil
   await writeFile(path.join(dir, 'notes.txt'), 'not a model');
   await writeFile(path.join(dir, 'weights.safetensors'), 'not read');
   await writeFile(path.join(dir, 'hostile.gguf'), hostileGguf());
+  await writeFile(path.join(dir, 'ggml-fake.bin'), 'not a whisper model');
   const parts = ['tiny-00001-of-00002.gguf', 'tiny-00002-of-00002.gguf'].map((name) => path.join(dir, name));
   const u16 = (value: number): GgufValue => ({ type: 'uint16', value });
   const base = tinyModel();
@@ -159,7 +174,11 @@ t.test('only a file the listing has: outside, .., a symlinked folder, a text fil
 
   const hostile = await fromFile(b, { path: path.join(dir, 'hostile.gguf'), name: 'x' });
   t.equal(hostile.status, 422);
-  t.match(((await hostile.json()) as ErrorBody).error, { code: 'model_unreadable', param: 'path', message: /hostile\.gguf cannot be read as a chat model: .*absurd tensor count/ });
+  t.match(((await hostile.json()) as ErrorBody).error, { code: 'model_unreadable', param: 'path', message: new RegExp(`^${path.join(dir, 'hostile.gguf')} cannot be read as a chat model: absurd tensor count ${2n ** 60n} at offset 8`) });
+
+  const fake = await fromFile(b, { path: path.join(dir, 'ggml-fake.bin'), name: 'x' });
+  t.equal(fake.status, 422);
+  t.match(((await fake.json()) as ErrorBody).error, { code: 'model_unreadable', param: 'path', message: `${path.join(dir, 'ggml-fake.bin')} cannot be read as a whisper model: not a whisper.cpp model (no ggml magic)` });
 
   t.same(await profileNames(b), [], 'no profile was created by a refusal');
   t.equal((await fromFile(b, { path: parts[0]!, name: 'split' })).status, 201, 'the first part of a split model names the model');

@@ -1,11 +1,11 @@
 // CONTRACT section 10, the models before a profile: the files in the operator's folders with their
 // facts and forecast, a hub repository's files, and a remote GGUF's facts and forecast read from
-// its header with range requests, before any download; the pulls of a hub's model file into
+// its header with range requests, before any download; then the pulls of a hub's model file into
 // `<state>/models` (202, followed in GET and the console's event stream), and their cancel; and a
-// profile made from a listed file (created as `POST /api/v1/profiles` creates one: unpublished,
-// the same checks). A repo, revision or path that is not a plain name (`..`, `.`, an empty
-// segment, an absolute path), or a pull of a file that is no model file, is refused before the hub
-// is asked; a hub that cannot be reached or refuses is a 502 that names its answer.
+// profile made of a listed file (created as `POST /api/v1/profiles` creates one: unpublished, the
+// same checks). A repo, revision or path that is not a plain name (`..`, `.`, an empty segment, an
+// absolute path), or a pull of a file that is no model file, is refused before the hub is asked; a
+// hub that cannot be reached or refuses is a 502 that names its answer.
 import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';

@@ -6,7 +6,8 @@
 // is cached by (path, size, mtime), so an unchanged file is read once; the forecast is made
 // afresh on each listing from the room probed then. A file that cannot be read shows its error
 // and stops nothing else. Split GGUFs (`-00001-of-00003.gguf`) are one model: the first part's
-// path, the parts' bytes summed, their headers merged.
+// path, the parts' bytes summed, their headers merged. `find` looks up one file by its listed path
+// with the same walk, for a profile made of it: a path the walk did not find is none.
 import { constants } from 'node:fs';
 import { open, readdir, stat } from 'node:fs/promises';
 import path from 'node:path';

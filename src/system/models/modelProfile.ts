@@ -20,6 +20,9 @@ export type FileProfileBody =
   | { name: string; category: 'chat'; params: { model: string; context: number } }
   | { name: string; category: 'stt'; params: { backend: 'whisper.cpp'; model: string } };
 
+/** The file's error, naming the file once (a header's error names it already). */
+const unreadable = (path: string, what: string, error: string) => errors.modelUnreadable(`${path} cannot be read as ${what}: ${error.startsWith(`${path}: `) ? error.slice(path.length + 2) : error}`);
+
 /**
  * The profile body a model file makes; an ApiError when it makes none: a path the listing of `dirs`
  * does not have (400), a format that makes no profile (400), a header that cannot be read (422),
@@ -33,11 +36,11 @@ export function fileProfile(entry: ModelFileEntry | null, request: FileProfileRe
   const { file, shape, room } = entry;
   if (file.format === 'unknown') throw errors.invalidValue('path', `${path} is no GGUF or whisper.cpp model: only GGUF and whisper files (ggml-*.bin) make profiles`);
   if (file.format === 'whisper') {
-    if (file.error !== null) throw errors.modelUnreadable(`${path} cannot be read: ${file.error}`);
+    if (file.error !== null) throw unreadable(path, 'a whisper model', file.error);
     if (context !== undefined) throw errors.invalidValue('context', 'a whisper model makes a transcription (stt) profile, which has no context');
     return { name, category: 'stt', params: { backend: 'whisper.cpp', model: path } };
   }
-  if (shape === null || file.facts === null) throw errors.modelUnreadable(`${path} cannot be read as a chat model: ${file.error ?? 'its header lacks what the memory check needs'}`);
+  if (shape === null || file.facts === null) throw unreadable(path, 'a chat model', file.error ?? 'its header lacks what the memory check needs');
   const own = file.facts.context_length;
   if (context !== undefined) {
     if (own !== null && context > own) throw errors.invalidValue('context', `${context} tokens is more than the model's own context of ${own} tokens`);
