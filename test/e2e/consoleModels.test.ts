@@ -72,15 +72,25 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   t.ok(localText.includes(`fits ${localView.forecast!.summary}`), `the marker "fits" and the sentence "${localView.forecast!.summary}"`);
   const hostileRow = page.locator(`tr[data-file="${path.join(models, 'hostile.gguf')}"]`);
   t.match(await hostileRow.locator('.error').textContent(), /tensor/i, 'the hostile file shows why it cannot be read');
-  t.equal(await hostileRow.getByRole('button', { name: /Create a profile/ }).count(), 1, 'every GGUF offers a profile');
+  t.equal(await localRow.getByRole('button', { name: `Create a profile from ${local}` }).count(), 1, 'a readable GGUF offers a profile');
+  t.equal(await hostileRow.getByRole('button').count(), 0, 'an unreadable one does not');
   t.same(await unlabelledControls(page), [], 'every control has a label');
+
+  // A hub that refuses: its message in role=alert, instead of a list.
+  t.equal(await page.getByLabel('Revision').inputValue(), 'main', 'the revision is main unless changed');
+  await page.getByLabel('Repository', { exact: true }).fill('test-org/nothing-here');
+  await page.getByRole('button', { name: 'List files' }).click();
+  const hubError = page.getByTestId('hub-error');
+  await hubError.waitFor();
+  t.equal(await hubError.getAttribute('role'), 'alert');
+  t.match(await hubError.textContent(), /did not list test-org\/nothing-here.*404.*\(502 hub_refused\)/, 'the hub\'s refusal, with status and code');
 
   // The hub box: a repository's files with their sizes.
   await page.getByLabel('Repository', { exact: true }).fill(REPO);
-  t.equal(await page.getByLabel('Revision').inputValue(), 'main', 'the revision is main unless changed');
   await page.getByRole('button', { name: 'List files' }).click();
   const hubTable = page.getByRole('table', { name: `Files of ${REPO} at main` });
   await hubTable.waitFor();
+  t.equal(await hubError.count(), 0, 'the error is gone with the next listing');
   const hubRows = await hubTable.locator('tbody tr').allTextContents();
   const whisperRow = (file: string) => `${file}${sizeOf(whisper.length)}whisperPull`;
   t.same(
@@ -104,18 +114,6 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   t.ok(cdnBefore.every((r) => r.range !== undefined), 'before Pull: every read of the file was a range request, none a full GET');
   t.ok(hub.sent() < big.length / 4, `before Pull the hub served ${hub.sent()} bytes of ${big.length}`);
 
-  // A hub that refuses: its message in role=alert, the page still works.
-  await page.getByLabel('Repository', { exact: true }).fill('test-org/nothing-here');
-  await page.getByRole('button', { name: 'List files' }).click();
-  const hubError = page.getByTestId('hub-error');
-  await hubError.waitFor();
-  t.equal(await hubError.getAttribute('role'), 'alert');
-  t.match(await hubError.textContent(), /did not list test-org\/nothing-here.*404.*\(502 hub_refused\)/, 'the hub\'s refusal, with status and code');
-  await page.getByLabel('Repository', { exact: true }).fill(REPO);
-  await page.getByRole('button', { name: 'List files' }).click();
-  await hubTable.waitFor();
-  t.equal(await hubError.count(), 0, 'the error is gone with the next listing');
-
   // A pull: progress while it runs (slow chunks), then done; the files are listed again.
   hub.options.chunkBytes = 256 * 1024;
   hub.options.chunkDelayMs = 60;
@@ -124,6 +122,8 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   await page.getByRole('button', { name: 'Pull big-F32.gguf' }).click();
   const bar = page.getByRole('progressbar', { name: 'Pull of big-F32.gguf' });
   await bar.waitFor();
+  await until('the pull under way', async () => (Number(await bar.getAttribute('aria-valuenow')) > 0 ? true : undefined));
+  await page.locator('#model-hub').scrollIntoViewIfNeeded();
   await shot(page, 'models');
   const pulled = path.join(models, 'test-org', 'tiny-chat', 'big-F32.gguf');
   const pullItem = page.locator('#model-pulls li').first();
@@ -175,8 +175,11 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   await item(SLOW[2]).getByText('waiting for a download slot').waitFor();
   t.pass('the third pull waits for a download slot');
   const slow = page.getByRole('progressbar', { name: `Pull of ${SLOW[0]}` });
-  await until('some bytes of the slow pull', async () => (Number(await slow.getAttribute('aria-valuenow')) > 0 ? true : undefined));
-  t.match(await slow.getAttribute('aria-valuetext'), /^\d+% · [\d.]+ KiB of 3\.0 MiB/, 'the bar says how far it is in words too');
+  // Both running pulls have asked the hub for the bytes and got their first chunk; the waiting one has not.
+  const fetched = (file: string) => hub.requests.some((r) => r.method === 'GET' && r.url === `/${REPO}/resolve/main/${file}`);
+  await until('the two running pulls asking for their bytes', async () => (fetched(SLOW[0]) && fetched(SLOW[1]) ? true : undefined));
+  t.notOk(fetched(SLOW[2]), 'the waiting pull has not asked for its bytes');
+  t.match(await slow.getAttribute('aria-valuetext'), /^\d+% · [\d.]+ (bytes|KiB) of 3\.0 MiB/, 'the bar says how far it is in words too');
   await page.getByRole('button', { name: `Pull ${SLOW[0]}` }).click();
   const pullError = page.getByTestId('pull-error');
   await pullError.waitFor();
@@ -192,8 +195,9 @@ t.test('the Models page: files, a forecast before the download, a pull, a profil
   hub.options.gate = null;
   t.notOk((await listing()).files.some((file) => file.path.endsWith('.bin')), 'no file of the cancelled pulls is listed');
 
-  const unexpected = w.problems.filter((p) => !/status of 502/.test(p));
-  t.same(unexpected, [], 'the browser console shows no error but the 502 the test provoked');
+  const provoked = [/status of 502/, /status of 409/];
+  t.same(w.problems.filter((p) => !provoked.some((e) => e.test(p))), [], 'the browser console shows no error but the refusals the test provoked');
+  t.equal(w.problems.length, 2, 'the hub\'s 502 and the pull\'s 409, once each');
   t.same(w.foreign, [], 'no request left the service\'s origin');
 });
 

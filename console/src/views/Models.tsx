@@ -50,9 +50,12 @@ function ForecastText(props: { forecast: ModelForecast | null; error: string | n
   return props.error ? <span class="error">{props.error}</span> : <span class="hint">no chat forecast</span>;
 }
 
-/** A profile name proposed from the file's name: its base name without the extension, in the names' letters. */
+/** A profile name proposed from the file's name: its base name without the extension (and a split model's part number), in the names' letters. */
 function suggestedName(file: string): string {
-  const base = file.slice(file.lastIndexOf('/') + 1).replace(/\.(gguf|bin)$/i, '');
+  const base = file
+    .slice(file.lastIndexOf('/') + 1)
+    .replace(/\.(gguf|bin)$/i, '')
+    .replace(/-\d{5}-of-\d{5}$/, '');
   return base.replace(/[^A-Za-z0-9._:-]+/g, '-').replace(/^-+|-+$/g, '');
 }
 
@@ -62,6 +65,9 @@ interface Source {
   context: number | null;
   gguf: boolean;
 }
+
+/** A file that makes a profile: a GGUF or whisper model whose header was read without an error (the service refuses the others). */
+const profileable = (file: ModelFileView) => file.format !== 'unknown' && file.error === null;
 
 function sourceOf(file: ModelFileView): Source {
   return { path: file.path, context: file.forecast?.context ?? null, gguf: file.format === 'gguf' };
@@ -162,11 +168,11 @@ function LocalFiles(props: { view: ModelFilesView | null; error: string | null; 
                 <ForecastText forecast={file.forecast} error={file.error} />
               </td>
               <td>
-                {file.format === 'unknown' ? null : (
+                {profileable(file) ? (
                   <button type="button" class="btn" aria-label={`Create a profile from ${file.path}`} onClick={() => props.onCreate(sourceOf(file))}>
                     Create profile
                   </button>
-                )}
+                ) : null}
               </td>
             </tr>
           ))}
