@@ -17,6 +17,7 @@ import type { ModelFilesView } from '../../src/system/models/modelFiles.js';
 import { build, tempDir } from '../helpers/build.js';
 import { launch, openPage } from '../helpers/browser.js';
 import { goTo, login, recordTexts, shot, unlabelledControls } from '../helpers/consoleServe.js';
+import { hostileGguf } from '../helpers/hostileGguf.js';
 import { startHub } from '../helpers/hub.js';
 import { writeTinyWhisper } from '../helpers/tinyWhisper.js';
 import { until } from '../helpers/until.js';
@@ -26,15 +27,6 @@ const REPO = 'test-org/tiny-chat';
 const SLOW = ['ggml-tiny.bin', 'ggml-small.bin', 'ggml-base.bin'] as const;
 /** One simulated GPU: room after the reserve for some of the hub model's layers, not all. */
 const GPUS = JSON.stringify([{ uuid: 'GPU-a', name: 'sim', memoryTotalMiB: 1560 }]);
-
-/** A GGUF whose header claims 2^60 tensors: listed with its error, not read. */
-function hostileGguf(): Buffer {
-  const header = Buffer.alloc(24);
-  header.write('GGUF', 0, 'latin1');
-  header.writeUInt32LE(3, 4);
-  header.writeBigUInt64LE(1n << 60n, 8);
-  return header;
-}
 
 t.test('the Models page: files, a forecast before the download, a pull, a profile from it, a cancel', async (t) => {
   const stateDir = await tempDir(t);
