@@ -1,9 +1,10 @@
 // The one event stream the page keeps open while logged in (GET /api/v1/events): the server
-// pushes the status, the audio policy, each actor's state, log lines and the two test jobs as they
-// change; the page never polls. A dropped stream is reopened after a growing pause (1 s to 15 s).
-import type { ActorView, LogLineView, RecentRequestView } from '../../src/system/observe/console.types.js';
+// pushes the status, the audio policy, each actor's state, log lines, the two test jobs and the
+// model pulls as they change; the page never polls. A dropped stream is reopened after a growing
+// pause (1 s to 15 s).
+import type { ActorView, ConsoleEvents, LogLineView, RecentRequestView } from '../../src/system/observe/console.types.js';
 import { ApiError, api, setCsrfToken, sse } from './api.js';
-import { LOG_KEEP, REQUESTS_KEEP, actors, enhancers, requests, passwordSet, audioPolicy, chatTest, connection, imageTest, logs, resetLive, session, status } from './state.js';
+import { LOG_KEEP, REQUESTS_KEEP, actors, enhancers, requests, passwordSet, audioPolicy, chatTest, connection, imageTest, logs, pulls, resetLive, session, status } from './state.js';
 
 let controller: AbortController | null = null;
 
@@ -41,6 +42,9 @@ function apply(event: string, data: string): void {
       break;
     case 'enhancers':
       enhancers.value = value as typeof enhancers.value;
+      break;
+    case 'pulls':
+      pulls.value = (value as ConsoleEvents['pulls']).pulls;
       break;
     case 'request': {
       const record = value as RecentRequestView;

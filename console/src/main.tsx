@@ -10,6 +10,7 @@ import { ChatTest } from './views/ChatTest.js';
 import { Enhancers } from './views/Enhancers.js';
 import { ImageTest } from './views/ImageTest.js';
 import { Logs } from './views/Logs.js';
+import { Models } from './views/Models.js';
 import { Overview } from './views/Overview.js';
 import { Profiles } from './views/Profiles.js';
 import { Requests } from './views/Requests.js';
@@ -34,6 +35,7 @@ function LazyCharts() {
 const PAGES = [
   { path: 'overview', title: 'Overview', view: Overview },
   { path: 'profiles', title: 'Profiles', view: Profiles },
+  { path: 'models', title: 'Models', view: Models },
   { path: 'requests', title: 'Requests', view: Requests },
   { path: 'chat', title: 'Chat test', view: ChatTest },
   { path: 'image', title: 'Image test', view: ImageTest },
@@ -44,8 +46,9 @@ const PAGES = [
   { path: 'settings', title: 'Settings', view: Settings },
 ] as const;
 
-function currentPath(): string {
-  const path = location.hash.replace(/^#\/?/, '');
+/** The page the address names: its first segment (#/profiles/<name> is the Profiles page). */
+function currentPath(hash: string): string {
+  const path = hash.replace(/^#\/?/, '').split('/')[0] ?? '';
   return PAGES.some((p) => p.path === path) ? path : 'overview';
 }
 
@@ -108,12 +111,14 @@ function Notices() {
 }
 
 function Shell() {
-  const [path, setPath] = useState(currentPath());
+  // The whole address, so that a page is drawn again when what follows its name changes.
+  const [hash, setHash] = useState(location.hash);
   useEffect(() => {
-    const onHash = () => setPath(currentPath());
+    const onHash = () => setHash(location.hash);
     window.addEventListener('hashchange', onHash);
     return () => window.removeEventListener('hashchange', onHash);
   }, []);
+  const path = currentPath(hash);
   const page = PAGES.find((p) => p.path === path) ?? PAGES[0];
   useEffect(() => {
     document.title = `${page.title} · Service Deck`;

@@ -1,10 +1,10 @@
 // The page's state, as signals: what the service pushed last on the events stream (status, audio
-// policy, actors, log lines, the two test jobs) and the session. Views read these; only the event
-// stream (live.ts) and the actions write them. Nothing here is stored: a reload starts empty, and
-// the chat test's history lives only in this page's memory (spec 4.7).
+// policy, actors, log lines, the two test jobs, the model pulls) and the session. Views read these;
+// only the event stream (live.ts) and the actions write them. Nothing here is stored: a reload
+// starts empty, and the chat test's history lives only in this page's memory (spec 4.7).
 import { signal } from '@preact/signals';
 import type { ActorView, LogLineView, RecentRequestView } from '../../src/system/observe/console.types.js';
-import type { AudioPolicyView, ChatTestJob, EndpointStatus, EnhancersView, ImageTestJob } from './types.js';
+import type { AudioPolicyView, ChatTestJob, EndpointStatus, EnhancersView, ImageTestJob, PullView } from './types.js';
 
 export type SessionState = 'checking' | 'out' | 'in';
 export const session = signal<SessionState>('checking');
@@ -21,6 +21,8 @@ export const logs = signal<readonly LogLineView[]>([]);
 export const chatTest = signal<ChatTestJob | null>(null);
 export const imageTest = signal<(ImageTestJob & { has_image?: boolean }) | null>(null);
 export const enhancers = signal<EnhancersView | null>(null);
+/** The model pulls, newest first, as the service pushed them last; null until the first push. */
+export const pulls = signal<readonly PullView[] | null>(null);
 /** The inference listener's recent answers, oldest first (the service keeps 200). */
 export const requests = signal<readonly RecentRequestView[]>([]);
 export const REQUESTS_KEEP = 200;
@@ -53,5 +55,6 @@ export function resetLive(): void {
   chatTest.value = null;
   imageTest.value = null;
   enhancers.value = null;
+  pulls.value = null;
   requests.value = [];
 }

@@ -5,6 +5,7 @@ import type {
   ChatTestJob,
   EndpointStatus,
   EnhancerPreview,
+  HubFilesView,
   ImageTestJob,
   InstallView,
   RecentRequestView,
@@ -12,7 +13,7 @@ import type {
   WorkerStderrView,
 } from '../../src/system/observe/console.types.js';
 
-export type { SupervisedWorker, EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob };
+export type { SupervisedWorker, EndpointStatus, AudioPolicyView, ChatTestJob, ImageTestJob, HubFilesView };
 export type ProfileView = EndpointStatus['profiles'][number];
 export type WorkerView = EndpointStatus['workers'][number];
 export type Category = ProfileView['category'];
@@ -26,3 +27,5 @@ export interface EnhancersView {
 }
 /** POST /api/v1/prompt-enhancers/preview answers the preview without its bookkeeping. */
 export type PreviewAnswer = Pick<EnhancerPreview, 'original' | 'suggestion' | 'wh_ratio' | 'task'>;
+export type { ModelFileView, ModelFilesView, HubForecastView, ModelFacts, ModelForecast, PullView } from '../../src/system/observe/console.types.js';
+export type HubFileView = HubFilesView['files'][number];

@@ -130,7 +130,15 @@ export function Facts(props: { items: Array<[string, ComponentChildren]> }) {
 
 export const mib = (value: number | null | undefined): string => (value == null ? '—' : value >= 10240 ? `${(value / 1024).toFixed(1)} GiB` : `${value} MiB`);
 export const bytes = (value: number | null | undefined): string =>
-  value == null ? '—' : value >= 2 ** 30 ? `${(value / 2 ** 30).toFixed(1)} GiB` : value >= 2 ** 20 ? `${(value / 2 ** 20).toFixed(1)} MiB` : `${Math.round(value / 1024)} KiB`;
+  value == null
+    ? '—'
+    : value >= 2 ** 30
+      ? `${(value / 2 ** 30).toFixed(1)} GiB`
+      : value >= 2 ** 20
+        ? `${(value / 2 ** 20).toFixed(1)} MiB`
+        : value >= 1024
+          ? `${Math.round(value / 1024)} KiB`
+          : `${value} bytes`;
 export const duration = (ms: number | null | undefined): string =>
   ms == null ? '—' : ms < 1000 ? `${Math.round(ms)} ms` : ms < 120_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60_000)} min`;
 export const since = (iso: string | null | undefined): string => {
@@ -142,6 +150,17 @@ export const clock = (iso: string | number): string => new Date(iso).toLocaleTim
 
 export function Badge(props: { tone: 'ok' | 'warn' | 'bad' | 'idle'; children: ComponentChildren }) {
   return <span class={`badge ${props.tone}`}>{props.children}</span>;
+}
+
+/** What follows the page's name in the address (#/profiles/<name> → <name>), decoded; '' when nothing does. */
+export function addressTarget(): string {
+  const rest = location.hash.replace(/^#\/?/, '').split('/').slice(1).join('/');
+  try {
+    return decodeURIComponent(rest);
+  } catch {
+    // Not a valid escape: the text as it stands.
+    return rest;
+  }
 }
 
 /** A table with a header row of column names; rows are the children. */

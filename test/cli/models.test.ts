@@ -17,21 +17,12 @@ import { pullDisplay, pullLine, suggestedName, type PullView } from '../../src/c
 import type { ProfileView } from '../../src/store/profile.schema.js';
 import { build, PASSWORD, tempDir } from '../helpers/build.js';
 import { cheapPasswordCheck, cli, noStack } from '../helpers/cli.js';
+import { hostileGguf } from '../helpers/hostileGguf.js';
 import { startHub } from '../helpers/hub.js';
 import { writeTinyWhisper } from '../helpers/tinyWhisper.js';
 import { until } from '../helpers/until.js';
 
 const REPO = 'test-org/tiny';
-
-/** A GGUF whose header claims 2^60 tensors: the reader refuses it. */
-function hostileGguf(): Buffer {
-  const header = Buffer.alloc(24);
-  header.write('GGUF', 0, 'latin1');
-  header.writeUInt32LE(3, 4);
-  header.writeBigUInt64LE(1n << 60n, 8);
-  header.writeBigUInt64LE(0n, 16);
-  return header;
-}
 
 const pull = (over: Partial<PullView>): PullView => ({
   id: 'p1',

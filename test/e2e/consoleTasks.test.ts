@@ -34,7 +34,7 @@ t.test('the other admin tasks in chromium', async (t) => {
   const other = await otherSession(origin);
 
   // Every page, and the profile form of every category, has a label on every control.
-  for (const title of ['Overview', 'Profiles', 'Requests', 'Chat test', 'Image test', 'Enhancers', 'Audio', 'State charts', 'Logs', 'Settings']) {
+  for (const title of ['Overview', 'Profiles', 'Models', 'Requests', 'Chat test', 'Image test', 'Enhancers', 'Audio', 'State charts', 'Logs', 'Settings']) {
     await goTo(page, title);
     t.same(await unlabelledControls(page), [], `${title}: every control is labelled`);
   }

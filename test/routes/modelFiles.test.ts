@@ -9,6 +9,7 @@ import { encodeGguf, type GgufModel, type GgufValue } from '../../src/adapters/g
 import { tinyModel, writeTinyModel } from '../../src/adapters/tinyModel.js';
 import type { ModelFileView, ModelFilesView } from '../../src/system/models/modelFiles.js';
 import { build, tempDir } from '../helpers/build.js';
+import { hostileGguf } from '../helpers/hostileGguf.js';
 import { writeTinyWhisper } from '../helpers/tinyWhisper.js';
 
 const GPUS = JSON.stringify([{ uuid: 'GPU-a', name: 'sim', memoryTotalMiB: 24576 }]);
@@ -26,16 +27,6 @@ function splitModel(model: GgufModel): [Uint8Array, Uint8Array] {
     encodeGguf({ metadata: [...model.metadata, ...split(0)], tensors: model.tensors.slice(0, half) }),
     encodeGguf({ metadata: [['general.architecture', { type: 'string', value: 'llama' }], ...split(1)], tensors: model.tensors.slice(half) }),
   ];
-}
-
-/** A GGUF whose header claims 2^60 tensors: the reader must refuse it, not loop or allocate. */
-function hostileGguf(): Buffer {
-  const header = Buffer.alloc(24);
-  header.write('GGUF', 0, 'latin1');
-  header.writeUInt32LE(3, 4);
-  header.writeBigUInt64LE(1n << 60n, 8);
-  header.writeBigUInt64LE(0n, 16);
-  return header;
 }
 
 t.test('the model folders: facts and forecast, whisper, a hostile header, a split model, the cache', async (t) => {

@@ -12,6 +12,7 @@ import { encodeGguf, type GgufValue } from '../../src/adapters/gguf.js';
 import { tinyModel, writeTinyModel } from '../../src/adapters/tinyModel.js';
 import type { ModelFilesView } from '../../src/system/models/modelFiles.js';
 import { build, tempDir, type Built } from '../helpers/build.js';
+import { hostileGguf } from '../helpers/hostileGguf.js';
 import { writeTinyWhisper } from '../helpers/tinyWhisper.js';
 
 /** A simulated GPU of `mib` MiB. */
@@ -32,16 +33,6 @@ interface Profile {
 
 /** A tiny model large enough (8 blocks of 256 wide, about 33 MB) that its context moves its forecast on a small GPU. */
 const wider = (file: string, contextLength?: number) => writeTinyModel(file, { embedding: 256, layers: 8, heads: 4, ...(contextLength ? { contextLength } : {}) });
-
-/** A GGUF whose header claims 2^60 tensors: the reader refuses it. */
-function hostileGguf(): Buffer {
-  const header = Buffer.alloc(24);
-  header.write('GGUF', 0, 'latin1');
-  header.writeUInt32LE(3, 4);
-  header.writeBigUInt64LE(1n << 60n, 8);
-  header.writeBigUInt64LE(0n, 16);
-  return header;
-}
 
 /** A runtime that is present (never run here), so that a published profile is executable and listed. */
 async function presentRuntime(dir: string): Promise<string> {

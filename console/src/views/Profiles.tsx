@@ -1,12 +1,13 @@
-// Profiles: the list with category, revision, publication, whether it can run and why not; a form
-// per category drawn from the API's own schemas; publish and unpublish (one image profile at a
-// time, reachable as `service-image`); delete. A save against a stale revision shows the newer
-// values beside the operator's and lets them choose.
+// Profiles: the list with category, revision, publication, whether it can run and why not (the one
+// the address names after the page, #/profiles/<name>, marked and scrolled to); a form per category
+// drawn from the API's own schemas; publish and unpublish (one image profile at a time, reachable
+// as `service-image`); delete. A save against a stale revision shows the newer values beside the
+// operator's and lets them choose.
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, api, message } from '../api.js';
 import { notify, status } from '../state.js';
 import type { Category, ProfileView } from '../types.js';
-import { Alert, ActionButton, Badge, Section, Table, attempt } from '../ui.js';
+import { Alert, ActionButton, Badge, Section, Table, addressTarget, attempt } from '../ui.js';
 import { htmlPattern } from '../pattern.js';
 import { SchemaFields, type JsonSchema, type Values } from './schemaForm.js';
 
@@ -159,6 +160,12 @@ export function Profiles() {
   }, []);
   const profiles = status.value?.profiles ?? [];
   const image = profiles.find((p) => p.category === 'image' && p.published);
+  // #/profiles/<name> (the Models page links a profile it made so): that row is marked and shown.
+  const target = addressTarget();
+  const shown = profiles.some((p) => p.name === target);
+  useEffect(() => {
+    if (shown) document.querySelector('tr.target')?.scrollIntoView({ block: 'center' });
+  }, [target, shown, schemas !== null]);
   if (loadError) return <p class="error">The profile schemas could not be read: {loadError}</p>;
   if (!schemas) return <p class="loading">Loading…</p>;
   return (
@@ -180,7 +187,7 @@ export function Profiles() {
         ) : (
           <Table head={['Name', 'Category', 'Revision', 'Published', 'Can run', 'Actions']}>
                 {profiles.map((p) => (
-                  <tr key={p.id} data-profile={p.name}>
+                  <tr key={p.id} data-profile={p.name} class={p.name === target ? 'target' : undefined} aria-current={p.name === target ? 'true' : undefined}>
                     <th scope="row">{p.name}</th>
                     <td>{p.category}</td>
                     <td>{p.revision}</td>

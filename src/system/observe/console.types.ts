@@ -13,6 +13,9 @@ import type { PullView } from '../models/modelPulls.js';
 export type { ChatTestJob } from '../../workers/chat/chatTests.js';
 export type { ImageTestJob } from '../../workers/image/imageTests.js';
 export type { EnhancerPreview } from '../../workers/enhancer/enhancerPreviews.js';
+export type { ModelFileView, ModelFilesView } from '../models/modelFiles.js';
+export type { HubFilesView, HubForecastView } from '../models/modelHub.js';
+export type { ModelFacts, ModelForecast } from '../models/modelForecast.js';
 
 /** One state node of a machine definition, as the state-chart view draws it. */
 export interface StateNodeView {
