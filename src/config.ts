@@ -282,12 +282,15 @@ function parseResponses(env: NodeJS.ProcessEnv): Config['responses'] {
   return { memoryMiB, ttlSeconds };
 }
 
-/** The model folders: absolute paths separated by `:`, each once; none given is `<state>/models`. */
+/**
+ * The model folders: absolute paths separated by `:`, each once; none given is `<state>/models`.
+ * `<state>/models`, where pulls land, is always one of them (last when others are named), so that a
+ * pulled file is listed and can become a profile whatever the variable says.
+ */
 function parseModelDirs(text: string | undefined, stateDir: string): string[] {
   const dirs = (text ?? '').split(':').map((dir) => dir.trim()).filter((dir) => dir !== '');
-  if (dirs.length === 0) return [path.join(stateDir, 'models')];
   for (const dir of dirs) if (!path.isAbsolute(dir)) throw new ConfigError(`SERVICE_DECK_MODEL_DIRS: "${dir}" is not an absolute path`);
-  return [...new Set(dirs.map((dir) => path.resolve(dir)))];
+  return [...new Set([...dirs.map((dir) => path.resolve(dir)), path.join(path.resolve(stateDir), 'models')])];
 }
 
 /** A hub's root URL: http or https, no credentials in it. */

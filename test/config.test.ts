@@ -74,3 +74,11 @@ t.test('serve refuses a swap bound above the cap before it starts, naming the va
   t.type(error, UsageError);
   t.match(error.message, /^SERVICE_DECK_SWITCH_MAX_WAIT_MS: 600000 is above 120000/);
 });
+
+t.test('SERVICE_DECK_MODEL_DIRS: absolute folders, each once, and <state>/models (where pulls land) always among them', async (t) => {
+  const dirs = (value?: string) => loadConfig({ stateDir: '/srv/deck' }, value === undefined ? {} : { SERVICE_DECK_MODEL_DIRS: value }).modelDirs;
+  t.same(dirs(), ['/srv/deck/models'], 'none given: <state>/models');
+  t.same(dirs('/data/gguf:/data/whisper/:/data/gguf'), ['/data/gguf', '/data/whisper', '/srv/deck/models'], 'the named folders, each once, then <state>/models');
+  t.same(dirs('/srv/deck/models:/data/gguf'), ['/srv/deck/models', '/data/gguf'], 'named already: kept where it was named');
+  t.throws(() => dirs('models'), /SERVICE_DECK_MODEL_DIRS: "models" is not an absolute path/);
+});
