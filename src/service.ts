@@ -23,7 +23,7 @@ import type { LogTail } from './system/observe/logTail.js';
 import type { Metrics } from './system/observe/metrics.js';
 import type { Scheduler, SupervisorActor } from './system/scheduler.js';
 import type { SessionStore } from './system/sessions.js';
-import type { EndpointStatus } from './system/observe/status.js';
+import type { EndpointStatus } from './system/observe/console.types.js';
 import type { Extensions } from './system/extensions.js';
 import type { WorkerHooks } from './system/workers.js';
 import type { ChatWorker } from './workers/chat/chat.js';

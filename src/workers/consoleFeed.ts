@@ -18,7 +18,7 @@
 //   kept ones, oldest first).
 import { PassThrough } from 'node:stream';
 import type { ConsoleEvents } from '../system/observe/console.types.js';
-import type { ImageTestJob } from './image/imageTests.js';
+import type { ImageTestJob } from '../system/observe/console.types.js';
 import type { Service } from '../service.js';
 
 export type ConsoleEventName = keyof ConsoleEvents;
