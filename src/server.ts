@@ -13,7 +13,7 @@ export interface ServeOptions {
   /** Make and show an operator password when none is stored (the demo does). */
   generatePassword?: boolean;
   /** Lines printed once the service listens (the demo's summary). */
-  banner?: (service: Service) => string[];
+  banner?: (service: Pick<Service, 'profiles' | 'inferenceAddress'>) => string[];
   log?: Logger;
 }
 

@@ -17,10 +17,9 @@ import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { EventEmitter } from 'eventemitter3';
 import { errors } from '../../errors.js';
-import type { Service } from '../../service.js';
 import type { ChatProfile } from './chat.js';
 import { chatRequestSchema, upstreamBody } from './chat.schema.js';
-import { CHAT_LIMITS, openChat, refusal, relayStream, type ChatLimits } from './chatRequest.js';
+import { CHAT_LIMITS, openChat, refusal, relayStream, type ChatLimits, type ChatParts } from './chatRequest.js';
 import { jobFailure } from '../lease.js';
 import { SseReader } from './sse.js';
 import { chatRequestOf, ResponseAnswer } from './responses.js';
@@ -81,7 +80,7 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
   #done: Promise<void> | null = null;
 
   constructor(
-    readonly service: Service,
+    readonly service: ChatParts,
     readonly limits: ChatLimits = CHAT_LIMITS,
   ) {
     super();

@@ -6,8 +6,7 @@
 import { EventEmitter } from 'eventemitter3';
 import { errors } from '../../errors.js';
 import type { ImageProfile } from '../image/image.js';
-import { enhancerTask, runEnhancerPreview, type ImageInput } from '../image/imageJob.js';
-import type { Service } from '../../service.js';
+import { enhancerTask, runEnhancerPreview, type ImageInput, type ImageJobParts } from '../image/imageJob.js';
 import type { EnhancerPreview } from '../../system/observe/console.types.js';
 
 /** What the operator does with a preview in the image test: take the suggestion, or keep the original. */
@@ -17,7 +16,7 @@ export class EnhancerPreviews extends EventEmitter<{ change: [] }> {
   #last: EnhancerPreview | null = null;
   #running = false;
 
-  constructor(private readonly service: Service) {
+  constructor(private readonly service: ImageJobParts) {
     super();
   }
 

@@ -8,9 +8,8 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import { errors, type ApiError } from '../../errors.js';
 import type { Lease } from '../../system/scheduler.js';
-import type { Service } from '../../service.js';
 import type { ImageProfile } from './image.js';
-import { runImageJob } from './imageJob.js';
+import { runImageJob, type ImageJobParts } from './imageJob.js';
 import { jobFailure } from '../lease.js';
 import type { ImageTestJob, ImageTestPhase } from '../../system/observe/console.types.js';
 
@@ -23,7 +22,7 @@ export class ImageTests extends EventEmitter<{ change: [] }> {
   #lease: Lease | null = null;
   #settled: Promise<void> = Promise.resolve();
 
-  constructor(private readonly service: Service) {
+  constructor(private readonly service: ImageJobParts) {
     super();
   }
 
