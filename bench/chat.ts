@@ -158,7 +158,7 @@ async function ownCost(root: string): Promise<{ figures: Figure[]; doors: Figure
     await own.profiles.setPublished(profile.id, true);
     // The Responses door is an extension, off by default (CONTRACT section 9): on for its figures.
     await own.extensions.set({ responses: true });
-    own.listener.send({ type: 'endpoint.start' });
+    own.listener().send({ type: 'endpoint.start' });
     const until = Date.now() + 10_000;
     while (!own.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
     await healthy(standPort, stand, 10_000);

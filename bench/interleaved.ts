@@ -150,7 +150,7 @@ export async function againstService(order: SchedulingPolicy['order'], w: Worklo
       const profile = await service.profiles.create({ name, category: 'chat', params: { model, context: 512, slots: w.slots, gpuSplit: null, gpuLayers: null, sampling: {} } });
       await service.profiles.setPublished(profile.id, true);
     }
-    service.listener.send({ type: 'endpoint.start' });
+    service.listener().send({ type: 'endpoint.start' });
     const until = Date.now() + 10_000;
     while (!service.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
     const port = service.inferenceAddress()?.port;

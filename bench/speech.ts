@@ -78,8 +78,8 @@ try {
     await service.profiles.setPublished(profile.id, true);
   }
   const apiPort = await freePort();
-  service.listener.send({ type: 'endpoint.config', port: apiPort });
-  service.listener.send({ type: 'endpoint.start' });
+  service.listener().send({ type: 'endpoint.config', port: apiPort });
+  service.listener().send({ type: 'endpoint.start' });
   const until = Date.now() + 10_000;
   while (!service.inferenceAddress() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
   const api = `http://127.0.0.1:${service.inferenceAddress()?.port}`;

@@ -322,16 +322,42 @@ export async function startService(loaded: Config, options: StartOptions): Promi
 
   /** Since when a stop is in progress (the listener's watch tells, once the supervisor has started). */
   let stopSince = (): string | null => null;
-  let chatTests: ChatTests | undefined;
-  let imageTests: ImageTests | undefined;
-  let enhancerPreviews: EnhancerPreviews | undefined;
-  let consoleFeed: ConsoleFeed | undefined;
   let shuttingDown: Promise<void> | undefined;
+
+  // The operator's tests, the enhancer preview and the console feed, each on the parts it uses.
+  const chatLimits = options.chatLimits ?? CHAT_LIMITS;
+  const logs = options.tail ?? new LogTail();
+  const recent = new RecentRequests();
+  const imageJobParts = { config, scheduler, supervisor, image, enhancer, enhancers };
+  const imageTests = new ImageTests(imageJobParts);
+  const enhancerPreviews = new EnhancerPreviews(imageJobParts);
+  const chatTests = new ChatTests({ scheduler, chat, log }, chatLimits);
+  const status = () =>
+    endpointStatus({
+      config,
+      listener: listenerRef(),
+      supervisor,
+      scheduler,
+      secrets,
+      counters,
+      workers: hooks,
+      catalog,
+      builds,
+      extensions,
+      boundPort: () => inference.address()?.port,
+      stopSince: () => stopSince(),
+      since: (kind) => hooks.since(kind),
+      progress: (generation) => image.progress(generation),
+    });
+  const consoleFeed = new ConsoleFeed(
+    { status, audio, charts, logs, log, counters, profiles, extensions, recent, chatTests, imageTests, enhancerPreviews, enhancers, pulls },
+    { ...CONSOLE_FEED_TIMING, ...options.consoleTiming },
+  );
 
   const service: Service = {
     config,
     log,
-    logs: options.tail ?? new LogTail(),
+    logs,
     secrets,
     endpoint,
     extensions,
@@ -340,7 +366,7 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     catalog,
     sessions,
     counters,
-    recent: new RecentRequests(),
+    recent,
     metrics,
     workers: hooks,
     supervisor,
@@ -354,27 +380,13 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     models,
     modelHub,
     pulls,
-    get imageTests() {
-      imageTests ??= new ImageTests(service);
-      return imageTests;
-    },
-    get enhancerPreviews() {
-      enhancerPreviews ??= new EnhancerPreviews(service);
-      return enhancerPreviews;
-    },
+    imageTests,
+    enhancerPreviews,
     audio,
-    chatLimits: options.chatLimits ?? CHAT_LIMITS,
-    get chatTests() {
-      chatTests ??= new ChatTests(service, service.chatLimits);
-      return chatTests;
-    },
-    get consoleFeed() {
-      consoleFeed ??= new ConsoleFeed(service, { ...CONSOLE_FEED_TIMING, ...options.consoleTiming });
-      return consoleFeed;
-    },
-    get listener() {
-      return listenerRef();
-    },
+    chatLimits,
+    chatTests,
+    consoleFeed,
+    listener: listenerRef,
     inspection,
     charts,
     host,
@@ -385,28 +397,12 @@ export async function startService(loaded: Config, options: StartOptions): Promi
     adminAddress: () => boundAddress(admin),
     inferenceAddress: () => inference.address(),
     state: () => statusWord(listenerRef()),
-    status: () =>
-      endpointStatus({
-        config,
-        listener: listenerRef(),
-        supervisor,
-        scheduler,
-        secrets,
-        counters,
-        workers: hooks,
-        catalog,
-        builds,
-        extensions,
-        boundPort: () => inference.address()?.port,
-        stopSince: () => stopSince(),
-        since: (kind) => hooks.since(kind),
-        progress: (generation) => image.progress(generation),
-      }),
+    status,
     /** Safe to call more than once: later calls wait for the first. */
     shutdown() {
       shuttingDown ??= (async () => {
-        chatTests?.cancel();
-        imageTests?.cancel();
+        chatTests.cancel();
+        imageTests.cancel();
         listenerRef().send({ type: 'service.shutdown' });
         await waitFor(supervisor, (s) => s.status === 'done', { timeout: config.drainLimitMs + 90_000 }).catch((error: unknown) => {
           log.error({ err: error }, 'the listener did not stop in time');

@@ -18,7 +18,7 @@ import { SecretStore } from './store/secrets.js';
 import type { Service } from './service.js';
 
 export interface Demo {
-  banner: (service: Service) => string[];
+  banner: (service: Pick<Service, 'profiles' | 'inferenceAddress'>) => string[];
 }
 
 export const DEMO_CHAT = { id: 'demo-chat', name: 'tiny-chat' } as const;

@@ -13,7 +13,7 @@ export interface ServeOptions {
   /** Make and show an operator password when none is stored (the demo does). */
   generatePassword?: boolean;
   /** Lines printed once the service listens (the demo's summary). */
-  banner?: (service: Service) => string[];
+  banner?: (service: Pick<Service, 'profiles' | 'inferenceAddress'>) => string[];
   log?: Logger;
 }
 
@@ -44,8 +44,8 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
   const adminUrl = `http://${config.uiHost}:${admin?.port ?? config.uiPort}`;
   out.push(`service-deck: operator console on ${adminUrl}/ (admin API on ${adminUrl}/api/v1)`);
   if (options.startEndpoint && !service.accepting()) {
-    service.listener.send({ type: 'endpoint.start' });
-    await waitFor(service.listener, (s) => !s.matches('starting'), { timeout: 30_000 });
+    service.listener().send({ type: 'endpoint.start' });
+    await waitFor(service.listener(), (s) => !s.matches('starting'), { timeout: 30_000 });
   }
   const status = await service.status();
   if (status.error) out.push(`service-deck: inference listener: ${status.error.message}`);

@@ -23,7 +23,7 @@ import type { LogTail } from './system/observe/logTail.js';
 import type { Metrics } from './system/observe/metrics.js';
 import type { Scheduler, SupervisorActor } from './system/scheduler.js';
 import type { SessionStore } from './system/sessions.js';
-import type { EndpointStatus } from './system/observe/status.js';
+import type { EndpointStatus } from './system/observe/console.types.js';
 import type { Extensions } from './system/extensions.js';
 import type { WorkerHooks } from './system/workers.js';
 import type { ChatWorker } from './workers/chat/chat.js';
@@ -82,19 +82,19 @@ export interface Service {
   /** Model files pulled from the hub into `<state>/models` (CONTRACT section 10): two at a time, resumed after a cut or a restart. */
   pulls: ModelPulls;
   /** The operator's image test (spec 3.3, 4.7): one job, in RAM only. */
-  readonly imageTests: ImageTests;
+  imageTests: ImageTests;
   /** The prompt enhancer's preview (spec 4.7): the last one, in RAM only. */
-  readonly enhancerPreviews: EnhancerPreviews;
+  enhancerPreviews: EnhancerPreviews;
   /** The audio memory policy per speech worker kind (spec 3.6). */
   audio: AudioPolicies;
   /** The chat worker's HTTP limits (spec 8). */
   chatLimits: ChatLimits;
   /** The operator's chat test (spec 2.5, 4.7): one job, in RAM only. */
-  readonly chatTests: ChatTests;
+  chatTests: ChatTests;
   /** What `GET /api/v1/events` streams to the console: a snapshot, then the changes. */
-  readonly consoleFeed: ConsoleFeed;
-  /** The supervisor's child that owns the inference listener (spec 3.1). */
-  readonly listener: ListenerActor;
+  consoleFeed: ConsoleFeed;
+  /** The supervisor's child that owns the inference listener (spec 3.1), while the supervisor runs (it spawns it when it starts). */
+  listener(): ListenerActor;
   inspection: Inspection;
   /** Every machine definition and every actor of a machine, for the console (always on). */
   charts: ChartFeed;

@@ -4,7 +4,7 @@
 // or cancelled (exit 1). The download is the service's: a Ctrl-C here stops only the following, and
 // `enhancers cancel` stops the download.
 import type { Config } from '../config.js';
-import type { InstallView } from '../system/enhancers/enhancerInstalls.js';
+import type { InstallView } from '../system/observe/console.types.js';
 import { ENHANCER_TASKS, type EnhancerTask } from '../store/enhancers.js';
 import type { AdminSession } from './admin.js';
 import { CliError, UsageError } from './errors.js';

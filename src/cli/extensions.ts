@@ -6,7 +6,7 @@
 import type { Config } from '../config.js';
 import { EXTENSION_NAMES, type ExtensionName, type Extensions } from '../store/endpoint.js';
 import { EXTENSION_FACTS } from '../system/extensions.js';
-import type { EndpointStatus } from '../system/observe/status.js';
+import type { EndpointStatus } from '../system/observe/console.types.js';
 import { CliError, UsageError } from './errors.js';
 import type { CredentialSource } from './password.js';
 import { onTarget, targetLine } from './target.js';

@@ -5,8 +5,7 @@
 import type { Config } from '../config.js';
 import type { EndpointRecord } from '../store/endpoint.js';
 import type { ProfileView } from '../store/profile.schema.js';
-import type { JobStatus, SupervisedWorker } from '../system/observe/diagnostics.js';
-import type { EndpointStatus } from '../system/observe/status.js';
+import type { EndpointStatus, JobStatus, SupervisedWorker } from '../system/observe/console.types.js';
 import type { CredentialSource } from './password.js';
 import { onTarget, type ServiceFacts, type Target } from './target.js';
 

@@ -7,13 +7,14 @@
 import { createActor, fromPromise, type Actor } from 'xstate';
 import { audioPolicyMachine, type AudioKind, type AudioPolicyRecord, type AudioWorkerView, type PreloadInput } from '../../machines/audioPolicy/index.js';
 import type { RuntimeLookup } from '../adapters/runtimes.js';
-import { AUDIO_KINDS, toJson, type AudioPolicyJson, type AudioPolicyStore } from '../store/audioPolicy.js';
+import { AUDIO_KINDS, toJson, type AudioPolicyStore } from '../store/audioPolicy.js';
 import type { StoredProfile } from '../store/profile.schema.js';
 import type { ProfileStore } from '../store/profiles.js';
 import { profileBlockers } from './catalog/blockers.js';
 import type { Inspection } from './observe/inspect.js';
 import type { Logger } from './observe/log.js';
 import { ReservationDenied, ReservationRevoked, type Scheduler, type SupervisorActor } from './scheduler.js';
+import type { AudioPolicyError, AudioPolicyView } from './observe/console.types.js';
 
 type PolicyActor = Actor<typeof audioPolicyMachine>;
 
@@ -31,23 +32,6 @@ export class PolicyError extends Error {
   ) {
     super(message);
   }
-}
-
-export interface AudioPolicyError {
-  kind: AudioKind;
-  profile_id: string | null;
-  /** runtime_missing, not_executable, profile_missing, insufficient_memory, resources_busy, queue_full, queue_timeout, worker_failed. */
-  code: string;
-  message: string;
-  /** Failed preloads in a row (0: the selection cannot be tried now, e.g. while the endpoint is stopped). */
-  attempts: number;
-}
-
-export interface AudioPolicyView {
-  settings: AudioPolicyJson[];
-  errors: AudioPolicyError[];
-  /** Where each kind's policy stands: auto, per_request, or warm (dormant, preloading, held, failed). */
-  states: Record<AudioKind, string>;
 }
 
 /** Why a profile cannot be warm now, or undefined when it can be tried. */

@@ -2,22 +2,15 @@
 // child, runs, and the status shows what each describes. (The supervisor commands its worker
 // machines itself: nothing here carries an unload.) Beside them, each kind's recent stderr lines.
 import { WorkerStderr } from './observe/stderrLines.js';
+import type { WorkerStatus } from './observe/console.types.js';
+
+export type { WorkerStatus };
 
 export interface WorkerHook {
   name: string;
   kind?: WorkerStatus['kind'];
   /** What the status object shows for this worker, if it is loaded. */
   describe?: () => WorkerStatus | undefined;
-}
-
-export interface WorkerStatus {
-  kind: 'chat' | 'image' | 'tts' | 'stt' | 'enhancer';
-  profile_id: string | null;
-  state: string;
-  pid: number | null;
-  gpus: string[];
-  /** When its running start began: the adapter sent the start the grant asked for. */
-  since: string | null;
 }
 
 export class WorkerHooks {

@@ -17,8 +17,7 @@
 // - `request`: each answered inference request (the recent-requests view; the snapshot sends the
 //   kept ones, oldest first).
 import { PassThrough } from 'node:stream';
-import type { ConsoleEvents } from '../system/observe/console.types.js';
-import type { ImageTestJob } from './image/imageTests.js';
+import type { ConsoleEvents, ImageTestJob } from '../system/observe/console.types.js';
 import type { Service } from '../service.js';
 
 export type ConsoleEventName = keyof ConsoleEvents;
@@ -40,12 +39,18 @@ export interface ConsoleFeedTiming {
   keepAliveMs: number;
 }
 
+/** The parts of the service the feed watches and reads. */
+export type ConsoleFeedParts = Pick<
+  Service,
+  'status' | 'audio' | 'charts' | 'logs' | 'log' | 'counters' | 'profiles' | 'extensions' | 'recent' | 'chatTests' | 'imageTests' | 'enhancers' | 'enhancerPreviews' | 'pulls'
+>;
+
 export const CONSOLE_FEED_TIMING: ConsoleFeedTiming = { statusMs: 500, statusTickMs: 5_000, testMs: 50, keepAliveMs: 15_000 };
 /** At most one `enhancers` (or `pulls`) event this often while an install (a pull) reports progress. */
 const ENHANCERS_MS = 250;
 
 /** What `GET /api/v1/prompt-enhancers` answers: each task's install and the last preview. */
-export const enhancersView = (service: Service) => ({ ...service.enhancers.view(), preview: service.enhancerPreviews.last() });
+export const enhancersView = (service: Pick<Service, 'enhancers' | 'enhancerPreviews'>) => ({ ...service.enhancers.view(), preview: service.enhancerPreviews.last() });
 
 /** How many recent log lines a new stream gets. */
 export const CONSOLE_LOG_LINES = 200;
@@ -120,7 +125,7 @@ export class ConsoleFeed {
   #closed = false;
 
   constructor(
-    private readonly service: Service,
+    private readonly service: ConsoleFeedParts,
     readonly timing: ConsoleFeedTiming = CONSOLE_FEED_TIMING,
   ) {
     this.#status = new Coalesced(timing.statusMs, () => this.#sendStatus());

@@ -4,7 +4,7 @@
 import { getEventListeners } from 'node:events';
 import t from 'tap';
 import { follow } from '../../src/cli/enhancers.js';
-import type { InstallView } from '../../src/system/enhancers/enhancerInstalls.js';
+import type { InstallView } from '../../src/system/observe/console.types.js';
 
 const view = (state: InstallView['state'], bytesDone: number): InstallView =>
   ({ repo: 'org/tiny', state, file: 'tiny.gguf', bytes_done: bytesDone, bytes_total: 100, error: null }) as InstallView;

@@ -9,7 +9,7 @@ import t from 'tap';
 import { main } from '../../src/cli.js';
 import { CliError, UsageError } from '../../src/cli/errors.js';
 import { withSavedPortRange, loadConfig } from '../../src/config.js';
-import type { EndpointStatus } from '../../src/system/observe/status.js';
+import type { EndpointStatus } from '../../src/system/observe/console.types.js';
 import { build, tempDir } from '../helpers/build.js';
 
 /** Runs `service-deck <args>` in this process with SERVICE_DECK_API_PORTS as the image sets it; its stdout and stderr. */

@@ -4,7 +4,7 @@
 import t from 'tap';
 import { adminUrl } from '../../src/cli/admin.js';
 import { formatStatus, stoppedView, type StatusReport, type StatusView } from '../../src/cli/status.js';
-import type { JobStatus } from '../../src/system/observe/diagnostics.js';
+import type { JobStatus } from '../../src/system/observe/console.types.js';
 
 const job = (over: Partial<JobStatus>): JobStatus => ({
   job_id: 'j-1',

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { ReservationDenied } from '../../src/system/scheduler.js';
-import type { EndpointStatus } from '../../src/system/observe/status.js';
+import type { EndpointStatus } from '../../src/system/observe/console.types.js';
 import { build, failureOf, freePort, tempDir } from '../helpers/build.js';
 import { tinyModelIn } from '../helpers/llama.js';
 import { pocketsphinxPath } from '../helpers/speech.js';

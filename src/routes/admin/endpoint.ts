@@ -34,7 +34,8 @@ export const adminEndpointRoutes: FastifyPluginAsync<{ service: Service }> = asy
 
   /** Sends a listener event and answers with the status; 202 when the machine is still on its way. */
   async function command(event: Parameters<typeof ask>[2], timeoutMs: number, signal: AbortSignal) {
-    const replied = await ask<typeof service.listener.logic, ListenerEmitted>(service.listener, 'endpoint.reply', event, { timeoutMs, signal });
+    const listener = service.listener();
+    const replied = await ask<typeof listener.logic, ListenerEmitted>(listener, 'endpoint.reply', event, { timeoutMs, signal });
     if (replied && !replied.outcome.ok) throw failure(replied.outcome);
     // What the machine remembered is on disk before the operator hears that it happened.
     await service.endpoint.flushed();

@@ -24,7 +24,7 @@ export const adminMetricsRoutes: FastifyPluginAsync<{ service: Service }> = asyn
       reply,
       await readiness({
         stateDir: service.config.stateDir,
-        listener: service.listener as Service['listener'] | undefined,
+        listener: service.listener() as ReturnType<Service['listener']> | undefined,
         wantsRunning: service.endpoint.record.running,
         supervisor: service.supervisor,
       }),

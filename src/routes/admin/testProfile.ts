@@ -5,7 +5,7 @@ import type { Service } from '../../service.js';
 import type { Category, StoredProfile } from '../../store/profile.schema.js';
 import { errors } from '../../errors.js';
 
-export async function testProfile<C extends Category>(service: Service, id: string, category: C): Promise<Extract<StoredProfile, { category: C }>> {
+export async function testProfile<C extends Category>(service: Pick<Service, 'profiles' | 'catalog'>, id: string, category: C): Promise<Extract<StoredProfile, { category: C }>> {
   const profile = service.profiles.get(id);
   if (!profile) throw errors.notFound('profile_not_found', `No profile with id ${id}.`);
   if (profile.category !== category) {

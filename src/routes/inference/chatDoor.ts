@@ -8,7 +8,7 @@ import { Transform, type Readable, type TransformCallback } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Service } from '../../service.js';
 import type { ChatProfile } from '../../workers/chat/chat.js';
-import { bufferedAnswer, openChat, relayStream, type ChatLimits } from '../../workers/chat/chatRequest.js';
+import { bufferedAnswer, openChat, relayStream, type ChatLimits, type ChatParts } from '../../workers/chat/chatRequest.js';
 import { effectiveEffort, type ChatRequest } from '../../workers/chat/chat.schema.js';
 import { chatStreamTap, noteAnswer } from '../metrics.js';
 
@@ -85,7 +85,7 @@ export interface ChatDoor {
 }
 
 /** The published, executable chat profile `model` names (404 model_not_found otherwise). */
-export async function chatProfile(service: Service, model: string): Promise<ChatProfile> {
+export async function chatProfile(service: Pick<Service, 'catalog'>, model: string): Promise<ChatProfile> {
   // Known at once when nothing the profile needs changed since it was last checked.
   return (service.catalog.readyNow('chat', model) ?? (await service.catalog.require('chat', model))) as ChatProfile;
 }
@@ -96,7 +96,7 @@ export async function chatProfile(service: Service, model: string): Promise<Chat
  * the worker sends it, never buffered, measured as it passes, its reservation kept to its end.
  * `signal` is the request's clientGone signal.
  */
-export async function answerChat(service: Service, limits: ChatLimits, request: FastifyRequest, reply: FastifyReply, signal: AbortSignal, door: ChatDoor): Promise<FastifyReply> {
+export async function answerChat(service: ChatParts & Pick<Service, 'metrics' | 'profiles'>, limits: ChatLimits, request: FastifyRequest, reply: FastifyReply, signal: AbortSignal, door: ChatDoor): Promise<FastifyReply> {
   const { profile, stream } = door;
   const opened = await openChat(service, profile, door.upstream, {
     source: 'api',

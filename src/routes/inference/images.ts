@@ -36,7 +36,7 @@ function answer(result: ImageResult, requested: string | undefined) {
   };
 }
 
-const imageProfile = async (service: Service, model: string) => (await service.catalog.require('image', model)) as ImageProfile;
+const imageProfile = async (service: Pick<Service, 'catalog'>, model: string) => (await service.catalog.require('image', model)) as ImageProfile;
 
 export const imageRoutes: FastifyPluginAsync<{ service: Service }> = async (base, { service }) => {
   const app = base.withTypeProvider<ZodTypeProvider>();

@@ -29,7 +29,7 @@ import { answerChat, chatProfile, reasoningHeaders } from './chatDoor.js';
  * own onRequest hook comes after the listener's (the Host check, the token) and before the body is
  * read, so no body is parsed and no profile looked up.
  */
-function offUnlessTurnedOn(service: Service, route?: string): onRequestHookHandler {
+function offUnlessTurnedOn(service: Pick<Service, 'extensions'>, route?: string): onRequestHookHandler {
   return (request, reply, done) => done(service.extensions.isOn('responses') ? undefined : errors.notFound('unknown_route', extensionOffMessage('responses', route)));
 }
 

@@ -12,15 +12,7 @@ import type { StoredProfile } from '../../store/profile.schema.js';
 import { programOf } from './blockers.js';
 import type { Logger } from '../observe/log.js';
 import type { SupervisorActor } from '../scheduler.js';
-
-/** What the status shows of a worker's build. */
-export interface BuildStatus {
-  runtime: string;
-  path: string;
-  fingerprint: string;
-  /** Set once a new build was found: the worker goes when idle. */
-  replaced_by: { path: string; fingerprint: string } | null;
-}
+import type { BuildStatus } from '../observe/console.types.js';
 
 interface Started {
   generation: number;

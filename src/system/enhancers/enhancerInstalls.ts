@@ -29,19 +29,7 @@ import {
 import { ensurePrivateDir, linkOrCopy, readJsonFile, writeJsonAtomic, type VerifiedCopies } from '../../store/files.js';
 import { EnhancerStore, type Verified } from './enhancerStore.js';
 import type { Logger } from '../observe/log.js';
-
-export type InstallState = 'not_installed' | 'installing' | 'installed' | 'failed' | 'cancelled';
-
-/** CONTRACT section 8's Install, plus the file being fetched. */
-export interface InstallView {
-  repo: string;
-  state: InstallState;
-  bytes_done: number;
-  bytes_total: number | null;
-  error: string | null;
-  /** The file being downloaded now (installing only). */
-  file: string | null;
-}
+import type { InstallPlan, InstallView } from '../observe/console.types.js';
 
 /**
  * Free bytes on the filesystem that holds `dir` itself (statfs of the folder: a state directory on
@@ -63,38 +51,6 @@ export interface InstalledEnhancer {
 
 /** The context of an installed enhancer whose recipe has since been replaced by another. */
 const DEFAULT_CONTEXT = 8192;
-
-/**
- * What an install of a task would download, asked of the hub before it starts (HEAD requests, no
- * byte of a file moves), beside the free disk: the console shows it on the Install button and asks
- * before a large download.
- */
-export interface InstallPlan {
-  task: EnhancerTask;
-  repo: string;
-  revision: string;
-  /** Each recipe file: its size as the hub states it (null: it states none), and what of it is in the store already. */
-  files: Array<{ path: string; bytes: number | null; bytes_on_disk: number }>;
-  /** Every file's size together; null when the hub states no size for one of them (the install would be refused). */
-  bytes_total: number | null;
-  /** Already in the store: complete files of the stated size, and partial downloads an install resumes. */
-  bytes_on_disk: number;
-  bytes_to_download: number | null;
-  /** Free bytes on the filesystem of the store (statfs); null when it cannot be read. */
-  free_bytes: number | null;
-  /** Kept free beyond the download (DISK_MARGIN_BYTES). */
-  margin_bytes: number;
-  /** Whether the download and the margin fit the free disk; null when either is unknown. */
-  fits: boolean | null;
-  /** Why it does not fit or cannot be told, for people; null when it fits. */
-  reason: string | null;
-  /**
-   * The hub's failure when it could not be asked (unreachable, or it refused a file): the sizes are
-   * then unknown. An answer, not an error status: the console asks on every page view, and a
-   * machine without internet is an ordinary case, not a failed request.
-   */
-  hub_error: string | null;
-}
 
 export type InstallStart = { ok: true } | { ok: false; code: 'install_running'; message: string };
 

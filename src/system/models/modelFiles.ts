@@ -16,25 +16,13 @@ import { ggufSummary, mergeSplit, readGgufInfo, splitName, splitPart, type GgufI
 import { onProbeLane } from '../../adapters/regularFile.js';
 import type { ForecastRoom, ModelShape } from '../../../machines/supervisor/index.js';
 import { chatShape } from '../startFacts.js';
-import { forecastContext, forecastView, type ModelFacts, type ModelForecast } from './modelForecast.js';
+import { forecastContext, forecastView, type ModelFacts } from './modelForecast.js';
+import type { ModelFileView, ModelFilesView, ModelFormat } from '../observe/console.types.js';
 
-export type ModelFormat = 'gguf' | 'whisper' | 'unknown';
+export type { ModelFileView, ModelFilesView, ModelFormat };
 
-/** One model file as `GET /api/v1/model-files` lists it. */
-export interface ModelFileView {
-  path: string;
-  bytes: number;
-  format: ModelFormat;
-  facts: ModelFacts | null;
-  forecast: ModelForecast | null;
-  error: string | null;
-}
 
-export interface ModelFilesView {
-  files: ModelFileView[];
-  /** What the walk could not do: a folder missing or unreadable, a limit reached. */
-  problems: string[];
-}
+
 
 export interface ScanLimits {
   /** Folder levels below a model folder that are entered. */

@@ -4,26 +4,9 @@
 // room probed now, so that a file listed as fitting is one a chat profile can start.
 import { forecastChatStart, MIB, type ForecastRoom, type ModelShape } from '../../../machines/supervisor/index.js';
 import type { GgufSummary } from '../../adapters/gguf.js';
+import type { ModelFacts, ModelForecast } from '../observe/console.types.js';
 
-/** A model file's facts (null fields: the file does not say). */
-export type ModelFacts = GgufSummary;
-
-/** The memory check's answer for a chat worker of the model at `context` on today's inventory. */
-export interface ModelForecast {
-  /** The memory check would start it (with `gpu_layers` of `layer_count` on the GPUs, the rest in RAM). */
-  fits: boolean;
-  gpu_layers: number;
-  gpus: Array<{ uuid: string; bytes: number }>;
-  ram_bytes: number;
-  /** Why it does not fit, or what it gives up (layers left in RAM); null when every layer is on a GPU, or there is no GPU. */
-  reason: string | null;
-  /** The context forecast: the profile default 8192, at most the model's own. */
-  context: number;
-  /** Every layer there is to place: the blocks and the output layer. */
-  layer_count: number;
-  /** The forecast in one sentence for people ("fits on GPU 0 with every layer at 8192 tokens"). */
-  summary: string;
-}
+export type { ModelFacts, ModelForecast };
 
 /** A chat profile's default context (CONTRACT section 4). */
 export const DEFAULT_CONTEXT = 8192;

@@ -7,33 +7,17 @@ import { GgufError, mergeSplit, readGgufHeader, splitName, splitPart, type GgufI
 import { listHubTree, openHubRange, resolveUrl, type HubAccess } from '../../adapters/hubRead.js';
 import type { ResolveHost } from '../../adapters/hubDownload.js';
 import type { ForecastRoom } from '../../../machines/supervisor/index.js';
-import { formatOf, ggufRead, type ModelFormat } from './modelFiles.js';
-import { forecastContext, forecastView, type ModelFacts, type ModelForecast } from './modelForecast.js';
+import { formatOf, ggufRead } from './modelFiles.js';
+import { forecastContext, forecastView } from './modelForecast.js';
+import type { HubFileView, HubFilesView, HubForecastView } from '../observe/console.types.js';
+
+export type { HubFileView, HubFilesView, HubForecastView };
 
 /** The most header bytes read of a remote GGUF (of each part of a split one): real headers, tokenizer included, take up to about 10 MiB. */
 export const REMOTE_HEADER_BYTES = 16 * 1024 * 1024;
 
-export interface HubFileView {
-  path: string;
-  bytes: number;
-  sha256: string | null;
-  format: ModelFormat;
-}
 
-export interface HubFilesView {
-  repo: string;
-  revision: string;
-  files: HubFileView[];
-}
 
-export interface HubForecastView {
-  facts: ModelFacts;
-  forecast: ModelForecast | null;
-  /** Why there is no forecast (the header lacks what the memory check needs), else null. */
-  error: string | null;
-  /** Header bytes received from the hub for this answer. */
-  header_bytes: number;
-}
 
 /** A header the service cannot read (not GGUF, over the bound, damaged): the file's fault, not the hub's. */
 export class RemoteModelError extends Error {

@@ -33,32 +33,10 @@ import { ensurePrivateDir, fileStamp, linkOrCopy, makePrivateFolders, readJsonFi
 import { DISK_MARGIN_BYTES, type FreeSpace } from '../enhancers/enhancerInstalls.js';
 import type { Logger } from '../observe/log.js';
 import { formatOf } from './modelFiles.js';
+import type { PullState, PullView } from '../observe/console.types.js';
 
-export type PullState = 'downloading' | 'done' | 'failed' | 'cancelled';
-
-/** CONTRACT section 10's Pull, and how it goes: its rate, whether it waits for a transfer slot, the verified sha256, when it began and last changed. */
-export interface PullView {
-  id: string;
-  repo: string;
-  revision: string;
-  path: string;
-  state: PullState;
-  /** Bytes on disk: of the partial file while downloading (or waiting), of the file once done. */
-  bytes_done: number;
-  /** The size the hub stated. */
-  bytes_total: number;
-  error: string | null;
-  /** The absolute path of the file once done, else null. */
-  file: string | null;
-  /** Bytes per second over the last RATE_WINDOW_MS while it transfers; null otherwise. */
-  rate_bytes_per_s: number | null;
-  /** Downloading, and waiting for one of the MAX_TRANSFERS transfer slots. */
-  waiting: boolean;
-  /** The file's sha256 once done (hashed while it was downloaded, or taken from a verified copy). */
-  sha256: string | null;
-  created_at: string;
-  updated_at: string;
-}
+// The pull's view is declared with the console's other views; its importers keep finding it here.
+export type { PullState, PullView };
 
 /** A file of a hub repository at a revision. */
 export interface PullRequest {

@@ -2,13 +2,7 @@
 // by_route). `rejected` counts refusals (4xx: bad request, auth, queue full, profile changed),
 // `errors` counts failures (5xx). Each recorded request emits `change` (the console's status feed).
 import { EventEmitter } from 'eventemitter3';
-
-export interface CounterSnapshot {
-  requests: number;
-  errors: number;
-  rejected: number;
-  by_route: Record<string, number>;
-}
+import type { CounterSnapshot } from './console.types.js';
 
 export class Counters extends EventEmitter<{ change: [] }> {
   #requests = 0;

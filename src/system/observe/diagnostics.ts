@@ -2,73 +2,9 @@
 // each job's phase, wait time, reservations and GPU occupancy; each started worker's memory
 // forecast with the reserve per GPU, the RAM budget and the GPU layer limit. A projection of the
 // supervisor's context, nothing more; forecasts are labelled as predictions.
-import { overtakenSwitches, waitingOrder, type JobRecord, type JobSource, type StartPlan, type SupervisorContext, type WorkerKind, type WorkerRecord } from '../../../machines/supervisor/index.js';
-import type { BuildStatus } from '../catalog/builds.js';
+import { overtakenSwitches, waitingOrder, type JobRecord, type StartPlan, type SupervisorContext, type WorkerKind, type WorkerRecord } from '../../../machines/supervisor/index.js';
 import type { JobTimes } from '../scheduler.js';
-import type { WorkerStatus } from '../workers.js';
-
-export interface PlanStatus {
-  gpu_layers: number | null;
-  gpu_layer_limit: number | null;
-  tensor_split: number[] | null;
-  /** How the GPU layer count was found, in words (with the plain note when the build's fit tool is missing). */
-  fit: string;
-  /**
-   * chat on GPUs without a fixed split: `used` (the build's llama-fit-params chose), `not_installed`
-   * (it is missing: the layer count is the service's own estimate); null where it is not asked.
-   */
-  fit_tool: 'used' | 'not_installed' | null;
-  forecast: { ram_mib: number; gpu_mib: Record<string, number>; basis: string; note: 'prediction' };
-  gpu_budget: Array<{ uuid: string; free_mib: number; reserve_mib: number; available_mib: number; forecast_mib: number }>;
-  ram_budget: { available_mib: number; reserve_mib: number; forecast_mib: number; limited_by: string };
-}
-
-export interface JobStatus {
-  job_id: string;
-  kind: JobRecord['spec']['kind'];
-  profile_id: string;
-  revision: number;
-  source: JobSource;
-  /** waiting, checking (the memory check of its worker start), starting (its worker loads), running. */
-  phase: 'waiting' | 'checking' | 'starting' | 'running';
-  position: number | null;
-  waited_ms: number;
-  running_ms: number | null;
-  reservation: { worker: WorkerKind | null; gpus: string[] };
-  /** The memory check's plan of the worker this job runs on (forecast, reserves, RAM budget, layers). */
-  memory: PlanStatus | null;
-  /** An image job: the steps its image process has done, as it printed them. */
-  progress: { step: number; steps: number } | null;
-  /**
-   * Why it waits where the order is not plain FIFO: a switch that chats for the loaded profile
-   * overtake (swap-aware order), or an image job's image step after its enhancer on the CPU.
-   */
-  reason: string | null;
-}
-
-export interface QueueStatus {
-  waiting: JobStatus[];
-  running: JobStatus[];
-}
-
-export interface SupervisedWorker extends WorkerStatus {
-  revision: number | null;
-  slots: number;
-  active_jobs: number;
-  /** Why it was last unloaded or how it ended. */
-  last: string | null;
-  plan: PlanStatus | null;
-  /** The build of its program it runs; `replaced_by` once a new one is on disk (it goes when idle). */
-  build: BuildStatus | null;
-  /** Why it will be unloaded as soon as it is idle (a new revision, a new build), or null. */
-  stale: string | null;
-}
-
-export interface MemoryStatus {
-  ram: Record<string, number | string | null>;
-  gpu_reserve_mib: Array<{ uuid: string; reserve_mib: number }>;
-  note: string;
-}
+import type { BuildStatus, JobStatus, PlanStatus, QueueStatus, SupervisedWorker } from './console.types.js';
 
 export function planStatus(plan: StartPlan): PlanStatus {
   return {

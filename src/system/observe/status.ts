@@ -2,50 +2,19 @@
 // state and address, the stop in progress, the counters, the supervisor's workers and queue with
 // their diagnostics, the profiles, the GPUs and the RAM budget.
 import { MIB, type WorkerKind } from '../../../machines/supervisor/index.js';
-import { probeGpus, type Gpu, type GpuInventory } from '../../adapters/gpus.js';
+import { probeGpus, type GpuInventory } from '../../adapters/gpus.js';
 import { ramBudget, readRamFacts } from '../../adapters/memory.js';
-import type { Config, PortRangeSource } from '../../config.js';
+import type { Config } from '../../config.js';
 import type { Extensions } from '../../store/endpoint.js';
 import type { SecretStore } from '../../store/secrets.js';
 import type { BuildWatcher } from '../catalog/builds.js';
 import type { Catalog } from '../catalog/catalog.js';
 import type { Counters } from './counters.js';
-import { diagnostics, type MemoryStatus, type QueueStatus } from './diagnostics.js';
+import { diagnostics } from './diagnostics.js';
 import { runningJobs, type ListenerActor } from '../listener.js';
 import type { Scheduler, SupervisorActor } from '../scheduler.js';
 import type { WorkerHooks } from '../workers.js';
-
-export interface EndpointStatus {
-  status: 'running' | 'stopping' | 'stopped';
-  host: string;
-  port: number;
-  remembered_running: boolean;
-  /**
-   * The ports the inference listener may use, and where that range comes from (src/config.ts,
-   * PortRangeSource): a saved port outside it keeps the listener stopped (`saved_port_out_of_range`).
-   */
-  port_range: { first: number; last: number; from: PortRangeSource };
-  /** The operator's switches for what goes beyond the specification, each off by default (CONTRACT section 9). */
-  extensions: Extensions;
-  error: { code: string; message: string } | null;
-  /**
-   * While the endpoint stops: since when, and what it waits for before the workers are unloaded
-   * (requests on the inference listener whose answer is not over, and jobs that hold a
-   * reservation, admin tests included). Null otherwise.
-   */
-  stop: { since: string; open_requests: number; running_jobs: number } | null;
-  /** Set while secrets.json on disk is damaged and the last good secrets stay in force. */
-  secrets_problem: string | null;
-  counters: ReturnType<Counters['snapshot']>;
-  /** The GPU mode (spec 3.3, 3.4): `llm` (chat and TTS may share the GPUs), or `exclusive_image` while an image job holds them. */
-  gpu_mode: 'llm' | 'exclusive_image';
-  workers: ReturnType<WorkerHooks['statuses']>;
-  queue: QueueStatus;
-  profiles: Awaited<ReturnType<Catalog['views']>>;
-  gpus: Gpu[];
-  gpu_probe: { source: GpuStatus['source']; problem: string | null };
-  memory: MemoryStatus;
-}
+import type { EndpointStatus } from './console.types.js';
 
 /** The inventory as the status shows it: a simulated inventory that cannot be read is `failed`. */
 type GpuStatus = Omit<GpuInventory, 'source'> & { source: GpuInventory['source'] | 'failed' };

@@ -252,13 +252,16 @@ export function workerStatusError(status: number, body: Buffer, log: StatusLog, 
   return errors.workerFailed(`The chat worker failed: ${message}`);
 }
 
+/** The parts of the service a chat request uses: the reservation, the chat worker, the log. */
+export type ChatParts = Pick<Service, 'scheduler' | 'chat' | 'log'>;
+
 /**
  * Reserves (its grant starts the worker, or joins its start), waits until it is loaded, and sends the request.
  * On any failure the reservation is given back (a start this job began and nobody else uses is
  * aborted) and the error is an ApiError, or the client's own abort reason.
  */
 export async function openChat(
-  service: Service,
+  service: ChatParts,
   profile: ChatProfile,
   body: Record<string, unknown>,
   options: {

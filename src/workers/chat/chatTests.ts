@@ -17,56 +17,20 @@ import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { EventEmitter } from 'eventemitter3';
 import { errors } from '../../errors.js';
-import type { Service } from '../../service.js';
 import type { ChatProfile } from './chat.js';
 import { chatRequestSchema, upstreamBody } from './chat.schema.js';
-import { CHAT_LIMITS, openChat, refusal, relayStream, type ChatLimits } from './chatRequest.js';
+import { CHAT_LIMITS, openChat, refusal, relayStream, type ChatLimits, type ChatParts } from './chatRequest.js';
 import { jobFailure } from '../lease.js';
 import { SseReader } from './sse.js';
 import { chatRequestOf, ResponseAnswer } from './responses.js';
 import { responsesRequestSchema } from './responses.schema.js';
+import type { ChatTestJob, ChatTestPhase, Throughput } from '../../system/observe/console.types.js';
 
 export const CHAT_TEST_MAX_TOKENS = 4096;
 
-export interface Throughput {
-  tokens: number;
-  ms: number;
-  tokens_per_second: number;
-}
-
-export interface ChatTestUsage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  /** Prompt tokens the worker reused from its cache (part of prompt_tokens, not of prefill). */
-  cached_tokens: number | null;
-}
-
-export type ChatTestPhase = 'waiting' | 'starting' | 'running' | 'done' | 'cancelled' | 'failed';
-
 /** The door a chat test goes through: `/v1/chat/completions` or `/v1/responses`. */
-export const CHAT_TEST_APIS = ['chat_completions', 'responses'] as const;
+export const CHAT_TEST_APIS = ['chat_completions', 'responses'] as const satisfies ReadonlyArray<ChatTestJob['api']>;
 export type ChatTestApi = (typeof CHAT_TEST_APIS)[number];
-
-export interface ChatTestJob {
-  id: string;
-  profile_id: string;
-  revision: number;
-  api: ChatTestApi;
-  phase: ChatTestPhase;
-  max_tokens: number;
-  /** The streamed answer so far (RAM only). */
-  answer: string;
-  /** Chat completions' finish_reason; through the Responses API, the Response's incomplete reason or status. */
-  finish_reason: string | null;
-  timings: { prefill: Throughput | null; generation: Throughput | null };
-  usage: ChatTestUsage | null;
-  error: { code: string | null; message: string } | null;
-  /** Position in the queue while waiting. */
-  position: number | null;
-  started_at: string;
-  finished_at: string | null;
-}
 
 export interface TestMessage {
   role: 'system' | 'user' | 'assistant';
@@ -116,7 +80,7 @@ export class ChatTests extends EventEmitter<{ change: [] }> {
   #done: Promise<void> | null = null;
 
   constructor(
-    readonly service: Service,
+    readonly service: ChatParts,
     readonly limits: ChatLimits = CHAT_LIMITS,
   ) {
     super();

@@ -5,23 +5,9 @@
 // for the image test that follows it. Every change emits `change`.
 import { EventEmitter } from 'eventemitter3';
 import { errors } from '../../errors.js';
-import type { EnhancerTask } from '../../store/enhancers.js';
 import type { ImageProfile } from '../image/image.js';
-import { enhancerTask, runEnhancerPreview, type ImageInput } from '../image/imageJob.js';
-import type { Service } from '../../service.js';
-
-export interface EnhancerPreview {
-  profile_id: string;
-  revision: number;
-  task: EnhancerTask;
-  /** How many reference images it read (i2i). */
-  images: number;
-  original: string;
-  suggestion: string;
-  /** Only a suggestion: the profile's resolution is never changed by it. */
-  wh_ratio: number | null;
-  created_at: string;
-}
+import { enhancerTask, runEnhancerPreview, type ImageInput, type ImageJobParts } from '../image/imageJob.js';
+import type { EnhancerPreview } from '../../system/observe/console.types.js';
 
 /** What the operator does with a preview in the image test: take the suggestion, or keep the original. */
 export type PreviewChoice = 'accept' | 'keep';
@@ -30,7 +16,7 @@ export class EnhancerPreviews extends EventEmitter<{ change: [] }> {
   #last: EnhancerPreview | null = null;
   #running = false;
 
-  constructor(private readonly service: Service) {
+  constructor(private readonly service: ImageJobParts) {
     super();
   }
 

@@ -53,12 +53,15 @@ export interface ImageJobOptions {
 /** The task an image job's enhancer has: editing with reference images, or text to image. */
 export const enhancerTask = (references: number): EnhancerTask => (references > 0 ? 'i2i' : 't2i');
 
+/** The parts of the service an image job uses: the state directory, the reservation, the enhancer and image workers, the installs. */
+export type ImageJobParts = Pick<Service, 'config' | 'scheduler' | 'supervisor' | 'image' | 'enhancer' | 'enhancers'>;
+
 /**
  * The enhancer step of a job for `profile` (4.7), or null when its task is off. A task that is on
  * but whose enhancer is not installed (its files gone since the blocker check) fails the job:
  * the original prompt is never used in its place.
  */
-export async function enhancerStep(service: Service, profile: ImageProfile, task: EnhancerTask, image: boolean): Promise<EnhancerStep | null> {
+export async function enhancerStep(service: Pick<Service, 'enhancers'>, profile: ImageProfile, task: EnhancerTask, image: boolean): Promise<EnhancerStep | null> {
   const repo = profile.prompt_enhancer?.[task];
   if (!repo) return null;
   const installed = await service.enhancers.installed(task);
@@ -90,7 +93,7 @@ interface Reserved {
  * removed once every process of the job is gone.
  */
 async function onImageReservation<T>(
-  service: Service,
+  service: ImageJobParts,
   profile: ImageProfile,
   input: ImageInput,
   options: ImageJobOptions,
@@ -143,7 +146,7 @@ async function onImageReservation<T>(
   }
 }
 
-export async function runImageJob(service: Service, profile: ImageProfile, input: ImageInput, options: ImageJobOptions): Promise<ImageResult> {
+export async function runImageJob(service: ImageJobParts, profile: ImageProfile, input: ImageInput, options: ImageJobOptions): Promise<ImageResult> {
   const step = options.enhance === 'skip' ? null : await enhancerStep(service, profile, enhancerTask(input.references?.references.length ?? 0), true);
   return onImageReservation(service, profile, input, options, step, async ({ lease, dir, references, signal }, enhanced) => {
     const prompt = enhanced?.prompt ?? input.prompt;
@@ -164,7 +167,7 @@ export async function runImageJob(service: Service, profile: ImageProfile, input
  * conflict at once, as for the image test), for the task the input implies, even while the
  * profile has that task off (the operator tries it before switching it on).
  */
-export async function runEnhancerPreview(service: Service, profile: ImageProfile, input: ImageInput, signal: AbortSignal): Promise<Enhancement> {
+export async function runEnhancerPreview(service: ImageJobParts, profile: ImageProfile, input: ImageInput, signal: AbortSignal): Promise<Enhancement> {
   const task = enhancerTask(input.references?.references.length ?? 0);
   const installed = await service.enhancers.installed(task);
   const chosen = profile.prompt_enhancer?.[task] ?? installed?.repo;

@@ -8,35 +8,10 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import { errors, type ApiError } from '../../errors.js';
 import type { Lease } from '../../system/scheduler.js';
-import type { Service } from '../../service.js';
 import type { ImageProfile } from './image.js';
-import { runImageJob } from './imageJob.js';
+import { runImageJob, type ImageJobParts } from './imageJob.js';
 import { jobFailure } from '../lease.js';
-
-export type ImageTestPhase = 'waiting' | 'running' | 'done' | 'cancelled' | 'failed';
-
-export interface ImageTestJob {
-  id: string;
-  profile_id: string;
-  revision: number;
-  phase: ImageTestPhase;
-  /** Steps done by the image process, as it printed them. */
-  progress: { step: number; steps: number } | null;
-  /** Size and the metadata chunks removed, once done. */
-  result: { size: string; removed_chunks: string[] } | null;
-  /** The image (PNG, base64) once done; RAM only. */
-  b64_png: string | null;
-  error: { code: string | null; message: string } | null;
-  /**
-   * The prompt enhancer (4.7): `ran` (the profile's enhancer rewrote the prompt), `preview` (the
-   * operator accepted a preview's suggestion or kept the original: not enhanced again), or `off`.
-   */
-  enhancer: 'ran' | 'preview' | 'off';
-  /** The enhancer's rewrite the image was made from, and its suggested shape (RAM only; only a suggestion). */
-  enhanced: { prompt: string; wh_ratio: number | null } | null;
-  started_at: string;
-  finished_at: string | null;
-}
+import type { ImageTestJob, ImageTestPhase } from '../../system/observe/console.types.js';
 
 /** How the start of a test ended: it runs, or its reservation was refused at once. */
 export type ImageTestStart = { ok: true; job: ImageTestJob } | { ok: false; error: ApiError };
@@ -47,7 +22,7 @@ export class ImageTests extends EventEmitter<{ change: [] }> {
   #lease: Lease | null = null;
   #settled: Promise<void> = Promise.resolve();
 
-  constructor(private readonly service: Service) {
+  constructor(private readonly service: ImageJobParts) {
     super();
   }
 

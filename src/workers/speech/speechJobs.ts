@@ -13,7 +13,7 @@ import type { Service } from '../../service.js';
 import type { SttProfile } from './stt.js';
 import type { SpeechRequest, TtsProfile } from './tts.js';
 
-export async function speak(service: Service, profile: TtsProfile, job: SpeechRequest, source: JobSource, signal: AbortSignal): Promise<Buffer> {
+export async function speak(service: Pick<Service, 'scheduler' | 'tts'>, profile: TtsProfile, job: SpeechRequest, source: JobSource, signal: AbortSignal): Promise<Buffer> {
   const lease = await service.scheduler.reserve(
     { kind: 'tts', source, profileId: profile.id, revision: profile.revision, slots: 1, device: profile.params.device, whenBusy: 'wait', profile },
     { signal },
@@ -85,7 +85,7 @@ export class RecordingFile {
   }
 }
 
-export async function transcribe(service: Service, profile: SttProfile, recording: RecordingFile, language: SttLanguage, source: JobSource, signal: AbortSignal): Promise<string> {
+export async function transcribe(service: Pick<Service, 'scheduler' | 'stt'>, profile: SttProfile, recording: RecordingFile, language: SttLanguage, source: JobSource, signal: AbortSignal): Promise<string> {
   const lease = await service.scheduler.reserve(
     { kind: 'stt', source, profileId: profile.id, revision: profile.revision, slots: 1, device: 'cpu', whenBusy: 'wait', profile },
     { signal },
