@@ -28,7 +28,6 @@ const cookieOf = (headers: Record<string, string | string[] | undefined>, name: 
 t.test('200 wrong passwords at once: at most 10 are checked, the rest refused at once, /v1/models stays quick', async (t) => {
   const b = await build(t);
   await b.startEndpoint();
-  const started = Date.now();
   const flood = Promise.all(Array.from({ length: 200 }, (_, i) => login(b.adminUrl, `guess-${i}`, { from: `127.0.0.${1 + (i % 20)}` })));
   const latencies: number[] = [];
   // While the flood is in: its connections are open and its first passwords are being checked.
@@ -41,14 +40,12 @@ t.test('200 wrong passwords at once: at most 10 are checked, the rest refused at
     t.equal(response.status, 200);
   }
   const replies = await flood;
-  const elapsed = Date.now() - started;
   const statuses = replies.map((r) => r.status);
   const checked = statuses.filter((s) => s === 401).length;
   t.ok(checked <= 10, `${checked} passwords were checked (limit 10 per source and minute)`);
   t.equal(checked + statuses.filter((s) => s === 429).length, 200, 'every other attempt was refused with 429');
   t.same([...new Set(replies.filter((r) => r.status === 429).map((r) => codeOf(r.text)))].filter((c) => c !== 'login_busy'), ['too_many_attempts']);
   t.ok(replies.filter((r) => r.status === 429).every((r) => Number(r.headers['retry-after']) > 0), 'each with Retry-After');
-  t.ok(elapsed < 8_000, `the flood was answered in ${elapsed} ms`);
   t.ok(Math.max(...latencies) < 1_000, `GET /v1/models took at most ${Math.max(...latencies)} ms during the flood`);
   t.equal((await login(b.adminUrl, PASSWORD, { from: '127.0.0.99' })).status, 429, 'a right password from a fresh loopback address without a device cookie waits too');
 });
