@@ -513,19 +513,44 @@ async function plan(url: string, partial: string, kept: number, signal: AbortSig
   }
 }
 
-/** Throttles `onProgress` to one call per PROGRESS_MS; `end` always calls. */
+/**
+ * Throttles `onProgress` to one call per PROGRESS_MS; a count held back by the throttle is sent when
+ * its window ends, so that bytes received just before the body stalls are still shown. `end` always
+ * calls; `stop` drops what is held back (the download ended otherwise).
+ */
 function progress(onProgress: DownloadOptions['onProgress'], total: number | null) {
   let last = -Infinity;
+  let held: number | null = null;
+  let timer: NodeJS.Timeout | undefined;
+  const send = (done: number) => {
+    last = performance.now();
+    held = null;
+    onProgress(done, total);
+  };
+  const stop = () => {
+    clearTimeout(timer);
+    timer = undefined;
+    held = null;
+  };
   return {
     tick(done: number) {
-      const now = performance.now();
-      if (now - last < PROGRESS_MS) return;
-      last = now;
-      onProgress(done, total);
+      const since = performance.now() - last;
+      if (since >= PROGRESS_MS) {
+        stop();
+        send(done);
+        return;
+      }
+      held = done;
+      timer ??= setTimeout(() => {
+        timer = undefined;
+        if (held !== null) send(held);
+      }, PROGRESS_MS - since).unref();
     },
     end(done: number) {
+      stop();
       onProgress(done, total);
     },
+    stop,
   };
 }
 
@@ -543,6 +568,7 @@ export async function downloadHubFile(options: DownloadOptions): Promise<HubFile
   const { url, dest, signal } = options;
   const partial = `${dest}.part`;
   const pinned = new PinnedHosts(options.resolveHost ?? systemResolve);
+  let report: ReturnType<typeof progress> | undefined;
   try {
     const found = await partialSize(partial);
     // Hashed before asking, so that a CDN never waits on an idle connection while a big partial is read.
@@ -554,13 +580,14 @@ export async function downloadHubFile(options: DownloadOptions): Promise<HubFile
       throw new HubError('size_unknown', `${shown(new URL(url))}: the hub states no size (neither X-Linked-Size nor Content-Length), so the download could not be bounded: refused`);
     }
     if (kept !== found) hash = createHash('sha256');
-    const report = progress(options.onProgress, total);
+    const reporter = progress(options.onProgress, total);
+    report = reporter;
     let done = kept;
     if (!complete) {
       await options.checkRoom?.(total - kept);
       const writer = await (options.openWrite ?? openPrivate)(partial, kept > 0 ? 'a' : 'w');
-      report.tick(done);
-      const count = (bytes: number) => report.tick((done += bytes));
+      reporter.tick(done);
+      const count = (bytes: number) => reporter.tick((done += bytes));
       const lost = (error: unknown) => asHubError(error, signal, () => networkError(error, answer.url));
       const bounds: Bounds = { room: total - kept, total, every: options.roomCheckBytes ?? ROOM_CHECK_BYTES, ...(options.checkRoom ? { checkRoom: options.checkRoom } : {}) };
       await stream(answer.response.body as ReadableStream<Uint8Array>, writer, hash, count, lost, partial, bounds);
@@ -576,7 +603,7 @@ export async function downloadHubFile(options: DownloadOptions): Promise<HubFile
     if (mismatch) throw mismatch;
     await tighten(partial);
     await rename(partial, dest);
-    report.end(done);
+    reporter.end(done);
     return { size: total, sha256, bytes: done };
   } catch (error) {
     const failure = asHubError(error, signal, () => error);
@@ -584,6 +611,7 @@ export async function downloadHubFile(options: DownloadOptions): Promise<HubFile
     if (!resumable) await rm(partial, { force: true }).catch(() => undefined);
     throw failure;
   } finally {
+    report?.stop();
     await pinned.close();
   }
 }

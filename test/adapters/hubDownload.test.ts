@@ -11,6 +11,7 @@ import t, { type Test } from 'tap';
 import { downloadHubFile, etagSha256, HubError, probeHubFile, reachOf, redirectProblem, tokenScope, type DownloadOptions } from '../../src/adapters/hubDownload.js';
 import { freePort, tempDir } from '../helpers/build.js';
 import { startHub, type Hub, type HubFileEntry } from '../helpers/hub.js';
+import { until } from '../helpers/until.js';
 
 const REPO = 'owner/enhancer-GGUF';
 const SIZE = 300_000;
@@ -412,4 +413,19 @@ t.test('a host name is resolved once: the connection goes to the address that wa
   t.same(await probeHubFile(file.url, undefined, probing.resolveHost), { size: 10_000, sha256: file.sha256 }, 'the probe likewise');
   t.same(probing.asked, ['cdn.rebind.example'], 'once for the probe');
   t.equal(decoyed, 0, 'no connection ever went to the second answer');
+});
+
+t.test('bytes received just before the body stalls are reported, not held back by the throttle', async (t) => {
+  const { hub, file, dest } = await setUp(t);
+  let release!: () => void;
+  hub.options.gate = new Promise((resolve) => (release = resolve));
+  hub.options.chunkBytes = 16 * 1024;
+  const { result, progress } = download(file, dest);
+  // The first chunk comes at once after the start's own report; the next waits for the gate.
+  const shown = await until('the first chunk to be reported while the body stalls', async () => progress.find(([done]) => done === 16 * 1024));
+  t.same(shown, [16 * 1024, SIZE], 'the 16 KiB on disk are shown, with the total');
+  release();
+  hub.options.gate = null;
+  t.equal((await result).bytes, SIZE);
+  t.same(progress.at(-1), [SIZE, SIZE], 'the end is reported');
 });

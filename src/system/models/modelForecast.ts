@@ -17,6 +17,8 @@ export function forecastContext(facts: Pick<GgufSummary, 'context_length'>): num
 }
 
 const gib = (mib: number) => `${(mib / 1024).toFixed(1)} GiB`;
+/** A shortfall in people's units: MiB below a tenth of a GiB (never "0.0 GiB"), else GiB. */
+const shortfall = (mib: number) => (mib < 102.4 ? `${Math.ceil(mib)} MiB` : gib(mib));
 
 /** "GPU 0", "GPUs 0 and 1": the GPUs by their place in the inventory (nvidia-smi's index). */
 function gpuNames(room: ForecastRoom, uuids: string[]): string {
@@ -46,10 +48,10 @@ export function forecastView(room: ForecastRoom, shape: ModelShape, context: num
     const whole = forecastChatStart({ ...room, gpus: room.gpus.map((g) => ({ ...g, memoryFreeMiB: Number.MAX_SAFE_INTEGER / MIB })) }, shape, context);
     const need = whole.verdict === 'start' ? Object.values(whole.plan.forecast.gpuMiB).reduce((a, b) => a + b, 0) : 0;
     const offered = plan.gpuBudget.reduce((sum, gpu) => sum + Math.max(0, gpu.availableMiB), 0);
-    const short = need > offered ? `needs ${gib(need - offered)} more than the GPUs offer after the reserve: ` : '';
+    const short = need > offered ? `needs ${shortfall(need - offered)} more than the GPUs offer after the reserve: ` : '';
     reason = `${short}${gpuLayers} of ${layerCount} layers on the GPUs, the rest in RAM`;
     const where = used.length > 0 ? gpuNames(room, used) : room.gpus.length === 1 ? 'GPU 0' : 'the GPUs';
-    const more = need > offered ? `needs ${gib(need - offered)} more than ${where} ${used.length > 1 || (used.length === 0 && room.gpus.length > 1) ? 'have' : 'has'}: ` : '';
+    const more = need > offered ? `needs ${shortfall(need - offered)} more than ${where} ${used.length > 1 || (used.length === 0 && room.gpus.length > 1) ? 'have' : 'has'}: ` : '';
     summary = `${more}${gpuLayers} of ${layerCount} layers on the GPU${room.gpus.length > 1 ? 's' : ''} at ${context} tokens, the rest in RAM`;
   }
   return { fits: true, gpu_layers: gpuLayers, gpus, ram_bytes: ramBytes, reason, context, layer_count: layerCount, summary };

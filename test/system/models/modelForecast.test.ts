@@ -49,3 +49,13 @@ t.test('neither the GPU nor the RAM holds it', async (t) => {
   t.match(view.summary, /^does not fit at 8192 tokens: /);
   t.equal(view.summary, `does not fit at 8192 tokens: ${view.reason}`);
 });
+
+t.test('a small shortfall is said in MiB, never as 0.0 GiB', async (t) => {
+  // Every layer on the GPU needs a little more than it has: find the free memory where it just misses.
+  const whole = forecastView(room([gpu('GPU-a', 64 * 1024)]), shape, 8192);
+  const needMiB = Math.ceil((whole.gpus[0]?.bytes ?? 0) / MIB);
+  const view = forecastView(room([gpu('GPU-a', needMiB + 512 - 20)]), shape, 8192);
+  t.ok(view.gpu_layers < 37, `${view.gpu_layers} of 37 layers: it just misses`);
+  t.match(view.summary, /^needs \d+ MiB more than GPU 0 has: /);
+  t.notMatch(view.summary, /0\.0 GiB/);
+});
