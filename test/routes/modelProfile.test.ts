@@ -152,7 +152,7 @@ t.test('only a file the listing has: outside, .., a symlinked folder, a text fil
     const res = await fromFile(b, { path: file, name: 'x' });
     t.equal(res.status, 400, what);
     t.same(((await res.json()) as ErrorBody).error, {
-      message: `${file} is not a model file in the model folders (${dir}): give a path as GET /api/v1/model-files lists it`,
+      message: `${file} is not a model file in the model folders (${dir}, ${path.join(b.stateDir, 'models')}): give a path as GET /api/v1/model-files lists it`,
       type: 'invalid_request_error',
       code: 'invalid_value',
       param: 'path',
