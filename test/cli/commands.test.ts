@@ -19,7 +19,7 @@ import { build, freePort, PASSWORD, tempDir, type Built } from '../helpers/build
 import { cheapPasswordCheck, cli, noStack, run } from '../helpers/cli.js';
 import { main } from '../../src/cli.js';
 import { UsageError } from '../../src/cli/errors.js';
-import { startHub } from '../helpers/hub.js';
+import { startHub, writeTinyRecipes } from '../helpers/hub.js';
 import { BIN } from '../helpers/spawn.js';
 import { until } from '../helpers/until.js';
 
@@ -53,15 +53,7 @@ async function serviceWithProfiles(t: Test, hubUrl: string): Promise<{ b: Built;
   const runtime = await fakeRuntime(dir);
   const env = { SERVICE_DECK_LLAMA_SERVER: runtime, SERVICE_DECK_ESPEAK_NG: runtime, SERVICE_DECK_SD_CLI: path.join(dir, 'no-sd-cli'), SERVICE_DECK_GPUS: 'none' };
   // The prompt enhancers come from a local hub: a small model for t2i, the model and a projector for i2i.
-  const recipes = path.join(dir, 'recipes.json');
-  const files = [{ path: 'tiny-Q4.gguf', role: 'model' }];
-  await writeFile(
-    recipes,
-    JSON.stringify({
-      t2i: { repo: ENHANCER_REPO, revision: 'main', files, context: 2048 },
-      i2i: { repo: ENHANCER_REPO, revision: 'main', files: [...files, { path: 'mmproj/tiny-mmproj.gguf', role: 'mmproj' }], context: 2048 },
-    }),
-  );
+  const recipes = await writeTinyRecipes(dir, ENHANCER_REPO);
   const b = await build(t, { env: { ...env, SERVICE_DECK_ENHANCER_HUB: hubUrl, SERVICE_DECK_ENHANCER_RECIPES: recipes } });
   await cheapPasswordCheck(b);
   const create = async (body: unknown) => {

@@ -10,6 +10,8 @@
 // Authorization are recorded, so that a test sees where a token went.
 import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Test } from 'tap';
 
@@ -236,4 +238,21 @@ export async function startHub(t: Test, host = '127.0.0.1'): Promise<Hub> {
       return { url: `${root}/${repo}/resolve/${revision}/${path}`, size: buffer.length, sha256 };
     },
   };
+}
+
+/**
+ * Writes `recipes.json` into `dir` for prompt enhancers of `repo` (SERVICE_DECK_ENHANCER_RECIPES):
+ * t2i takes `tiny-Q4.gguf`, i2i that model and `mmproj/tiny-mmproj.gguf`, both at 2048 tokens.
+ */
+export async function writeTinyRecipes(dir: string, repo: string): Promise<string> {
+  const file = path.join(dir, 'recipes.json');
+  const model = { path: 'tiny-Q4.gguf', role: 'model' };
+  await writeFile(
+    file,
+    JSON.stringify({
+      t2i: { repo, revision: 'main', files: [model], context: 2048 },
+      i2i: { repo, revision: 'main', files: [model, { path: 'mmproj/tiny-mmproj.gguf', role: 'mmproj' }], context: 2048 },
+    }),
+  );
+  return file;
 }

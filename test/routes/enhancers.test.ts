@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { HostFacts, type HostReader } from '../../src/system/host.js';
 import { build, tempDir, type Built } from '../helpers/build.js';
-import { startHub } from '../helpers/hub.js';
+import { startHub, writeTinyRecipes } from '../helpers/hub.js';
 import { until } from '../helpers/until.js';
 
 const SD_CLI = fileURLToPath(new URL('../fixtures/sd-cli', import.meta.url));
@@ -35,14 +35,7 @@ async function setUp(t: Test, stateDir?: string) {
   hub.put(REPO, 'main', 'tiny-Q4.gguf', MODEL);
   hub.put(REPO, 'main', 'mmproj/tiny-mmproj.gguf', MMPROJ);
   const dir = await tempDir(t);
-  const recipes = path.join(dir, 'recipes.json');
-  await writeFile(
-    recipes,
-    JSON.stringify({
-      t2i: { repo: REPO, revision: 'main', files: [{ path: 'tiny-Q4.gguf', role: 'model' }], context: 2048 },
-      i2i: { repo: REPO, revision: 'main', files: [{ path: 'tiny-Q4.gguf', role: 'model' }, { path: 'mmproj/tiny-mmproj.gguf', role: 'mmproj' }], context: 2048 },
-    }),
-  );
+  const recipes = await writeTinyRecipes(dir, REPO);
   const env = { SERVICE_DECK_ENHANCER_HUB: hub.url, SERVICE_DECK_ENHANCER_RECIPES: recipes, SERVICE_DECK_GPUS: 'none', SERVICE_DECK_SD_CLI: SD_CLI };
   const b = await build(t, { env, ...(stateDir ? { stateDir } : {}) });
   return { hub, b, env };

@@ -14,7 +14,7 @@ import { HostFacts } from '../../src/system/host.js';
 import type { ModelFilesView } from '../../src/system/models/modelFiles.js';
 import type { PullView } from '../../src/system/models/modelPulls.js';
 import { build, tempDir, type Built } from '../helpers/build.js';
-import { startHub, type Hub } from '../helpers/hub.js';
+import { startHub, type Hub, writeTinyRecipes } from '../helpers/hub.js';
 import { until } from '../helpers/until.js';
 
 const REPO = 'test-org/tiny-chat';
@@ -253,14 +253,7 @@ t.test('one copy with the prompt enhancers: a pull links what an install fetched
   // The same projector in another repository: found by its sha256 and size.
   const copyEntry = hub.put('other-org/copies', 'main', 'mmproj-copy.gguf', mmproj);
   const dir = await tempDir(t);
-  const recipes = path.join(dir, 'recipes.json');
-  await writeFile(
-    recipes,
-    JSON.stringify({
-      t2i: { repo: REPO, revision: 'main', files: [{ path: 'tiny-Q4.gguf', role: 'model' }], context: 2048 },
-      i2i: { repo: REPO, revision: 'main', files: [{ path: 'tiny-Q4.gguf', role: 'model' }, { path: 'mmproj/tiny-mmproj.gguf', role: 'mmproj' }], context: 2048 },
-    }),
-  );
+  const recipes = await writeTinyRecipes(dir, REPO);
   const b = await build(t, { env: { SERVICE_DECK_MODEL_HUB: hub.url, SERVICE_DECK_ENHANCER_HUB: hub.url, SERVICE_DECK_ENHANCER_RECIPES: recipes, SERVICE_DECK_GPUS: 'none' } });
   const fetches = (sha256: string) => byteGets(hub).filter((r) => r.url.endsWith(sha256)).length;
   const store = (p: string) => path.join(b.stateDir, 'enhancers', 'files', REPO, 'main', p);

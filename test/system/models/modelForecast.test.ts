@@ -1,22 +1,10 @@
 // The forecast's sentence for people: every layer on one GPU, on two, part of the layers with the
 // shortfall named, the CPU only, and a model that does not fit; each from the memory check itself.
 import t from 'tap';
-import type { ForecastRoom, ModelShape } from '../../../machines/supervisor/index.js';
 import { forecastView } from '../../../src/system/models/modelForecast.js';
+import { gpu, MIB, room, SEVEN_GIB_MODEL } from '../../helpers/forecastRoom.js';
 
-const MIB = 2 ** 20;
-/** 36 blocks of 200 MiB with grouped-query attention: about 7 GiB of weights. */
-const shape: ModelShape = {
-  layerCount: 36,
-  headCountKv: Array(36).fill(8),
-  keyLength: 128,
-  valueLength: 128,
-  layerBytes: Array(36).fill(200 * MIB),
-  inputBytes: 300 * MIB,
-  outputBytes: 300 * MIB,
-};
-const gpu = (uuid: string, freeMiB: number) => ({ uuid, memoryTotalMiB: freeMiB, memoryFreeMiB: freeMiB, processes: [] });
-const room = (gpus: ForecastRoom['gpus'], ramMiB = 64 * 1024): ForecastRoom => ({ gpus, gpuReserveMiB: Object.fromEntries(gpus.map((g) => [g.uuid, 512])), ram: { availableMiB: ramMiB, reserveMiB: 1024, limitedBy: 'test' } });
+const shape = SEVEN_GIB_MODEL;
 
 t.test('every layer on one GPU', async (t) => {
   const view = forecastView(room([gpu('GPU-a', 24 * 1024)]), shape, 8192);

@@ -3,22 +3,11 @@
 // has every layer on the GPUs, or fits at all on a machine without GPUs; 2048 when none does. Each
 // room is checked against the forecast itself: the chosen context is whole, the larger tries not.
 import t from 'tap';
-import type { ForecastRoom, ModelShape } from '../../../machines/supervisor/index.js';
+import type { ForecastRoom } from '../../../machines/supervisor/index.js';
 import { forecastView, profileContext } from '../../../src/system/models/modelForecast.js';
+import { gpu, room, SEVEN_GIB_MODEL } from '../../helpers/forecastRoom.js';
 
-const MIB = 2 ** 20;
-/** 36 blocks of 200 MiB with grouped-query attention: about 7 GiB of weights. */
-const shape: ModelShape = {
-  layerCount: 36,
-  headCountKv: Array(36).fill(8),
-  keyLength: 128,
-  valueLength: 128,
-  layerBytes: Array(36).fill(200 * MIB),
-  inputBytes: 300 * MIB,
-  outputBytes: 300 * MIB,
-};
-const gpu = (uuid: string, freeMiB: number) => ({ uuid, memoryTotalMiB: freeMiB, memoryFreeMiB: freeMiB, processes: [] });
-const room = (gpus: ForecastRoom['gpus'], ramMiB = 64 * 1024): ForecastRoom => ({ gpus, gpuReserveMiB: Object.fromEntries(gpus.map((g) => [g.uuid, 512])), ram: { availableMiB: ramMiB, reserveMiB: 1024, limitedBy: 'test' } });
+const shape = SEVEN_GIB_MODEL;
 const GIB = 1024;
 
 /** Whether the forecast at `context` has every layer on the GPUs (without GPUs: fits). */
